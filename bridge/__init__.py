@@ -1,0 +1,1 @@
+"""slurmbridge core: Slurm client, pod → job translation, placement state, controllers."""

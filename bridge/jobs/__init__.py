@@ -1,0 +1,1 @@
+"""Pod → Slurm job request: what a pod asks for, in Slurm's terms."""

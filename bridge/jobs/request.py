@@ -1,0 +1,30 @@
+"""The job request: the core's version-independent description of a placeholder job."""
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """What to ask Slurm for on behalf of one pod (or one pod group).
+
+    Sizes are per node; ``nodes`` > 1 only for pod groups.  Optional fields left
+    ``None`` fall back to Slurm's own defaults (default partition, user's
+    default account, ...).
+    """
+
+    name: str  # k8s:<namespace>/<pod-or-group>, already sanitized
+    pod_uid: str  # recorded in the job comment so the link survives restarts
+    cpus: int = 1
+    memory_mb: int = 0  # 0 = let Slurm apply DefMemPerCPU / DefMemPerNode
+    gpus: int = 0
+    nodes: int = 1
+    time_limit_minutes: int | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    wckey: str | None = None
+    constraints: str | None = None
+    priority: int | None = None
+    exclusive: bool = False
+    environment: dict[str, str] = field(default_factory=dict)

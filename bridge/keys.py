@@ -1,0 +1,60 @@
+"""Every well-known key the bridge reads or writes on Kubernetes objects.
+
+One module so that the webhook, the extender and the controllers can never
+disagree on a spelling, and so operators have one place to look them up.
+"""
+
+from typing import Final
+
+PREFIX: Final = "slurmbridge.io/"
+SCHEDULER_NAME: Final = "slurmbridge"
+
+# Annotations a user (researcher) may set on a pod.
+PARTITION: Final = PREFIX + "partition"
+ACCOUNT: Final = PREFIX + "account"
+QOS: Final = PREFIX + "qos"
+RESERVATION: Final = PREFIX + "reservation"
+WCKEY: Final = PREFIX + "wckey"
+CONSTRAINTS: Final = PREFIX + "constraints"
+PRIORITY: Final = PREFIX + "priority"
+TIME_LIMIT: Final = PREFIX + "time-limit"
+EXCLUSIVE: Final = PREFIX + "exclusive"
+USER_ANNOTATIONS: Final = (
+    PARTITION, ACCOUNT, QOS, RESERVATION, WCKEY, CONSTRAINTS, PRIORITY, TIME_LIMIT, EXCLUSIVE,
+)
+
+# Annotations the webhook writes: the GPU count moved out of the pod's resources.
+GPUS: Final = PREFIX + "gpus"
+
+# Annotations only the bridge writes (at bind time); users may not set them.
+JOB_ID: Final = PREFIX + "job-id"
+SLURM_NODE: Final = PREFIX + "slurm-node"
+GPU_IDS: Final = PREFIX + "gpu-ids"
+BRIDGE_OWNED_ANNOTATIONS: Final = (JOB_ID, SLURM_NODE, GPU_IDS)
+
+# Pod labels for pod groups (one Slurm job of n nodes).
+GROUP: Final = PREFIX + "group"
+GROUP_SIZE: Final = PREFIX + "group-size"
+
+# Node label naming the Slurm node behind a Kubernetes node (else: equal names).
+NODE_SLURM_NAME: Final = PREFIX + "slurm-node"
+# Namespace label that enrols every pod of the namespace.
+NAMESPACE_ENROLLED: Final = PREFIX + "enabled"
+
+# Taints.
+MANAGED_TAINT: Final = PREFIX + "managed"
+UNAVAILABLE_TAINT: Final = PREFIX + "slurm-unavailable"
+
+# Pod / node condition types.
+POD_CONDITION_SLURM: Final = "SlurmJobAllocated"
+NODE_CONDITION_SLURM: Final = "SlurmNodeAvailable"
+
+# Extended resource names of GPUs that Slurm allocates instead of the device plugin.
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+GPU_ENV_VARS: Final = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+
+# Placeholder jobs: name prefix and the marker in the job comment carrying the pod UID.
+JOB_NAME_PREFIX: Final = "k8s:"
+COMMENT_POD_UID: Final = "slurmbridge.io/pod-uid="
+# Reason prefix on Slurm drains the bridge sets (it only ever undoes these).
+DRAIN_REASON_PREFIX: Final = "slurmbridge:"

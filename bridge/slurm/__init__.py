@@ -1,0 +1,1 @@
+"""Talking to Slurm through slurmrestd: negotiation, auth, wire models, client."""

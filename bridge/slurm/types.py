@@ -1,0 +1,63 @@
+"""The core's view of Slurm objects, independent of the data-parser version."""
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+
+    @property
+    def is_live(self) -> bool:
+        """Still holds (or may yet hold) resources."""
+        return self in _LIVE
+
+
+_LIVE = frozenset({JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING})
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Where Slurm put a job: nodes in Slurm's order, GPU indices per node."""
+
+    nodes: tuple[str, ...]
+    gpu_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    job_id: int
+    name: str
+    state: JobState
+    reason: str  # Slurm's state_reason, "None" when there is none
+    pod_uid: str | None  # from the comment marker; None for native jobs
+    allocation: Allocation | None  # None until Slurm allocated it
+    partition: str = ""
+    user: str = ""
+    update_time: int = 0  # epoch seconds of Slurm's last change to the job
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmNode:
+    name: str
+    states: frozenset[str]  # e.g. {"IDLE"}, {"MIXED", "DRAIN"}
+    reason: str  # admin's reason ("" when none)
+    cpus: int
+    memory_mb: int
+    gres: str  # as configured, e.g. "gpu:8"
+
+    @property
+    def unavailable(self) -> bool:
+        return bool(self.states & {"DRAIN", "DOWN", "FAIL", "FAILING", "NOT_RESPONDING"})

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Local Slurm clusters from Debian packages in cached debootstrap chroots.
+#   cluster.sh up VERSION     start (idempotent); prints REST URL and token file
+#   cluster.sh down VERSION   stop every process it started, unmount what it mounted
+#   cluster.sh env VERSION    print the environment the tests and the bridge read
+#   cluster.sh rootfs VERSION  build the cached chroot if needed and print its path
+#   cluster.sh exec VERSION CMD...   run an admin tool (squeue, scontrol, sbatch) in it
+# VERSION is 24.11 (Debian trixie) or 26.05 (Debian sid).  Both can run at once.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
+MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+
+log() { echo "[slurm] $*" >&2; }
+die() { echo "[slurm] error: $*" >&2; exit 1; }
+
+select_version() {
+  VERSION="${1:-}"
+  case "$VERSION" in
+    24.11) SUITE=trixie; BASE=6817 ;;
+    26.05) SUITE=sid; BASE=7817 ;;
+    *) die "unknown Slurm version '${VERSION}': use 24.11 or 26.05" ;;
+  esac
+  ROOT="$CACHE/slurm/$SUITE"
+  RUN="$CACHE/slurm/run/$VERSION"
+  REST_PORT=$((BASE + 1))
+  URL="http://127.0.0.1:$REST_PORT"
+}
+
+in_root() { chroot "$ROOT" "$@"; }
+
+ensure_root() {
+  local stamp; stamp="$(sha256sum "$here/recipe.sh" | cut -c1-16)"
+  if [[ -f "$ROOT/.slurmbridge-recipe" && "$(cat "$ROOT/.slurmbridge-recipe")" == "$stamp" ]]; then
+    return
+  fi
+  command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install debootstrap"
+  if [[ ! -x "$ROOT/bin/sh" ]]; then
+    log "debootstrap $SUITE into $ROOT (first run only, about a minute)"
+    rm -rf "$ROOT.tmp"; mkdir -p "$(dirname "$ROOT")"
+    debootstrap --variant=minbase "$SUITE" "$ROOT.tmp" "$MIRROR" >&2
+    mv "$ROOT.tmp" "$ROOT"
+  fi
+  cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+  install -m 0755 "$here/recipe.sh" "$ROOT/usr/local/sbin/slurmbridge-recipe"
+  log "installing Slurm packages in the $SUITE chroot"
+  in_root /usr/local/sbin/slurmbridge-recipe install >&2
+  echo "$stamp" > "$ROOT/.slurmbridge-recipe"
+}
+
+mount_once() {  # mount_once TYPE-or-bind SOURCE TARGET
+  mountpoint -q "$3" && return
+  mkdir -p "$3"
+  if [[ "$1" == bind ]]; then mount --bind "$2" "$3"; else mount -t "$1" "$2" "$3"; fi
+}
+
+ctld_alive() {
+  local pid
+  pid="$(cat "$ROOT/run/slurmctld/slurmctld.pid" 2>/dev/null)" || return 1
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null
+}
+
+rest_alive() { python3 - "$URL" <<'PY' 2>/dev/null
+import sys, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(sys.argv[1] + "/openapi/v3", timeout=2)
+except urllib.error.HTTPError:
+    pass  # 401 still means the daemon answers
+PY
+}
+
+write_env() {
+  mkdir -p "$RUN"
+  in_root scontrol token username=slurm lifespan="${SLURM_TOKEN_LIFESPAN:-604800}" \
+    | sed -n 's/^SLURM_JWT=//p' > "$RUN/token.tmp"
+  [[ -s "$RUN/token.tmp" ]] || die "scontrol token printed no token (see $ROOT/var/log/slurm/slurmctld.log)"
+  mv "$RUN/token.tmp" "$RUN/token"
+  cat > "$RUN/env" <<ENV
+SLURMBRIDGE_SLURM__URL=$URL
+SLURMBRIDGE_SLURM__USER=slurm
+SLURMBRIDGE_SLURM__TOKEN_FILE=$RUN/token
+SLURMBRIDGE_TEST_SLURM_VERSION=$VERSION
+SLURMBRIDGE_TEST_SLURM_ADMIN=$here/cluster.sh exec $VERSION
+ENV
+}
+
+cmd_up() {
+  select_version "$1"
+  ensure_root
+  if ctld_alive && rest_alive; then
+    log "Slurm $VERSION already running"
+  else
+    cmd_down "$VERSION" quiet
+    mount_once proc proc "$ROOT/proc"
+    mount_once sysfs sys "$ROOT/sys"
+    mount_once bind /dev "$ROOT/dev"
+    cp /etc/hosts "$ROOT/etc/hosts"
+    NODES="${NODES:-4}" in_root /usr/local/sbin/slurmbridge-recipe configure "sb${VERSION/./}" "$BASE"
+    rm -rf "$ROOT"/var/spool/slurmctld/* "$ROOT"/var/spool/slurmd/* "$ROOT"/var/log/slurm/*
+    log "starting slurmctld (port $BASE) and ${NODES:-4} slurmd"
+    in_root slurmctld -c
+    for k in $(seq 1 "${NODES:-4}"); do
+      mkdir -p "$ROOT/var/spool/slurmd/node$k"
+      in_root slurmd -N "node$k"
+    done
+    local sflags=(); [[ "$VERSION" == 24.11 ]] && sflags=(-s openapi/slurmctld)
+    setsid chroot "$ROOT" env SLURM_JWT=daemon slurmrestd -u slurmrest -g slurmrest \
+      -a rest_auth/jwt "${sflags[@]}" "127.0.0.1:$REST_PORT" \
+      >"$ROOT/var/log/slurm/slurmrestd.log" 2>&1 < /dev/null &
+    for _ in $(seq 1 120); do
+      if rest_alive && [[ "$(in_root sinfo -h -o '%D %t' 2>/dev/null | awk '$2=="idle"{n+=$1} END{print n+0}')" == "${NODES:-4}" ]]; then
+        break
+      fi
+      sleep 0.5
+    done
+    rest_alive || die "slurmrestd did not answer on $URL (see $ROOT/var/log/slurm/slurmrestd.log)"
+    [[ "$(in_root sinfo -h -o '%D %t' | awk '$2=="idle"{n+=$1} END{print n+0}')" == "${NODES:-4}" ]] \
+      || die "nodes not idle: $(in_root sinfo -h -o '%N %t %E') (see $ROOT/var/log/slurm/)"
+  fi
+  write_env
+  log "Slurm $VERSION ($(in_root sinfo -V)) is up"
+  echo "REST URL:   $URL"
+  echo "token file: $RUN/token (user slurm)"
+  echo "env file:   $RUN/env"
+}
+
+chroot_pids() {
+  local p root
+  for p in /proc/[0-9]*; do
+    root="$(readlink "$p/root" 2>/dev/null)" || continue
+    [[ "$root" == "$ROOT" ]] && echo "${p#/proc/}"
+  done
+  return 0
+}
+
+cmd_down() {
+  select_version "$1"
+  local pids; pids="$(chroot_pids)"
+  if [[ -n "$pids" ]]; then
+    # shellcheck disable=SC2086
+    kill $pids 2>/dev/null || true
+    for _ in $(seq 1 20); do [[ -z "$(chroot_pids)" ]] && break; sleep 0.25; done
+    pids="$(chroot_pids)"
+    # shellcheck disable=SC2086
+    [[ -n "$pids" ]] && kill -9 $pids 2>/dev/null || true
+  fi
+  for m in dev sys proc; do
+    mountpoint -q "$ROOT/$m" 2>/dev/null && { umount "$ROOT/$m" 2>/dev/null || umount -l "$ROOT/$m"; }
+  done
+  rm -f "$RUN/env"
+  [[ "${2:-}" == quiet ]] || log "Slurm $VERSION stopped"
+}
+
+cmd_env() { select_version "$1"; [[ -f "$RUN/env" ]] || die "Slurm $VERSION is not up: run $0 up $VERSION"; cat "$RUN/env"; }
+
+cmd_rootfs() { select_version "$1"; ensure_root; echo "$ROOT"; }
+
+cmd_exec() { select_version "$1"; shift; exec chroot "$ROOT" "$@"; }
+
+case "${1:-}" in
+  up|down|env|rootfs) "cmd_$1" "${2:-}" ;;
+  exec) shift; cmd_exec "$@" ;;
+  *) echo "usage: $0 up|down|env|rootfs VERSION | exec VERSION CMD..." >&2; exit 2 ;;
+esac
