@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kube-scheduler (from k8s.io/kubernetes) and helm (from
-# helm.sh/helm/v3) with the Go toolchain, cached by version.  A second run
-# builds nothing.  Prints the bin directory on stdout.
+# Build kube-apiserver, kube-scheduler, kubectl (from k8s.io/kubernetes) and
+# helm (from helm.sh/helm/v3) with the Go toolchain, cached by version.  A
+# second run builds nothing.  Prints the bin directory on stdout.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-1.37.2}"
@@ -9,50 +9,66 @@ HELM_VERSION="${HELM_VERSION:-3.22.0}"
 CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 BIN="$CACHE/k8s-$K8S_VERSION/bin"
 HELM_BIN="$CACHE/helm-$HELM_VERSION/bin"
+K8S_TOOLS=(kube-apiserver kube-scheduler kubectl)
 export GOFLAGS="${GOFLAGS:--mod=mod}" CGO_ENABLED=0
 export PATH="/usr/local/go/bin:$PATH"
 
 log() { echo "[k8s-build] $*" >&2; }
 
-if [[ ! -x "$BIN/kube-apiserver" || ! -x "$BIN/kube-scheduler" ]]; then
-  work="$CACHE/k8s-$K8S_VERSION/src"
-  mkdir -p "$work" "$BIN"
-  cd "$work"
-  staging_minor="v0.${K8S_VERSION#1.}"
-  if [[ ! -f go.mod ]]; then
-    log "preparing wrapper module for k8s.io/kubernetes v$K8S_VERSION"
-    cat > go.mod <<MOD
+missing_tools() {
+  local t
+  for t in "${K8S_TOOLS[@]}"; do [[ -x "$BIN/$t" ]] || echo "$t"; done
+}
+
+# The wrapper module requires k8s.io/kubernetes and points every staging
+# module at its published v0.x.y: k8s.io/kubernetes's own go.mod replaces them
+# with local ./staging paths, which a consumer cannot use.
+prepare_module() {
+  local staging_minor="v0.${K8S_VERSION#1.}" modfile staging m args=()
+  log "preparing wrapper module for k8s.io/kubernetes v$K8S_VERSION"
+  cat > go.mod <<MOD
 module slurmbridge.local/k8sbuild
 
 go 1.25
 MOD
-    cat > tools.go <<'GO'
-//go:build tools
+  modfile="$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  staging=$(sed -n 's#^\s*\(k8s\.io/[A-Za-z0-9._/-]*\) => \./staging/.*#\1#p' "$modfile" | sort -u)
+  [[ -n "$staging" ]] || { log "no staging replaces found in $modfile"; exit 1; }
+  for m in $staging; do args+=("-replace=$m=$m@$staging_minor"); done
+  go mod edit "${args[@]}"
+  go mod edit -require="k8s.io/kubernetes@v$K8S_VERSION"
+}
 
-package k8sbuild
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-)
-GO
-    # k8s.io/kubernetes's go.mod replaces every staging module with a local
-    # path; a consumer must point those at the published v0.x.y instead.
-    modfile="$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
-    staging=$(sed -n 's#^\s*\(k8s\.io/[A-Za-z0-9._/-]*\) => \./staging/.*#\1#p' "$modfile" | sort -u)
-    [[ -n "$staging" ]] || { log "no staging replaces found in $modfile"; exit 1; }
-    args=()
-    for m in $staging; do args+=("-replace=$m=$m@$staging_minor"); done
-    go mod edit "${args[@]}"
-    go mod edit -require="k8s.io/kubernetes@v$K8S_VERSION"
+# tools.go pins every command we build, so `go mod tidy` keeps their deps.
+# Rewritten when a tool is added (older caches only had apiserver+scheduler).
+write_tools_go() {
+  local t want
+  want=$'//go:build tools\n\npackage k8sbuild\n\nimport (\n'
+  for t in "${K8S_TOOLS[@]}"; do want+=$'\t_ "k8s.io/kubernetes/cmd/'"$t"$'"\n'; done
+  want+=$')\n'
+  if [[ ! -f tools.go || "$(cat tools.go; echo x)" != "${want}x" ]]; then
+    printf '%s' "$want" > tools.go
     go mod tidy >&2
   fi
-  log "building kube-apiserver and kube-scheduler v$K8S_VERSION (first run: tens of minutes on 2 cores)"
-  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#1.} -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION"
-  go build -trimpath -ldflags "$ldflags" -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-  mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
-  go build -trimpath -ldflags "$ldflags" -o "$BIN/kube-scheduler.tmp" k8s.io/kubernetes/cmd/kube-scheduler
-  mv "$BIN/kube-scheduler.tmp" "$BIN/kube-scheduler"
+}
+
+build_k8s_tools() {
+  local work="$CACHE/k8s-$K8S_VERSION/src" t
+  mkdir -p "$work" "$BIN"
+  cd "$work"
+  [[ -f go.mod ]] || prepare_module
+  write_tools_go
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#1.} -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=${K8S_VERSION#1.}"
+  for t in "$@"; do
+    log "building $t v$K8S_VERSION (first run: several minutes each on 2 cores)"
+    go build -trimpath -ldflags "$ldflags" -o "$BIN/$t.tmp" "k8s.io/kubernetes/cmd/$t"
+    mv "$BIN/$t.tmp" "$BIN/$t"
+  done
+}
+
+mapfile -t missing < <(missing_tools)
+if (( ${#missing[@]} )); then
+  ( build_k8s_tools "${missing[@]}" )
 fi
 
 if [[ "${WITH_HELM:-1}" == 1 && ! -x "$HELM_BIN/helm" ]]; then
