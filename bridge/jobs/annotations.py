@@ -1,0 +1,144 @@
+"""The Slurm options a researcher sets on a pod through ``slurmbridge.io/`` annotations and labels.
+
+Every value ends up in a Slurm job field, so each is checked against the form Slurm
+takes; an error names the annotation and that form. The admission webhook runs the
+same checks so that a bad pod is refused at ``kubectl apply`` rather than left pending.
+An empty (or blank) value counts as unset, as a templated-out value usually means.
+"""
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from bridge import keys
+from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.timelimit import ACCEPTED as TIME_LIMIT_FORM
+from bridge.jobs.timelimit import parse_time_limit
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII)
+_NAME_FORM = "a Slurm name: 1-64 characters among letters, digits, '_', '.', '-'"
+_CONSTRAINTS = re.compile(r"[A-Za-z0-9_\-.&|,\[\]()*:!]{1,1024}", re.ASCII)
+_CONSTRAINTS_FORM = (
+    "a Slurm feature expression (e.g. a100&ib or [rack1|rack2]): "
+    "letters, digits and _-.&|,[]()*:! only"
+)
+_COUNT = re.compile(r"[0-9]{1,10}", re.ASCII)
+# Slurm keeps these in 32 bits and reserves the top values (NO_VAL, INFINITE).
+_UINT32_MAX = 2**32 - 3
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmOptions:
+    """The job options taken from a pod's annotations; ``None`` leaves Slurm's default."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    wckey: str | None = None
+    constraints: str | None = None
+    priority: int | None = None
+    time_limit_minutes: int | None = None
+    exclusive: bool = False
+    gpus: int | None = None  # written by the webhook when it moves the GPU request
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroup:
+    """Pods sharing one multi-node Slurm job: ``size`` nodes, one pod per node."""
+
+    name: str
+    size: int
+
+
+def _name(text: str) -> str:
+    if not _NAME.fullmatch(text):
+        raise ValueError(_NAME_FORM)
+    return text
+
+
+def _constraints(text: str) -> str:
+    if not _CONSTRAINTS.fullmatch(text):
+        raise ValueError(_CONSTRAINTS_FORM)
+    return text
+
+
+def _count(text: str, minimum: int = 0) -> int:
+    if not _COUNT.fullmatch(text) or not minimum <= int(text) <= _UINT32_MAX:
+        raise ValueError(f"a whole number from {minimum} to {_UINT32_MAX}")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    return _count(text, minimum=1)
+
+
+def _time_limit(text: str) -> int:
+    try:
+        return parse_time_limit(text)
+    except ValueError:
+        raise ValueError(TIME_LIMIT_FORM) from None
+
+
+def _flag(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError('"true" or "false"')
+    return text.lower() == "true"
+
+
+def _reader(
+    values: Mapping[str, str] | None, kind: str
+) -> Callable[[str, Callable[[str], T]], T | None]:
+    """A lookup that strips values, skips blank ones and parses the rest.
+
+    Parsers raise ValueError carrying the accepted form; the lookup turns it into
+    an InvalidPodRequest naming the key.
+    """
+    present = {k: v.strip() for k, v in (values or {}).items() if v and v.strip()}
+
+    def read(key: str, parse: Callable[[str], T]) -> T | None:
+        text = present.get(key)
+        if text is None:
+            return None
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise InvalidPodRequest(key, text, str(error), kind=kind) from None
+
+    return read
+
+
+def slurm_options(annotations: Mapping[str, str] | None) -> SlurmOptions:
+    """Parse the bridge annotations of a pod; raises InvalidPodRequest on the first bad one."""
+    read = _reader(annotations, "annotation")
+    return SlurmOptions(
+        partition=read(keys.PARTITION, _name),
+        account=read(keys.ACCOUNT, _name),
+        qos=read(keys.QOS, _name),
+        reservation=read(keys.RESERVATION, _name),
+        wckey=read(keys.WCKEY, _name),
+        constraints=read(keys.CONSTRAINTS, _constraints),
+        priority=read(keys.PRIORITY, _count),
+        time_limit_minutes=read(keys.TIME_LIMIT, _time_limit),
+        exclusive=read(keys.EXCLUSIVE, _flag) or False,
+        gpus=read(keys.GPUS, _count),
+    )
+
+
+def pod_group(labels: Mapping[str, str] | None) -> PodGroup | None:
+    """The group a pod belongs to, from its group labels; None for a lone pod."""
+    read = _reader(labels, "label")
+    name = read(keys.GROUP, _name)
+    size = read(keys.GROUP_SIZE, _positive)
+    if name is None and size is None:
+        return None
+    if name is None:
+        accepted = f"a group name alongside {keys.GROUP_SIZE}"
+        raise InvalidPodRequest(keys.GROUP, None, accepted, kind="label")
+    if size is None:
+        accepted = f"the number of pods in group {name!r}"
+        raise InvalidPodRequest(keys.GROUP_SIZE, None, accepted, kind="label")
+    return PodGroup(name, size)

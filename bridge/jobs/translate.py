@@ -1,0 +1,62 @@
+"""Pod → JobRequest: everything the bridge asks Slurm for on behalf of a pod."""
+
+from lightkube.models.core_v1 import Pod
+from lightkube.models.meta_v1 import ObjectMeta
+
+from bridge.jobs.annotations import pod_group, slurm_options
+from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.names import placeholder_job_name
+from bridge.jobs.request import JobRequest
+from bridge.jobs.resources import pod_resources
+from bridge.jobs.timelimit import MAX_MINUTES
+
+
+def job_request_for_pod(pod: Pod) -> JobRequest:
+    """The placeholder job for a pod, or for its whole group (one node per pod).
+
+    Raises InvalidPodRequest, naming the field and the accepted form, for anything
+    Slurm could not be asked for.
+    """
+    meta = pod.metadata or ObjectMeta()
+    uid = _required(meta.uid, "metadata.uid")
+    namespace = _required(meta.namespace, "metadata.namespace")
+    name = _required(meta.name, "metadata.name")
+    options = slurm_options(meta.annotations)
+    group = pod_group(meta.labels)
+    resources = pod_resources(pod)
+    return JobRequest(
+        name=placeholder_job_name(namespace, group.name if group else name),
+        pod_uid=uid,
+        cpus=resources.cpus,
+        memory_mb=resources.memory_mb,
+        gpus=resources.gpus if options.gpus is None else options.gpus,
+        nodes=group.size if group else 1,
+        time_limit_minutes=options.time_limit_minutes or _deadline_minutes(pod),
+        partition=options.partition,
+        account=options.account,
+        qos=options.qos,
+        reservation=options.reservation,
+        wckey=options.wckey,
+        constraints=options.constraints,
+        priority=options.priority,
+        exclusive=options.exclusive,
+    )
+
+
+def _required(value: str | None, field: str) -> str:
+    """Identity fields only the API server fills in; the job is useless without them."""
+    if not value:
+        raise InvalidPodRequest(field, None, "a pod as stored by the API server")
+    return value
+
+
+def _deadline_minutes(pod: Pod) -> int | None:
+    """``activeDeadlineSeconds`` as a Slurm time limit: the pod may not outlive its job."""
+    seconds = pod.spec.activeDeadlineSeconds if pod.spec else None
+    if seconds is None:
+        return None
+    if seconds <= 0:
+        raise InvalidPodRequest(
+            "spec.activeDeadlineSeconds", str(seconds), "a positive number of seconds"
+        )
+    return min(-(-seconds // 60), MAX_MINUTES)
