@@ -1,0 +1,401 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on 127.0.0.1 for tests and development:
+# etcd (Debian's etcd-server) + kube-apiserver + kube-scheduler, no kubelet.
+#   controlplane.sh up                     start (idempotent: healthy -> nothing to do)
+#   controlplane.sh down                   stop every process it started, drop cluster state
+#   controlplane.sh env                    print KUBECONFIG, server URL, bin dir (KEY=VALUE)
+#   controlplane.sh status                 one line per component: running/stopped
+#   controlplane.sh scheduler NAME CONFIG  (re)start an extra kube-scheduler with a
+#                                          KubeSchedulerConfiguration; prints its port
+#   controlplane.sh stop-scheduler NAME    stop that extra scheduler
+#   controlplane.sh release HOLDER         forget holder HOLDER (a PID given to `up` via
+#                                          SLURMBRIDGE_CP_HOLDER); `down` when none is left
+# Fixed ports (all 127.0.0.1, clear of Slurm's 6817-6830 and 7817-7830, below the
+# ephemeral range): etcd 12379 (peer 12380), kube-apiserver 16443, default
+# kube-scheduler 16459, extra schedulers 16460-16479.  State: $CACHE/k8s/run/.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+K8S_VERSION="${K8S_VERSION:-1.37.2}"
+CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
+BIN="$CACHE/k8s-$K8S_VERSION/bin"
+RUN="$CACHE/k8s/run"
+PKI="$RUN/pki"
+LOGS="$RUN/logs"
+ETCD_PORT="${SLURMBRIDGE_ETCD_PORT:-12379}"
+ETCD_PEER_PORT="${SLURMBRIDGE_ETCD_PEER_PORT:-12380}"
+APISERVER_PORT="${SLURMBRIDGE_APISERVER_PORT:-16443}"
+SCHEDULER_PORT="${SLURMBRIDGE_SCHEDULER_PORT:-16459}"
+EXTRA_PORTS=($(seq "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MIN:-16460}" "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MAX:-16479}"))
+SERVER="https://127.0.0.1:$APISERVER_PORT"
+SERVICE_CIDR="10.96.0.0/12"
+ETCD_SUITE_VERSION=26.05   # the Slurm chroot (Debian sid) that carries etcd-server
+READY_TIMEOUT="${SLURMBRIDGE_CP_TIMEOUT:-90}"
+
+log() { echo "[k8s] $*" >&2; }
+die() { echo "[k8s] error: $*" >&2; exit 1; }
+
+# --- processes ---------------------------------------------------------------
+
+pid_of() { cat "$RUN/$1.pid" 2>/dev/null || true; }
+
+# Alive and really ours: every component's command line names $RUN, which
+# guards against a recycled PID.
+alive() {
+  local pid; pid="$(pid_of "$1")"
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null \
+    && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$RUN"
+}
+
+# start NAME CMD...: detached, own session, stdout+stderr to $LOGS/NAME.log.
+start() {
+  local name="$1"; shift
+  mkdir -p "$LOGS"
+  setsid "$@" >"$LOGS/$name.log" 2>&1 < /dev/null 9>&- &
+  echo $! > "$RUN/$name.pid"
+}
+
+stop() {
+  local name="$1" pid
+  pid="$(pid_of "$name")"
+  if [[ -n "$pid" ]] && alive "$name"; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -0 "$pid" 2>/dev/null && { log "$name (pid $pid) ignored SIGTERM, killing"; kill -9 "$pid" 2>/dev/null || true; }
+  fi
+  rm -f "$RUN/$name.pid" "$RUN/$name.port"
+}
+
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# fail NAME WHAT: name the log and show its tail, the first thing anyone needs.
+fail() {
+  local log_file="$LOGS/$1.log"
+  { echo "[k8s] error: $1 $2; log: $log_file"; tail -n 25 "$log_file" 2>/dev/null | sed 's/^/    /'; } >&2
+  exit 1
+}
+
+# wait_ready NAME CHECK...: poll CHECK until it succeeds, the process dies or time runs out.
+wait_ready() {
+  local name="$1"; shift
+  local deadline=$((SECONDS + READY_TIMEOUT))
+  until "$@"; do
+    alive "$name" || fail "$name" "exited during startup"
+    (( SECONDS < deadline )) || fail "$name" "not ready after ${READY_TIMEOUT}s"
+    sleep 0.3
+  done
+}
+
+# --- health ------------------------------------------------------------------
+
+etcd_healthy() { curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; }
+apiserver_healthy() { curl -fsS --max-time 3 --cacert "$PKI/ca.crt" "$SERVER/readyz" >/dev/null 2>&1; }
+# Schedulers serve a self-signed cert; /readyz is open to anonymous callers.
+scheduler_healthy() { curl -fsSk --max-time 3 "https://127.0.0.1:$1/readyz" >/dev/null 2>&1; }
+
+# --- prerequisites -----------------------------------------------------------
+
+require_binaries() {
+  local t missing=()
+  for t in kube-apiserver kube-scheduler kubectl; do [[ -x "$BIN/$t" ]] || missing+=("$BIN/$t"); done
+  (( ${#missing[@]} == 0 )) || die "missing ${missing[*]}: build with $here/build.sh (first run ~10 min)"
+  local c; for c in openssl curl flock; do command -v "$c" >/dev/null || die "$c is missing: apt-get install $c"; done
+}
+
+# etcd comes from Debian's etcd-server in the Slurm sid chroot.  It runs with
+# that chroot's own dynamic loader and libc but with / as its root, so Slurm's
+# `cluster.sh down` (which kills every process rooted in the chroot and
+# unmounts its /dev) never takes the Kubernetes state with it.
+ensure_etcd() {
+  ETCD_ROOT="$CACHE/slurm/sid"
+  if [[ ! -x "$ETCD_ROOT/usr/bin/etcd" ]]; then
+    ETCD_ROOT="$("$here/../slurm/cluster.sh" rootfs "$ETCD_SUITE_VERSION")"
+    log "installing etcd-server into $ETCD_ROOT"
+    chroot "$ETCD_ROOT" apt-get -o Acquire::Check-Valid-Until=false update >&2
+    chroot "$ETCD_ROOT" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y --no-install-recommends etcd-server >&2
+  fi
+  local libdir="$ETCD_ROOT/usr/lib/x86_64-linux-gnu"
+  ETCD_CMD=("$libdir/ld-linux-x86-64.so.2" --library-path "$libdir" "$ETCD_ROOT/usr/bin/etcd")
+  "${ETCD_CMD[@]}" --version >/dev/null || die "etcd from $ETCD_ROOT does not run"
+}
+
+# --- PKI and kubeconfigs -----------------------------------------------------
+
+# new_ca NAME CN: a self-signed CA.
+new_ca() {
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$PKI/$1.key" -out "$PKI/$1.crt" -days 3650 \
+    -subj "/CN=$2" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+}
+
+# sign CA NAME SUBJECT EXTENSIONS: key + cert signed by CA.
+sign() {
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI/$2.key" -subj "$3" -out "$PKI/$2.csr" 2>/dev/null
+  printf '%s\n' "$4" > "$PKI/$2.ext"
+  openssl x509 -req -in "$PKI/$2.csr" -CA "$PKI/$1.crt" -CAkey "$PKI/$1.key" -CAcreateserial \
+    -days 3650 -sha256 -extfile "$PKI/$2.ext" -out "$PKI/$2.crt" 2>/dev/null
+  rm -f "$PKI/$2.csr" "$PKI/$2.ext"
+}
+
+# Like kubeadm: cluster CA (serving + clients), front-proxy CA (aggregation
+# request headers, which every component's delegated authn reads), SA keys.
+ensure_pki() {
+  [[ -s "$PKI/ca.crt" && -s "$PKI/sa.key" && -s "$PKI/front-proxy-client.crt" ]] && return
+  log "generating CA, serving, client and service-account keys in $PKI"
+  rm -rf "$PKI"; mkdir -p "$PKI"; chmod 700 "$PKI"
+  new_ca ca slurmbridge-test-ca
+  new_ca front-proxy-ca slurmbridge-test-front-proxy-ca
+  local client="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+  sign ca apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  sign ca admin "/O=system:masters/CN=kubernetes-admin" "$client"
+  sign ca scheduler "/CN=system:kube-scheduler" "$client"
+  sign front-proxy-ca front-proxy-client "/CN=front-proxy-client" "$client"
+  openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+  rm -f "$RUN"/*.kubeconfig
+}
+
+b64() { base64 -w0 < "$1"; }
+
+# write_kubeconfig FILE CERT-NAME USER: certificates embedded, portable file.
+write_kubeconfig() {
+  cat > "$1.tmp" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: slurmbridge
+  cluster:
+    server: $SERVER
+    certificate-authority-data: $(b64 "$PKI/ca.crt")
+users:
+- name: $3
+  user:
+    client-certificate-data: $(b64 "$PKI/$2.crt")
+    client-key-data: $(b64 "$PKI/$2.key")
+contexts:
+- name: $3@slurmbridge
+  context: {cluster: slurmbridge, user: $3}
+current-context: $3@slurmbridge
+KC
+  chmod 600 "$1.tmp"; mv "$1.tmp" "$1"
+}
+
+ensure_kubeconfigs() {
+  [[ -s "$RUN/admin.kubeconfig" ]] || write_kubeconfig "$RUN/admin.kubeconfig" admin kubernetes-admin
+  [[ -s "$RUN/scheduler.kubeconfig" ]] || write_kubeconfig "$RUN/scheduler.kubeconfig" scheduler system:kube-scheduler
+}
+
+# --- components --------------------------------------------------------------
+
+start_etcd() {
+  stop etcd
+  listening "$ETCD_PORT" && die "port $ETCD_PORT is taken by another process (set SLURMBRIDGE_ETCD_PORT)"
+  rm -rf "$RUN/etcd-data"   # a fresh etcd is a fresh cluster: no stale leases or objects
+  log "starting etcd on 127.0.0.1:$ETCD_PORT"
+  start etcd "${ETCD_CMD[@]}" --name slurmbridge --data-dir "$RUN/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "slurmbridge=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync --quota-backend-bytes 2147483648 --log-level warn
+  wait_ready etcd etcd_healthy
+}
+
+# Flags as kubeadm sets them; admission: the default-on set (which includes
+# MutatingAdmissionWebhook and ValidatingAdmissionWebhook) plus NodeRestriction,
+# named explicitly so nobody mistakes them for off.  Nothing is disabled.
+# The only departure: no endpoint reconciler, as it refuses a loopback
+# advertise address; the `kubernetes` Service just has no endpoints.
+start_apiserver() {
+  stop kube-apiserver
+  listening "$APISERVER_PORT" && die "port $APISERVER_PORT is taken by another process (set SLURMBRIDGE_APISERVER_PORT)"
+  log "starting kube-apiserver on $SERVER"
+  start kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --cert-dir "$RUN/apiserver-certs" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
+    --endpoint-reconciler-type none \
+    --allow-privileged=true --profiling=false
+  wait_ready kube-apiserver apiserver_healthy
+}
+
+# The default scheduler, profile default-scheduler, identity system:kube-scheduler.
+# Leader election off: one instance per cluster here, and a restart must not
+# wait out a stale lease.
+start_default_scheduler() {
+  stop scheduler-default
+  listening "$SCHEDULER_PORT" && die "port $SCHEDULER_PORT is taken by another process (set SLURMBRIDGE_SCHEDULER_PORT)"
+  log "starting kube-scheduler (default-scheduler) on port $SCHEDULER_PORT"
+  start scheduler-default "$BIN/kube-scheduler" \
+    --kubeconfig "$RUN/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$RUN/scheduler.kubeconfig" --authorization-kubeconfig "$RUN/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --cert-dir "$RUN/scheduler-default-certs" \
+    --leader-elect=false
+  echo "$SCHEDULER_PORT" > "$RUN/scheduler-default.port"
+  wait_ready scheduler-default scheduler_healthy "$SCHEDULER_PORT"
+}
+
+write_env() {
+  cat > "$RUN/env" <<ENV
+KUBECONFIG=$RUN/admin.kubeconfig
+SLURMBRIDGE_KUBE_SERVER=$SERVER
+SLURMBRIDGE_KUBE_CA=$PKI/ca.crt
+SLURMBRIDGE_KUBE_BIN=$BIN
+SLURMBRIDGE_KUBE_SCHEDULER_KUBECONFIG=$RUN/scheduler.kubeconfig
+SLURMBRIDGE_KUBE_LOGS=$LOGS
+ENV
+}
+
+# --- commands ----------------------------------------------------------------
+
+with_lock() { mkdir -p "$RUN"; exec 9>"$RUN/.lock"; flock 9; }
+
+cmd_up() {
+  require_binaries
+  with_lock
+  ensure_pki
+  ensure_kubeconfigs
+  if alive etcd && etcd_healthy && alive kube-apiserver && apiserver_healthy \
+      && alive scheduler-default && scheduler_healthy "$SCHEDULER_PORT"; then
+    log "control plane already up at $SERVER"
+  else
+    ensure_etcd
+    if ! { alive etcd && etcd_healthy; }; then start_etcd; stop kube-apiserver; fi
+    alive kube-apiserver && apiserver_healthy || start_apiserver
+    alive scheduler-default && scheduler_healthy "$SCHEDULER_PORT" || start_default_scheduler
+    log "control plane up at $SERVER (kube-apiserver v$K8S_VERSION)"
+  fi
+  if [[ -n "${SLURMBRIDGE_CP_HOLDER:-}" ]]; then mkdir -p "$RUN/holders"; : > "$RUN/holders/$SLURMBRIDGE_CP_HOLDER"; fi
+  write_env
+  cat "$RUN/env"
+}
+
+down_locked() {
+  local f name
+  for f in "$RUN"/scheduler-*.pid; do
+    [[ -e "$f" ]] || continue
+    name="$(basename "$f" .pid)"; stop "$name"
+  done
+  stop kube-apiserver
+  stop etcd
+  rm -rf "$RUN/etcd-data" "$RUN/holders" "$RUN/env" "$RUN"/scheduler-*.yaml
+  log "control plane stopped (logs kept in $LOGS)"
+}
+
+cmd_down() { with_lock; down_locked; }
+
+# Several test sessions may share one control plane: each registers as a
+# holder on `up`; the last one to release it stops it.
+cmd_release() {
+  local holder="${1:?usage: $0 release HOLDER}" f others=0
+  with_lock
+  rm -f "$RUN/holders/$holder"
+  for f in "$RUN"/holders/*; do
+    [[ -e "$f" ]] || continue
+    if kill -0 "$(basename "$f")" 2>/dev/null; then others=$((others + 1)); else rm -f "$f"; fi
+  done
+  if (( others )); then log "control plane kept: $others other holder(s) alive"; else down_locked; fi
+}
+
+cmd_env() {
+  [[ -f "$RUN/env" ]] || die "control plane is not up: run $0 up"
+  cat "$RUN/env"
+}
+
+cmd_status() {
+  local f name port
+  for name in etcd kube-apiserver; do
+    if alive "$name"; then echo "$name running (pid $(pid_of "$name"))"; else echo "$name stopped"; fi
+  done
+  for f in "$RUN"/scheduler-*.pid; do
+    [[ -e "$f" ]] || continue
+    name="$(basename "$f" .pid)"; port="$(cat "$RUN/$name.port" 2>/dev/null || echo '?')"
+    if alive "$name"; then echo "$name running (pid $(pid_of "$name"), port $port)"; else echo "$name stopped"; fi
+  done
+}
+
+valid_name() {
+  [[ "$1" =~ ^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$ && "$1" != default ]] \
+    || die "scheduler name '$1' must be a short DNS label other than 'default'"
+}
+
+free_extra_port() {
+  local p f taken
+  for p in "${EXTRA_PORTS[@]}"; do
+    taken=0
+    for f in "$RUN"/scheduler-*.port; do [[ -e "$f" && "$(cat "$f")" == "$p" ]] && taken=1; done
+    (( taken == 0 )) && ! listening "$p" && { echo "$p"; return; }
+  done
+  die "no free port in ${EXTRA_PORTS[0]}-${EXTRA_PORTS[-1]} for another scheduler"
+}
+
+# The scheduler reads its kubeconfig and leader election from --config only:
+# fill in the control plane's scheduler identity and leader election off
+# unless the file sets them.
+prepare_scheduler_config() {
+  python3 - "$1" "$2" "$RUN/scheduler.kubeconfig" <<'PY'
+import sys, yaml
+src, dst, kubeconfig = sys.argv[1:4]
+with open(src) as f:
+    cfg = yaml.safe_load(f) or {}
+if cfg.get("kind") != "KubeSchedulerConfiguration":
+    sys.exit(f"{src}: not a KubeSchedulerConfiguration")
+cfg.setdefault("clientConnection", {}).setdefault("kubeconfig", kubeconfig)
+cfg.setdefault("leaderElection", {}).setdefault("leaderElect", False)
+with open(dst, "w") as f:
+    yaml.safe_dump(cfg, f)
+PY
+}
+
+cmd_scheduler() {
+  local name="${1:-}" config="${2:-}" port
+  [[ -n "$name" && -n "$config" ]] || die "usage: $0 scheduler NAME CONFIG_FILE"
+  valid_name "$name"
+  [[ -r "$config" ]] || die "cannot read scheduler config $config"
+  require_binaries
+  with_lock
+  apiserver_healthy || die "control plane is not up: run $0 up"
+  stop "scheduler-$name"
+  port="$(free_extra_port)"
+  prepare_scheduler_config "$config" "$RUN/scheduler-$name.yaml" || die "bad scheduler config $config"
+  log "starting kube-scheduler '$name' on port $port with $config"
+  start "scheduler-$name" "$BIN/kube-scheduler" --config "$RUN/scheduler-$name.yaml" \
+    --authentication-kubeconfig "$RUN/scheduler.kubeconfig" --authorization-kubeconfig "$RUN/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$port" --cert-dir "$RUN/scheduler-$name-certs"
+  echo "$port" > "$RUN/scheduler-$name.port"
+  wait_ready "scheduler-$name" scheduler_healthy "$port"
+  echo "$port"
+}
+
+cmd_stop_scheduler() {
+  local name="${1:-}"
+  [[ -n "$name" ]] || die "usage: $0 stop-scheduler NAME"
+  valid_name "$name"
+  with_lock
+  stop "scheduler-$name"
+  rm -rf "$RUN/scheduler-$name.yaml" "$RUN/scheduler-$name-certs"
+}
+
+case "${1:-}" in
+  up|down|env|status) "cmd_$1" ;;
+  release) cmd_release "${2:-}" ;;
+  scheduler) cmd_scheduler "${2:-}" "${3:-}" ;;
+  stop-scheduler) cmd_stop_scheduler "${2:-}" ;;
+  *) echo "usage: $0 up|down|env|status | scheduler NAME CONFIG_FILE | stop-scheduler NAME | release HOLDER" >&2; exit 2 ;;
+esac
