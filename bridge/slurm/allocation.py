@@ -1,0 +1,108 @@
+"""Slurm's allocation strings (node hostlists, per-node GPU ``gres_detail``) as core types.
+
+These are what the pod is bound to: a node list or GPU index read wrongly would put
+a pod on GPUs Slurm gave to someone else, so anything unexpected is an error, never
+a guess.
+"""
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+
+import hostlist
+
+from bridge.slurm.types import Allocation
+
+# Slurm node names are host names; anything else ("(null)", "None assigned") is no node.
+_NODE_NAME = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
+_COUNT = re.compile(r"[0-9]+", re.ASCII)
+_INDEX_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?", re.ASCII)
+
+
+def expand_nodes(expr: str) -> tuple[str, ...]:
+    """Node names of a hostlist such as ``gpu[01-04,07]``, in Slurm's order."""
+    try:
+        names = hostlist.expand_hostlist(expr.strip())
+    except hostlist.BadHostlist as error:
+        raise ValueError(f"bad Slurm node list {expr!r}: {error}") from None
+    for name in names:
+        if not _NODE_NAME.fullmatch(name):
+            raise ValueError(f"bad Slurm node list {expr!r}: {name!r} is not a node name")
+    return tuple(names)
+
+
+def _split_top_level(text: str) -> Iterator[str]:
+    """Split on commas outside parentheses: ``gpu:2(IDX:0,3),shard:0`` has two parts."""
+    depth, start = 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth not in (0, 1):
+            raise ValueError(f"unbalanced parentheses in gres {text!r}")
+        if char == "," and depth == 0:
+            yield text[start:i]
+            start = i + 1
+    if depth:
+        raise ValueError(f"unbalanced parentheses in gres {text!r}")
+    yield text[start:]
+
+
+def _indices(idx: str, entry: str) -> Iterator[int]:
+    """Indices of an IDX list such as ``0-1,4-5``."""
+    for part in idx.split(","):
+        match = _INDEX_RANGE.fullmatch(part)
+        if match is None or int(match[2] or match[1]) < int(match[1]):
+            raise ValueError(f"bad GPU index list {idx!r} in gres {entry!r}")
+        yield from range(int(match[1]), int(match[2] or match[1]) + 1)
+
+
+def _gpu_indices_of(gres: str, entry: str) -> Iterator[int]:
+    """Indices of one ``name[:type][:count][(IDX:...)]`` item; nothing unless it is a GPU."""
+    head, paren, detail = gres.partition("(")
+    fields = head.split(":")
+    if fields[0] != "gpu":
+        return
+    count = int(fields[-1]) if len(fields) > 1 and _COUNT.fullmatch(fields[-1]) else None
+    if not paren:
+        if count != 0:  # GPUs granted but their indices unknown: binding would be a guess
+            raise ValueError(f"no GPU indices (IDX) in gres {entry!r}")
+        return
+    if not (detail.startswith("IDX:") and detail.endswith(")")):
+        raise ValueError(f"bad GPU detail in gres {entry!r}")
+    idx = detail[len("IDX:") : -1]
+    if idx != "N/A":
+        yield from _indices(idx, entry)
+
+
+def gpu_indices(gres_detail_entry: str) -> tuple[int, ...]:
+    """GPU indices Slurm allocated on one node, sorted, from its ``gres_detail`` entry."""
+    entry = gres_detail_entry.strip()
+    if not entry:
+        return ()
+    found: set[int] = set()
+    for gres in _split_top_level(entry):
+        found.update(_gpu_indices_of(gres.strip(), entry))
+    return tuple(sorted(found))
+
+
+def allocation_from(nodes_expr: str, gres_detail: Sequence[str]) -> Allocation | None:
+    """The allocation of a job from its node list and ``gres_detail`` (one entry per node).
+
+    None while the job has no nodes. Every node is a key of ``gpu_ids`` (empty when
+    it holds no GPU); ``gres_detail`` may be empty when the job has no gres at all.
+    """
+    nodes = expand_nodes(nodes_expr)
+    if not nodes:
+        return None
+    if gres_detail and len(gres_detail) != len(nodes):
+        raise ValueError(
+            f"gres_detail {list(gres_detail)!r} does not have one entry per node of {nodes_expr!r}"
+        )
+    entries = gres_detail or [""] * len(nodes)
+    return Allocation(
+        nodes=nodes,
+        gpu_ids={node: gpu_indices(entry) for node, entry in zip(nodes, entries, strict=True)},
+    )
+
+
+def format_gpu_ids(ids: Iterable[int]) -> str:
+    """The ``slurmbridge.io/gpu-ids`` value and GPU env var: ``"0,1"``, ``""`` for none."""
+    return ",".join(str(i) for i in ids)
