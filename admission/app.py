@@ -1,0 +1,174 @@
+"""The webhook HTTP service: AdmissionReview v1 in and out, over HTTPS only.
+
+A body that is not an AdmissionReview about a pod gets a 400 with the reason:
+the API server then applies the webhook's failurePolicy instead of guessing.
+"""
+
+import logging
+from typing import Literal
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from admission import mutate, validate
+from admission.config import AdmissionSettings
+from admission.pod import PodShape
+from admission.review import AdmissionRequest, AdmissionResponse, AdmissionReview
+from admission.scope import (
+    CachedNamespaceLabels,
+    NamespaceLabels,
+    NamespaceLookupError,
+    Scope,
+    kube_namespace_labels,
+)
+from bridge.jobs.translate import job_request_for_pod
+
+log = logging.getLogger("slurmbridge.admission")
+
+Endpoint = Literal["mutate", "validate"]
+
+
+class BadReview(ValueError):
+    """The body cannot be reviewed; the message says why (answered with HTTP 400)."""
+
+
+class TLSConfigError(ValueError):
+    """The webhook was asked to start without usable TLS material."""
+
+
+def create_app(
+    settings: AdmissionSettings,
+    namespace_lookup: NamespaceLabels | None = None,
+    translate: validate.PodTranslator = job_request_for_pod,
+) -> FastAPI:
+    """The webhook app; ``namespace_lookup`` defaults to the API server (cached either way)."""
+    labels = CachedNamespaceLabels(
+        namespace_lookup or kube_namespace_labels(), settings.namespace_cache_ttl_seconds
+    )
+    scope = Scope(settings, labels)
+    app = FastAPI(title="slurmbridge admission", docs_url=None, redoc_url=None, openapi_url=None)
+
+    async def review(endpoint: Endpoint, http: Request) -> JSONResponse:
+        try:
+            request = _parse(await http.body())
+            response = await _decide(endpoint, request, scope, settings, translate)
+        except BadReview as err:
+            log.warning("bad admission review", extra={"endpoint": endpoint, "reason": str(err)})
+            return JSONResponse({"error": str(err)}, status_code=400)
+        log.info(
+            "admission review",
+            extra={
+                "endpoint": endpoint,
+                "uid": request.uid,
+                "namespace": request.namespace,
+                "name": request.name,
+                "operation": request.operation,
+                "dry_run": request.dry_run,
+                "allowed": response.allowed,
+                "reason": response.status.message if response.status else None,
+                "patched": response.patch is not None,
+            },
+        )
+        return JSONResponse(AdmissionReview(response=response).to_wire())
+
+    @app.post("/mutate")
+    async def mutate_endpoint(http: Request) -> JSONResponse:
+        return await review("mutate", http)
+
+    @app.post("/validate")
+    async def validate_endpoint(http: Request) -> JSONResponse:
+        return await review("validate", http)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def _parse(body: bytes) -> AdmissionRequest:
+    try:
+        review = AdmissionReview.model_validate_json(body)
+    except ValidationError as err:
+        raise BadReview(f"not an AdmissionReview v1: {_describe(err)}") from None
+    if review.request is None:
+        raise BadReview("not an AdmissionReview v1: request is missing")
+    return review.request
+
+
+def _pod(raw: object, field: str) -> PodShape:
+    try:
+        return PodShape.model_validate(raw)
+    except ValidationError as err:
+        raise BadReview(f"request.{field} is not a Pod: {_describe(err)}") from None
+
+
+def _describe(err: ValidationError, limit: int = 3) -> str:
+    problems = [
+        f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in err.errors()[:limit]
+    ]
+    more = err.error_count() - limit
+    return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
+
+
+async def _decide(
+    endpoint: Endpoint,
+    request: AdmissionRequest,
+    scope: Scope,
+    settings: AdmissionSettings,
+    translate: validate.PodTranslator,
+) -> AdmissionResponse:
+    """One review's answer.  ``dryRun`` changes nothing: deciding has no side effects."""
+    if (request.resource.group, request.resource.resource) != ("", "pods"):
+        raise BadReview(f"this webhook only reviews pods, got {request.resource.resource!r}")
+    # Sub-resources (binding, status, eviction) and deletions are the bridge's own business.
+    if request.sub_resource or request.operation not in ("CREATE", "UPDATE"):
+        return AdmissionResponse.allow(request.uid)
+    pod = _pod(request.object, "object")
+    old = _pod(request.old_object, "oldObject") if request.operation == "UPDATE" else None
+    try:
+        in_scope = await scope.includes(request.namespace, pod)
+    except NamespaceLookupError as err:
+        log.error("namespace lookup failed", extra={"uid": request.uid, "reason": str(err)})
+        warning = f"slurmbridge could not check whether this namespace is enrolled: {err}"
+        return AdmissionResponse.allow(request.uid, warnings=[warning])
+    if not in_scope:
+        return AdmissionResponse.allow(request.uid)
+    if endpoint == "validate":
+        denial = validate.check(request, pod, old, settings, translate)
+        if denial:
+            return AdmissionResponse.deny(request.uid, denial.code, denial.message)
+        return AdmissionResponse.allow(request.uid)
+    if old is not None:  # a pod's spec is (nearly) immutable: mutate on creation only
+        return AdmissionResponse.allow(request.uid)
+    try:
+        return AdmissionResponse.allow(request.uid, patch=mutate.patch_for(pod))
+    except mutate.InvalidGpuRequest as err:
+        return AdmissionResponse.deny(request.uid, 422, str(err))
+
+
+def server_config(settings: AdmissionSettings) -> uvicorn.Config:
+    """The uvicorn configuration serving the webhook; refuses to go without TLS."""
+    cert, key = settings.tls_cert_file, settings.tls_key_file
+    if cert is None or key is None:
+        raise TLSConfigError(
+            "the admission webhook serves HTTPS only (the API server requires it): set "
+            "SLURMBRIDGE_ADMISSION__TLS_CERT_FILE and SLURMBRIDGE_ADMISSION__TLS_KEY_FILE"
+        )
+    missing = [str(p) for p in (cert, key) if not p.is_file()]
+    if missing:
+        raise TLSConfigError(f"TLS file(s) not found: {', '.join(missing)}")
+    return uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        ssl_certfile=str(cert),
+        ssl_keyfile=str(key),
+    )
+
+
+def serve(settings: AdmissionSettings) -> None:
+    """Run the webhook over HTTPS until stopped."""
+    uvicorn.Server(server_config(settings)).run()

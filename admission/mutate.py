@@ -1,0 +1,146 @@
+"""The mutating webhook's pure core: an in-scope pod → the JSON Patch that hands it to Slurm.
+
+Every operation is computed against the pod as it is, and none is emitted when
+the pod already has the wanted value, so the patch of a patched pod is empty
+(the API server may call a mutating webhook again: mutations must be idempotent).
+"""
+
+import re
+from typing import Any
+
+from admission.pod import Container, PodShape
+from bridge import keys
+
+PatchOp = dict[str, Any]
+
+TOLERATION: dict[str, str] = {
+    "key": keys.MANAGED_TAINT,
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+# apiVersion included: it is what the API server defaults, so a stored pod compares equal.
+GPU_ENV: list[dict[str, Any]] = [
+    {
+        "name": name,
+        "valueFrom": {
+            "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{keys.GPU_IDS}']"}
+        },
+    }
+    for name in keys.GPU_ENV_VARS
+]
+_WHOLE_NUMBER = re.compile(r"[0-9]+")
+
+
+class InvalidGpuRequest(ValueError):
+    """A GPU quantity that is not a whole number of GPUs: the pod cannot be admitted."""
+
+
+def pointer(*parts: str | int) -> str:
+    """An RFC 6901 JSON Pointer: ``~`` and ``/`` in keys escaped (``slurmbridge.io~1gpus``)."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def patch_for(pod: PodShape) -> list[PatchOp]:
+    """The JSON Patch that makes ``pod`` a slurmbridge pod; raises ``InvalidGpuRequest``."""
+    ops: list[PatchOp] = []
+    if pod.spec.scheduler_name != keys.SCHEDULER_NAME:
+        ops.append({"op": "add", "path": "/spec/schedulerName", "value": keys.SCHEDULER_NAME})
+    ops += _toleration_ops(pod)
+    ops += _gpu_ops(pod)
+    for field, containers in _container_lists(pod):
+        for index, container in enumerate(containers):
+            ops += _env_ops(pointer("spec", field, index), container)
+    return ops
+
+
+def _container_lists(pod: PodShape) -> list[tuple[str, list[Container]]]:
+    return [("containers", pod.spec.containers), ("initContainers", pod.spec.init_containers or [])]
+
+
+def _toleration_ops(pod: PodShape) -> list[PatchOp]:
+    tolerations = pod.spec.tolerations
+    if tolerations is None:
+        return [{"op": "add", "path": "/spec/tolerations", "value": [TOLERATION]}]
+    tolerated = any(
+        t.operator == "Exists"
+        and t.key in (keys.MANAGED_TAINT, None, "")
+        and t.effect in ("NoSchedule", None, "")
+        for t in tolerations
+    )
+    return [] if tolerated else [{"op": "add", "path": "/spec/tolerations/-", "value": TOLERATION}]
+
+
+def _gpu_ops(pod: PodShape) -> list[PatchOp]:
+    """Move GPU requests and limits out of every container into the ``gpus`` annotation.
+
+    The device plugin must not pick devices on its own: Slurm is the only GPU allocator.
+    With no GPU resource left (e.g. an already patched pod) the annotation is left alone.
+    """
+    ops: list[PatchOp] = []
+    counts: dict[str, list[tuple[int, bool]]] = {}
+    for field, containers in _container_lists(pod):
+        counts[field] = []
+        for index, container in enumerate(containers):
+            resources = container.resources
+            found: list[int] = []
+            for kind in ("requests", "limits"):
+                amounts = getattr(resources, kind, None) or {}
+                if keys.GPU_RESOURCE in amounts:
+                    found.append(_gpu_count(container.name, amounts[keys.GPU_RESOURCE]))
+                    path = pointer("spec", field, index, "resources", kind, keys.GPU_RESOURCE)
+                    ops.append({"op": "remove", "path": path})
+            counts[field].append((max(found, default=0), container.restart_policy == "Always"))
+    if not ops:
+        return []
+    app = sum(n for n, _ in counts["containers"])
+    value = str(effective_gpus(app, counts["initContainers"]))
+    return ops + _annotation_ops(pod, keys.GPUS, value)
+
+
+def effective_gpus(app_total: int, init: list[tuple[int, bool]]) -> int:
+    """GPUs the pod holds at its peak, by Kubernetes' effective-request rule.
+
+    ``init`` lists (count, is_sidecar) in order: an init container runs alone
+    except for the sidecars started before it, which then run next to the app.
+    """
+    sidecars = peak = 0
+    for count, is_sidecar in init:
+        if is_sidecar:
+            sidecars += count
+            peak = max(peak, sidecars)
+        else:
+            peak = max(peak, sidecars + count)
+    return max(app_total + sidecars, peak)
+
+
+def _gpu_count(container: str, quantity: Any) -> int:
+    # The API server sends quantities as strings; bool is excluded because it is an int.
+    is_text = isinstance(quantity, int | str) and not isinstance(quantity, bool)
+    text = str(quantity) if is_text else ""
+    if not _WHOLE_NUMBER.fullmatch(text):
+        raise InvalidGpuRequest(
+            f"container {container!r}: {keys.GPU_RESOURCE} must be a whole number of GPUs, "
+            f"got {quantity!r}"
+        )
+    return int(text)
+
+
+def _annotation_ops(pod: PodShape, key: str, value: str) -> list[PatchOp]:
+    if "metadata" not in pod.model_fields_set:
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": {key: value}}}]
+    if pod.metadata.annotations is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": {key: value}}]
+    if pod.metadata.annotations.get(key) == value:
+        return []
+    return [{"op": "add", "path": pointer("metadata", "annotations", key), "value": value}]
+
+
+def _env_ops(path: str, container: Container) -> list[PatchOp]:
+    """Put the downward-API GPU variables first, replacing any the user set.
+
+    First, so the user's own variables can reference them with ``$(VAR)``;
+    replacing, because a user must never choose GPUs Slurm did not grant.
+    """
+    current = [e.model_dump(by_alias=True, exclude_unset=True) for e in container.env or []]
+    wanted = GPU_ENV + [e for e in current if e["name"] not in keys.GPU_ENV_VARS]
+    return [] if current == wanted else [{"op": "add", "path": path + "/env", "value": wanted}]

@@ -1,0 +1,71 @@
+"""The parts of a Pod the webhooks read, checked for shape before anything touches them.
+
+Extra fields are kept (not validated): the webhooks only ever patch what they
+read here, and list positions match the raw object so patch paths stay valid.
+"""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bridge import keys
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class EnvVar(_Open):
+    name: str
+
+
+class Resources(_Open):
+    requests: dict[str, Any] | None = None
+    limits: dict[str, Any] | None = None
+
+
+class Container(_Open):
+    name: str
+    env: list[EnvVar] | None = None
+    resources: Resources | None = None
+    restart_policy: str | None = Field(default=None, alias="restartPolicy")
+
+
+class Toleration(_Open):
+    key: str | None = None
+    operator: str | None = None
+    effect: str | None = None
+
+
+class PodSpec(_Open):
+    containers: list[Container] = Field(min_length=1)
+    init_containers: list[Container] | None = Field(default=None, alias="initContainers")
+    tolerations: list[Toleration] | None = None
+    scheduler_name: str | None = Field(default=None, alias="schedulerName")
+    node_name: str | None = Field(default=None, alias="nodeName")
+
+
+class ObjectMeta(_Open):
+    name: str | None = None
+    namespace: str | None = None
+    annotations: dict[str, str] | None = None
+
+
+class PodShape(_Open):
+    """A pod as far as the webhooks are concerned; ``model_validate`` rejects what is not one."""
+
+    kind: Literal["Pod"] = "Pod"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PodSpec
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return self.metadata.annotations or {}
+
+    @property
+    def is_bound(self) -> bool:
+        return bool(self.spec.node_name)
+
+    def bridge_annotations(self) -> dict[str, str]:
+        """The ``slurmbridge.io/*`` annotations, the ones whose changes the webhooks guard."""
+        return {k: v for k, v in self.annotations.items() if k.startswith(keys.PREFIX)}

@@ -1,0 +1,89 @@
+"""Which pods the bridge places: asked for by name, or living in an enrolled namespace."""
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Namespace
+
+from admission.config import AdmissionSettings
+from admission.pod import PodShape
+from bridge import keys
+
+NamespaceLabels = Callable[[str], Awaitable[Mapping[str, str]]]
+"""Async lookup of a namespace's labels (empty when the namespace does not exist)."""
+
+
+class NamespaceLookupError(RuntimeError):
+    """The labels of a namespace could not be read (API unreachable, RBAC)."""
+
+
+def kube_namespace_labels() -> NamespaceLabels:
+    """A lookup reading labels from the API server (in-cluster config or kubeconfig).
+
+    The client is created on first use, so building the app needs no cluster access.
+    """
+    client: AsyncClient | None = None
+
+    async def lookup(name: str) -> Mapping[str, str]:
+        nonlocal client
+        try:
+            client = client or AsyncClient()
+            namespace = await client.get(Namespace, name)
+        except ApiError as err:
+            if err.status.code == 404:
+                return {}
+            raise NamespaceLookupError(f"reading namespace {name!r}: {err}") from err
+        except Exception as err:  # no config, connection refused, ...: report, never crash
+            raise NamespaceLookupError(f"reading namespace {name!r}: {err}") from err
+        return (namespace.metadata.labels if namespace.metadata else None) or {}
+
+    return lookup
+
+
+class CachedNamespaceLabels:
+    """Keep labels for ``ttl`` seconds: every pod creation must not cost an API round trip.
+
+    Errors are not cached, so a transient failure is retried on the next pod.
+    """
+
+    def __init__(
+        self, lookup: NamespaceLabels, ttl: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._lookup = lookup
+        self._ttl = ttl
+        self._clock = clock
+        self._entries: dict[str, tuple[float, Mapping[str, str]]] = {}
+
+    async def __call__(self, name: str) -> Mapping[str, str]:
+        now = self._clock()
+        cached = self._entries.get(name)
+        if cached is not None and now - cached[0] < self._ttl:
+            return cached[1]
+        labels = await self._lookup(name)
+        self._entries[name] = (now, labels)
+        return labels
+
+
+class Scope:
+    """Decides whether a pod is the bridge's to place."""
+
+    def __init__(self, settings: AdmissionSettings, namespace_labels: NamespaceLabels) -> None:
+        self._settings = settings
+        self._labels = namespace_labels
+
+    async def includes(self, namespace: str, pod: PodShape) -> bool:
+        """In scope: asked for ``slurmbridge``, or in an enrolled namespace; never an excluded one.
+
+        The label lookup comes last, so it only happens (and can only raise
+        ``NamespaceLookupError``) for a pod that did not name the bridge itself.
+        """
+        if not namespace or namespace in self._settings.excluded_namespaces:
+            return False
+        if pod.spec.scheduler_name == keys.SCHEDULER_NAME:
+            return True
+        if namespace in self._settings.enrolled_namespaces:
+            return True
+        labels = await self._labels(namespace)
+        return labels.get(keys.NAMESPACE_ENROLLED) == "true"
