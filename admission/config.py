@@ -27,7 +27,6 @@ class NamespacePolicy(BaseModel):
         return by_key.get(annotation, [])
 
 
-
 class AdmissionSettings(BaseModel):
     """What the webhooks need to decide scope and policy, and where their TLS material is."""
 

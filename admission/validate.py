@@ -37,12 +37,18 @@ def check(
     if not by_bridge:
         owned = [k for k in changed if k in keys.BRIDGE_OWNED_ANNOTATIONS]
         if owned:
-            return Denial(403, f"{_names(owned)} may only be set by slurmbridge itself "
-                               f"({settings.bridge_user}): remove them from the pod")
+            return Denial(
+                403,
+                f"{_names(owned)} may only be set by slurmbridge itself "
+                f"({settings.bridge_user}): remove them from the pod",
+            )
         if old is not None and old.is_bound and changed:
-            return Denial(403, f"pod is already placed on {old.spec.node_name!r}: "
-                               f"{_names(changed)} can no longer change; delete and recreate "
-                               "the pod to change them")
+            return Denial(
+                403,
+                f"pod is already placed on {old.spec.node_name!r}: "
+                f"{_names(changed)} can no longer change; delete and recreate "
+                "the pod to change them",
+            )
     checked = POLICY_ANNOTATIONS if old is None else [k for k in POLICY_ANNOTATIONS if k in changed]
     denial = _policy(request.namespace, after, checked, settings)
     if denial is None and old is None:
@@ -70,13 +76,18 @@ def _policy(
         if not allowed:
             continue
         if value is None:
-            return Denial(403, f"namespace {namespace!r} requires annotation {key}: "
-                               f"set it to one of {allowed}")
+            return Denial(
+                403,
+                f"namespace {namespace!r} requires annotation {key}: set it to one of {allowed}",
+            )
         # Slurm accepts a comma-separated list of partitions: every one must be allowed.
         refused = [v.strip() for v in value.split(",") if v.strip() not in allowed]
         if refused:
-            return Denial(403, f"{key}={value!r} is not allowed in namespace {namespace!r}: "
-                               f"{', '.join(map(repr, refused))} not in the allowed {allowed}")
+            return Denial(
+                403,
+                f"{key}={value!r} is not allowed in namespace {namespace!r}: "
+                f"{', '.join(map(repr, refused))} not in the allowed {allowed}",
+            )
     return None
 
 

@@ -1,0 +1,510 @@
+"""Admission webhooks over HTTP: scope, mutation, validation, malformed bodies, TLS."""
+
+import asyncio
+import base64
+import copy
+import json
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonpatch
+import pytest
+import trustme
+import uvicorn
+from lightkube.models.core_v1 import Pod
+
+from admission.app import TLSConfigError, create_app, server_config
+from admission.config import AdmissionSettings, NamespacePolicy
+from admission.scope import NamespaceLookupError
+from bridge import keys
+from bridge.jobs.errors import InvalidPodRequest
+
+BRIDGE_USER = "system:serviceaccount:slurmbridge-system:slurmbridge"
+GPU_IDS_PATH = f"metadata.annotations['{keys.GPU_IDS}']"
+
+
+def make_pod(
+    *,
+    name: str = "train",
+    namespace: str = "team-a",
+    annotations: dict[str, str] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod as the validating webhook sees it (name and uid already assigned)."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}"}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": containers or [{"name": "main", "image": "busybox"}], **spec},
+    }
+
+
+def make_review(
+    pod: dict[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    uid: str = "review-1",
+    username: str = "alice",
+    dry_run: bool = False,
+    namespace: str | None = None,
+) -> dict[str, Any]:
+    ns = namespace if namespace is not None else (pod or old or {})["metadata"]["namespace"]
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "namespace": ns,
+            "operation": operation,
+            "userInfo": {"username": username, "groups": ["system:authenticated"]},
+            "object": pod,
+            "oldObject": old,
+            "dryRun": dry_run,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+
+
+def gpu_container(
+    name: str, requests: Any = None, limits: Any = None, **extra: Any
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests is not None:
+        resources["requests"] = {"cpu": "1", keys.GPU_RESOURCE: requests}
+    if limits is not None:
+        resources["limits"] = {keys.GPU_RESOURCE: limits}
+    return {"name": name, "image": "cuda", "resources": resources, **extra}
+
+
+def apply(pod: dict[str, Any], response: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod after the API server applied the webhook's patch (unchanged without one)."""
+    if "patch" not in response:
+        return copy.deepcopy(pod)
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    result: dict[str, Any] = jsonpatch.apply_patch(pod, patch)
+    return result
+
+
+class FakeLabels:
+    """Namespace labels from a dict, counting lookups; ``fail`` simulates an API outage."""
+
+    def __init__(self, labels: dict[str, dict[str, str]] | None = None) -> None:
+        self.labels = labels or {}
+        self.calls: list[str] = []
+        self.fail = False
+
+    async def __call__(self, name: str) -> Mapping[str, str]:
+        self.calls.append(name)
+        if self.fail:
+            raise NamespaceLookupError("connection refused")
+        return self.labels.get(name, {})
+
+
+SETTINGS = AdmissionSettings(
+    enrolled_namespaces=["team-a"],
+    policies={"team-a": NamespacePolicy(accounts=["physics", "chem"], qos=["normal"])},
+)
+
+
+@pytest.fixture
+def labels() -> FakeLabels:
+    return FakeLabels({"labelled": {keys.NAMESPACE_ENROLLED: "true"}, "other": {"x": "y"}})
+
+
+@pytest.fixture
+async def client(labels: FakeLabels) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(SETTINGS, namespace_lookup=labels)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as c:
+        yield c
+
+
+async def post(client: httpx.AsyncClient, endpoint: str, review: dict[str, Any]) -> dict[str, Any]:
+    reply = await client.post(f"/{endpoint}", json=review)
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["apiVersion"] == "admission.k8s.io/v1"
+    assert body["kind"] == "AdmissionReview"
+    assert body["response"]["uid"] == review["request"]["uid"]
+    response: dict[str, Any] = body["response"]
+    return response
+
+
+async def mutated(client: httpx.AsyncClient, pod: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    response = await post(client, "mutate", make_review(pod, **kw))
+    assert response["allowed"] is True
+    return apply(pod, response)
+
+
+# --- scope -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("namespace", "spec", "expected"),
+    [
+        ("team-a", {}, True),  # enrolled in the settings
+        ("labelled", {}, True),  # enrolled by namespace label
+        ("other", {"schedulerName": keys.SCHEDULER_NAME}, True),  # asked by name
+        ("other", {}, False),
+        ("other", {"schedulerName": "volcano"}, False),
+        ("kube-system", {"schedulerName": keys.SCHEDULER_NAME}, False),
+        ("slurmbridge-system", {"schedulerName": keys.SCHEDULER_NAME}, False),
+    ],
+)
+async def test_scope(
+    client: httpx.AsyncClient, namespace: str, spec: dict[str, Any], expected: bool
+) -> None:
+    pod = make_pod(namespace=namespace, **spec)
+    response = await post(client, "mutate", make_review(pod))
+    assert ("patch" in response) is expected
+    assert response["allowed"] is True
+
+
+async def test_namespace_labels_are_cached(client: httpx.AsyncClient, labels: FakeLabels) -> None:
+    for uid in ("a", "b", "c"):
+        await post(client, "mutate", make_review(make_pod(namespace="labelled"), uid=uid))
+    assert labels.calls == ["labelled"]
+
+
+async def test_namespace_lookup_failure_admits_untouched_with_a_warning(
+    client: httpx.AsyncClient, labels: FakeLabels
+) -> None:
+    labels.fail = True
+    response = await post(client, "mutate", make_review(make_pod(namespace="fresh")))
+    assert response["allowed"] is True
+    assert "patch" not in response
+    assert "could not check" in response["warnings"][0]
+
+
+# --- mutation --------------------------------------------------------------------------------
+
+
+async def test_mutation_hands_the_pod_to_slurm(client: httpx.AsyncClient) -> None:
+    pod = make_pod(
+        containers=[
+            gpu_container("a", requests="2", limits="2", env=[{"name": "X", "value": "1"}]),
+            gpu_container("b", limits=1),
+        ],
+        initContainers=[gpu_container("fetch", requests="4")],
+    )
+    out = await mutated(client, pod)
+    assert out["spec"]["schedulerName"] == keys.SCHEDULER_NAME
+    assert out["spec"]["tolerations"] == [
+        {"key": keys.MANAGED_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert out["metadata"]["annotations"] == {keys.GPUS: "4"}  # max(2 + 1, 4)
+    for container in out["spec"]["containers"] + out["spec"]["initContainers"]:
+        for amounts in container["resources"].values():
+            assert keys.GPU_RESOURCE not in amounts
+        gpu_env = [e for e in container["env"] if e["name"] in keys.GPU_ENV_VARS]
+        assert [e["name"] for e in gpu_env] == list(keys.GPU_ENV_VARS)
+        assert all(e["valueFrom"]["fieldRef"]["fieldPath"] == GPU_IDS_PATH for e in gpu_env)
+    assert out["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}
+    assert out["spec"]["containers"][0]["env"][-1] == {"name": "X", "value": "1"}
+
+
+async def test_mutation_is_idempotent(client: httpx.AsyncClient) -> None:
+    pod = make_pod(
+        annotations={"team": "x"},
+        containers=[
+            gpu_container("a", limits="3", env=[{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}])
+        ],
+        tolerations=[{"key": "other", "operator": "Exists"}],
+    )
+    once = await mutated(client, pod)
+    response = await post(client, "mutate", make_review(once))
+    assert "patch" not in response
+    assert apply(once, response) == once
+    assert once["metadata"]["annotations"] == {"team": "x", keys.GPUS: "3"}
+    assert len(once["spec"]["tolerations"]) == 2
+
+
+async def test_user_set_gpu_env_is_replaced(client: httpx.AsyncClient) -> None:
+    env = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "Y", "value": "$(CUDA_VISIBLE_DEVICES)"},
+    ]
+    out = await mutated(client, make_pod(containers=[{"name": "c", "env": env}]))
+    names = [e["name"] for e in out["spec"]["containers"][0]["env"]]
+    assert names == [*keys.GPU_ENV_VARS, "Y"]  # first, so $(VAR) references resolve
+    assert all("value" not in e for e in out["spec"]["containers"][0]["env"][:2])
+
+
+async def test_pod_without_gpus_gets_env_but_no_gpu_annotation(client: httpx.AsyncClient) -> None:
+    out = await mutated(client, make_pod())
+    assert "annotations" not in out["metadata"]
+    assert [e["name"] for e in out["spec"]["containers"][0]["env"]] == list(keys.GPU_ENV_VARS)
+
+
+async def test_existing_toleration_of_the_managed_taint_is_kept(client: httpx.AsyncClient) -> None:
+    for toleration in (
+        {"key": keys.MANAGED_TAINT, "operator": "Exists"},
+        {"operator": "Exists"},  # tolerates every taint
+    ):
+        out = await mutated(client, make_pod(tolerations=[toleration]))
+        assert out["spec"]["tolerations"] == [toleration]
+
+
+async def test_sidecar_gpus_count_alongside_the_app(client: httpx.AsyncClient) -> None:
+    pod = make_pod(
+        containers=[gpu_container("app", limits="1")],
+        initContainers=[
+            gpu_container("sidecar", limits="2", restartPolicy="Always"),
+            gpu_container("setup", limits="2"),
+        ],
+    )
+    out = await mutated(client, pod)
+    assert out["metadata"]["annotations"][keys.GPUS] == "4"  # max(1 + 2, 2 + 2)
+
+
+async def test_non_integer_gpu_quantity_is_refused(client: httpx.AsyncClient) -> None:
+    pod = make_pod(containers=[gpu_container("a", limits="500m")])
+    response = await post(client, "mutate", make_review(pod))
+    assert response["allowed"] is False
+    assert (
+        "'a'" in response["status"]["message"] and "whole number" in response["status"]["message"]
+    )
+
+
+async def test_out_of_scope_pod_is_untouched(client: httpx.AsyncClient) -> None:
+    pod = make_pod(namespace="other", containers=[gpu_container("a", limits="1")])
+    assert await mutated(client, pod) == pod
+
+
+async def test_update_is_not_mutated(client: httpx.AsyncClient) -> None:
+    pod = make_pod(containers=[gpu_container("a", limits="1")])
+    response = await post(client, "mutate", make_review(pod, operation="UPDATE", old=pod))
+    assert response == {"uid": "review-1", "allowed": True}
+
+
+async def test_dry_run_gets_the_same_answer(client: httpx.AsyncClient) -> None:
+    pod = make_pod(containers=[gpu_container("a", limits="1")])
+    for endpoint in ("mutate", "validate"):
+        real = await post(client, endpoint, make_review(pod))
+        dry = await post(client, endpoint, make_review(pod, dry_run=True))
+        assert dry == real
+
+
+async def test_subresources_and_deletes_are_admitted_untouched(client: httpx.AsyncClient) -> None:
+    binding = make_review(
+        {"kind": "Binding", "target": {"kind": "Node", "name": "n1"}}, namespace="team-a"
+    )
+    binding["request"]["subResource"] = "binding"
+    delete = make_review(None, operation="DELETE", old=make_pod())
+    for review in (binding, delete):
+        for endpoint in ("mutate", "validate"):
+            assert await post(client, endpoint, review) == {"uid": "review-1", "allowed": True}
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+async def denial(client: httpx.AsyncClient, review: dict[str, Any]) -> str:
+    response = await post(client, "validate", review)
+    assert response["allowed"] is False
+    message: str = response["status"]["message"]
+    return message
+
+
+async def test_valid_pod_is_admitted(client: httpx.AsyncClient) -> None:
+    pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal", keys.PARTITION: "gpu"})
+    assert (await post(client, "validate", make_review(pod)))["allowed"] is True
+
+
+@pytest.mark.parametrize("key", keys.BRIDGE_OWNED_ANNOTATIONS)
+async def test_users_cannot_set_bridge_owned_annotations(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal", key: "0"})
+    message = await denial(client, make_review(pod))
+    assert key in message and "only be set by slurmbridge" in message
+    response = await post(client, "validate", make_review(pod, username=BRIDGE_USER))
+    assert response["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        ({keys.ACCOUNT: "bio", keys.QOS: "normal"}, ["'bio'", "team-a", "physics", "chem"]),
+        ({keys.ACCOUNT: "physics", keys.QOS: "high"}, ["'high'", "team-a", "normal"]),
+        ({keys.QOS: "normal"}, ["requires", keys.ACCOUNT, "physics"]),
+    ],
+)
+async def test_policy_refusals_name_value_namespace_and_allowed(
+    client: httpx.AsyncClient, annotations: dict[str, str], expected: list[str]
+) -> None:
+    message = await denial(client, make_review(make_pod(annotations=annotations)))
+    for part in expected:
+        assert part in message
+
+
+async def test_default_policy_applies_to_namespaces_without_their_own() -> None:
+    settings = AdmissionSettings(default_policy=NamespacePolicy(partitions=["gpu"]))
+    app = create_app(settings, namespace_lookup=FakeLabels())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
+        pod = make_pod(
+            namespace="x",
+            schedulerName=keys.SCHEDULER_NAME,
+            annotations={keys.PARTITION: "gpu,cpu"},
+        )
+        message = await denial(c, make_review(pod))
+        assert "'cpu'" in message and "'x'" in message and "gpu" in message
+
+
+async def test_translation_refusal_is_reported() -> None:
+    def translate(pod: Pod) -> object:
+        raise InvalidPodRequest(
+            keys.TIME_LIMIT, "forever", "minutes or D-HH:MM:SS", kind="annotation"
+        )
+
+    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), translate=translate)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
+        pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"})
+        message = await denial(c, make_review(pod))
+    assert keys.TIME_LIMIT in message and "forever" in message and "D-HH:MM:SS" in message
+
+
+async def test_real_translation_refuses_a_bad_deadline(client: httpx.AsyncClient) -> None:
+    pod = make_pod(
+        annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"}, activeDeadlineSeconds=0
+    )
+    assert "activeDeadlineSeconds" in await denial(client, make_review(pod))
+
+
+async def test_bound_pod_bridge_annotations_are_frozen(client: httpx.AsyncClient) -> None:
+    old = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"}, nodeName="n1")
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][keys.ACCOUNT] = "chem"
+    message = await denial(client, make_review(new, operation="UPDATE", old=old))
+    assert "'n1'" in message and keys.ACCOUNT in message and "recreate" in message
+    by_bridge = make_review(new, operation="UPDATE", old=old, username=BRIDGE_USER)
+    assert (await post(client, "validate", by_bridge))["allowed"] is True
+
+
+async def test_unrelated_updates_of_bound_pods_pass(client: httpx.AsyncClient) -> None:
+    old = make_pod(annotations={keys.ACCOUNT: "old-account"}, nodeName="n1")  # before the policy
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"]["note"] = "hello"
+    assert (await post(client, "validate", make_review(new, operation="UPDATE", old=old)))[
+        "allowed"
+    ]
+
+
+async def test_unbound_update_is_checked_against_policy(client: httpx.AsyncClient) -> None:
+    old = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"})
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][keys.ACCOUNT] = "bio"
+    assert "'bio'" in await denial(client, make_review(new, operation="UPDATE", old=old))
+    new["metadata"]["annotations"][keys.JOB_ID] = "17"
+    del new["metadata"]["annotations"][keys.ACCOUNT]
+    assert keys.JOB_ID in await denial(client, make_review(new, operation="UPDATE", old=old))
+
+
+async def test_out_of_scope_pods_are_not_validated(client: httpx.AsyncClient) -> None:
+    pod = make_pod(namespace="other", annotations={keys.JOB_ID: "1"})
+    assert (await post(client, "validate", make_review(pod)))["allowed"] is True
+
+
+# --- malformed bodies ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"not json", "not an AdmissionReview"),
+        (b"[]", "not an AdmissionReview"),
+        (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "request is missing"),
+        (json.dumps({**make_review(make_pod()), "apiVersion": "v1beta1"}).encode(), "apiVersion"),
+    ],
+)
+async def test_malformed_bodies_get_400(
+    client: httpx.AsyncClient, body: bytes, reason: str
+) -> None:
+    for endpoint in ("mutate", "validate"):
+        reply = await client.post(f"/{endpoint}", content=body)
+        assert reply.status_code == 400
+        assert reason in reply.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda r: r["request"].pop("uid"), "uid"),
+        (lambda r: r["request"].update(uid=""), "uid"),
+        (lambda r: r["request"].update(object={"kind": "Deployment", "spec": {}}), "not a Pod"),
+        (lambda r: r["request"].update(object=None), "not a Pod"),
+        (lambda r: r["request"]["object"]["spec"].update(containers="x"), "containers"),
+        (lambda r: r["request"]["resource"].update(resource="deployments"), "only reviews pods"),
+        (lambda r: r["request"].update(operation="UPDATE"), "oldObject"),
+    ],
+)
+async def test_wrong_shapes_get_400(client: httpx.AsyncClient, change: Any, reason: str) -> None:
+    review = make_review(make_pod())
+    change(review)
+    reply = await client.post("/mutate", json=review)
+    assert reply.status_code == 400
+    assert reason in reply.json()["error"]
+
+
+async def test_unknown_fields_are_tolerated(client: httpx.AsyncClient) -> None:
+    review = make_review(make_pod(), uid="u-7")
+    review["future"] = {"x": 1}
+    review["request"]["somethingNew"] = [1, 2]
+    assert (await post(client, "mutate", review))["allowed"] is True
+
+
+async def test_healthz(client: httpx.AsyncClient) -> None:
+    reply = await client.get("/healthz")
+    assert reply.status_code == 200 and reply.json() == {"status": "ok"}
+
+
+# --- serving ---------------------------------------------------------------------------------
+
+
+def test_serve_refuses_to_start_without_tls(tmp_path: Path) -> None:
+    with pytest.raises(TLSConfigError, match="HTTPS only"):
+        server_config(AdmissionSettings())
+    missing = AdmissionSettings(
+        tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key"
+    )
+    with pytest.raises(TLSConfigError, match=r"tls\.crt"):
+        server_config(missing)
+
+
+async def test_serves_https(tmp_path: Path, unused_tcp_port: int) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("slurmbridge-webhook.slurmbridge-system.svc", "127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(tmp_path / "tls.pem")
+    cert.private_key_pem.write_to_path(tmp_path / "tls.key")
+    settings = AdmissionSettings(
+        tls_cert_file=tmp_path / "tls.pem",
+        tls_key_file=tmp_path / "tls.key",
+        host="127.0.0.1",
+        port=unused_tcp_port,
+    )
+    server = uvicorn.Server(server_config(settings))
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not task.done(), "server stopped before it started"
+            await asyncio.sleep(0.01)
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        async with httpx.AsyncClient(verify=context) as c:
+            reply = await c.get(f"https://127.0.0.1:{unused_tcp_port}/healthz")
+        assert reply.json() == {"status": "ok"}
+    finally:
+        server.should_exit = True
+        await task
