@@ -51,7 +51,9 @@ def make_pod(
         "name": name, "namespace": namespace, "uid": uid,
         "annotations": annotations, "labels": labels,
     }
-    return Pod.from_dict({"metadata": {k: v for k, v in meta.items() if v}, "spec": spec})
+    pod = Pod.from_dict({"metadata": {k: v for k, v in meta.items() if v}, "spec": spec})
+    assert isinstance(pod, Pod)
+    return pod
 
 
 def cpus(*containers: dict[str, Any], **kwargs: Any) -> int:
