@@ -46,7 +46,6 @@ class SlurmJob:
     allocation: Allocation | None  # None until Slurm allocated it
     partition: str = ""
     user: str = ""
-    update_time: int = 0  # epoch seconds of Slurm's last change to the job
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,10 @@ select_version() {
 in_root() { chroot "$ROOT" "$@"; }
 
 ensure_root() {
-  local stamp; stamp="$(sha256sum "$here/recipe.sh" | cut -c1-16)"
+  # Only the install step decides whether the cached chroot is still good.
+  local stamp; stamp="$(sed -n '/^install_packages()/,/^}/p' "$here/recipe.sh" | sha256sum | cut -c1-16)"
   if [[ -f "$ROOT/.slurmbridge-recipe" && "$(cat "$ROOT/.slurmbridge-recipe")" == "$stamp" ]]; then
+    install -m 0755 "$here/recipe.sh" "$ROOT/usr/local/sbin/slurmbridge-recipe"
     return
   fi
   command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install debootstrap"
@@ -88,7 +90,8 @@ ENV
 cmd_up() {
   select_version "$1"
   ensure_root
-  if ctld_alive && rest_alive; then
+  local config; config="$(sha256sum "$here/recipe.sh" | cut -c1-16)"
+  if ctld_alive && rest_alive && [[ "$(cat "$RUN/config" 2>/dev/null)" == "$config" ]]; then
     log "Slurm $VERSION already running"
   else
     cmd_down "$VERSION" quiet
@@ -114,6 +117,7 @@ cmd_up() {
       fi
       sleep 0.5
     done
+    mkdir -p "$RUN"; echo "$config" > "$RUN/config"
     rest_alive || die "slurmrestd did not answer on $URL (see $ROOT/var/log/slurm/slurmrestd.log)"
     [[ "$(in_root sinfo -h -o '%D %t' | awk '$2=="idle"{n+=$1} END{print n+0}')" == "${NODES:-4}" ]] \
       || die "nodes not idle: $(in_root sinfo -h -o '%N %t %E') (see $ROOT/var/log/slurm/)"

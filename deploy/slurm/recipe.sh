@@ -59,6 +59,7 @@ MinJobAge=600
 ReturnToService=2
 MpiDefault=none
 MaxJobCount=100000
+DefMemPerCPU=1024
 CONF
   k=1; while [ "$k" -le "$nodes" ]; do
     echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 10 + k)) CPUs=$cpus RealMemory=$mem Gres=gpu:$gpus State=UNKNOWN" >> /etc/slurm/slurm.conf

@@ -1,0 +1,1 @@
+"""Placement state: which Slurm job holds which pod's allocation."""

@@ -1,0 +1,97 @@
+"""In-memory index of placeholder jobs by pod UID, and idempotent submission.
+
+All truth lives in Slurm (the pod UID is in each job's comment), so the index
+can be rebuilt from one listing after any restart; between rebuilds it is fed
+by the cheap polls.  Submitting through it gives one live job per pod UID in a
+process; ``resync`` cancels the extras that racing processes may leave.
+"""
+
+import asyncio
+from collections.abc import Iterable
+
+import structlog
+
+from bridge.jobs.request import JobRequest
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.types import JobState, SlurmJob
+
+log = structlog.get_logger(__name__)
+
+
+def _keeper(jobs: list[SlurmJob]) -> SlurmJob:
+    """Of several live jobs for one pod, keep the one furthest along, then the oldest."""
+    return min(jobs, key=lambda j: (j.state is JobState.PENDING, j.job_id))
+
+
+class JobIndex:
+    def __init__(self, client: SlurmClient) -> None:
+        self._client = client
+        self._by_uid: dict[str, SlurmJob] = {}
+        self._by_id: dict[int, SlurmJob] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def by_uid(self, pod_uid: str) -> SlurmJob | None:
+        return self._by_uid.get(pod_uid)
+
+    def by_id(self, job_id: int) -> SlurmJob | None:
+        return self._by_id.get(job_id)
+
+    def jobs(self) -> list[SlurmJob]:
+        return list(self._by_id.values())
+
+    def record(self, job: SlurmJob) -> None:
+        """Remember a placeholder job (native jobs, without a pod UID, are ignored)."""
+        if job.pod_uid is None:
+            return
+        self._by_id[job.job_id] = job
+        current = self._by_uid.get(job.pod_uid)
+        if current is None or current.job_id == job.job_id or not current.state.is_live:
+            self._by_uid[job.pod_uid] = job
+
+    def forget(self, job_id: int) -> None:
+        job = self._by_id.pop(job_id, None)
+        if job and job.pod_uid and self._by_uid.get(job.pod_uid) is job:
+            del self._by_uid[job.pod_uid]
+
+    async def ensure(self, req: JobRequest) -> SlurmJob:
+        """The pod's live placeholder job, submitting it only if there is none."""
+        lock = self._locks.setdefault(req.pod_uid, asyncio.Lock())
+        async with lock:
+            known = self._by_uid.get(req.pod_uid)
+            if known is not None and known.state.is_live:
+                return known
+            job_id = await self._client.submit(req)
+            job = await self._client.get_job(job_id)
+            self.record(job)
+            return job
+
+    async def resync(self) -> list[int]:
+        """Rebuild from a full listing; cancel duplicate live jobs. Returns cancelled ids."""
+        listing = await self._client.list_jobs()
+        assert listing is not None  # without ``since`` Slurm always answers in full
+        self._by_uid.clear()
+        self._by_id.clear()
+        cancelled = []
+        for uid, jobs in _live_by_uid(listing.jobs).items():
+            if len(jobs) > 1:
+                keep = _keeper(jobs)
+                for extra in jobs:
+                    if extra is not keep:
+                        log.warning(
+                            "placement.duplicate_cancelled",
+                            pod_uid=uid, job_id=extra.job_id, kept=keep.job_id,
+                        )
+                        await self._client.cancel(extra.job_id)
+                        cancelled.append(extra.job_id)
+        for job in listing.jobs:
+            if job.job_id not in cancelled:
+                self.record(job)
+        return cancelled
+
+
+def _live_by_uid(jobs: Iterable[SlurmJob]) -> dict[str, list[SlurmJob]]:
+    out: dict[str, list[SlurmJob]] = {}
+    for job in jobs:
+        if job.pod_uid is not None and job.state.is_live:
+            out.setdefault(job.pod_uid, []).append(job)
+    return out

@@ -1,0 +1,273 @@
+"""Async slurmrestd client: negotiation, auth, bounded retries, typed results.
+
+Every operation goes through ``_call``, which owns retries and error mapping,
+so a caller sees either a result in the core's types or one ``SlurmError``.
+"""
+
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import httpx
+import structlog
+from pydantic import ValidationError
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from bridge.config import SlurmSettings
+from bridge.jobs.request import JobRequest
+from bridge.slurm import convert, negotiate
+from bridge.slurm.auth import TokenSource
+from bridge.slurm.errors import (
+    SlurmAuthError,
+    SlurmError,
+    SlurmJobNotFound,
+    SlurmProtocolError,
+    SlurmRejected,
+    SlurmUnavailable,
+)
+from bridge.slurm.types import JobState, SlurmJob, SlurmNode
+from bridge.slurm.wire import FAMILIES
+from bridge.slurm.wire.base import (
+    Envelope,
+    JobsResponse,
+    JobStatesResponse,
+    NodesResponse,
+    NodeUpdate,
+    SubmitResponse,
+    WireFamily,
+)
+
+log = structlog.get_logger(__name__)
+
+E = TypeVar("E", bound=Envelope)
+
+_RETRY_STATUS = frozenset({502, 503, 504})
+_AUTH_STATUS = frozenset({401, 403, 511})  # slurmrestd answers 511 to a bad JWT
+_ESLURM_INVALID_JOB_ID = 2017
+
+
+@dataclass(frozen=True, slots=True)
+class JobListing:
+    jobs: list[SlurmJob]
+    last_update: int  # pass back as ``since`` to get only what changed after
+
+
+class _Transient(Exception):
+    """Internal: worth another attempt."""
+
+
+class SlurmClient:
+    def __init__(
+        self, settings: SlurmSettings, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self._settings = settings
+        self._tokens = TokenSource(
+            settings.token.get_secret_value() if settings.token else None, settings.token_file
+        )
+        self._http = httpx.AsyncClient(
+            base_url=settings.url,
+            timeout=settings.timeout_seconds,
+            limits=httpx.Limits(max_connections=settings.max_connections),
+            transport=transport,
+        )
+        self._parser: str | None = None
+        self.slurm_release = ""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- negotiation -------------------------------------------------------
+
+    async def connect(self) -> str:
+        """Negotiate the data parser once; later calls return the cached choice."""
+        if self._parser is None:
+            resp = await self._send("GET", "/openapi/v3", "negotiate", idempotent=True)
+            try:
+                offered = negotiate.offered_versions(resp.json())
+            except ValueError as exc:
+                raise SlurmProtocolError(f"slurmrestd /openapi/v3 is not JSON: {exc}") from exc
+            self._parser = negotiate.choose(
+                offered, set(FAMILIES), self._settings.data_parser
+            )
+            log.info("slurm.negotiated", data_parser=self._parser, offered=sorted(offered))
+        return self._parser
+
+    @property
+    def family(self) -> WireFamily:
+        if self._parser is None:
+            raise SlurmProtocolError("SlurmClient.connect() has not been called")
+        return FAMILIES[self._parser]
+
+    # -- operations ----------------------------------------------------------
+
+    async def submit(self, req: JobRequest) -> int:
+        """Submit a placeholder; not retried once sent (callers dedupe by pod UID)."""
+        await self.connect()
+        body = {"job": self.family.describe(req, convert.comment_for(req.pod_uid)).model_dump(
+            exclude_none=True
+        )}
+        resp = await self._call(
+            "POST", "/job/submit", "submit", SubmitResponse, json=body, idempotent=False
+        )
+        if resp.job_id is None:
+            raise SlurmRejected("submit", [e.text() for e in resp.errors], 200)
+        log.info("slurm.submitted", job_id=resp.job_id, job_name=req.name, pod_uid=req.pod_uid)
+        return resp.job_id
+
+    async def get_job(self, job_id: int) -> SlurmJob:
+        resp = await self._call("GET", f"/job/{job_id}", "get_job", JobsResponse, job_id=job_id)
+        if not resp.jobs:
+            raise SlurmJobNotFound(job_id)
+        return convert.slurm_job(resp.jobs[0])
+
+    async def list_jobs(self, since: int | None = None) -> JobListing | None:
+        """All jobs, or ``None`` when nothing changed after ``since`` (a tiny answer).
+
+        Slurm answers a changed queue with the full listing, so callers poll
+        ``job_states`` and use this only to (re)build their index.
+        """
+        params = {"update_time": str(since)} if since else None
+        resp = await self._call("GET", "/jobs/", "list_jobs", JobsResponse, params=params)
+        if since and not resp.jobs and not resp.last_update.number:
+            return None
+        return JobListing(
+            jobs=[convert.slurm_job(j) for j in resp.jobs],
+            last_update=resp.last_update.number or (since or 0),
+        )
+
+    async def job_states(self, job_ids: list[int] | None = None) -> dict[int, JobState]:
+        """Ids and states only (about 80 bytes a job): the cheap poll."""
+        params = {"job_id": ",".join(map(str, job_ids))} if job_ids else None
+        resp = await self._call(
+            "GET", "/jobs/state/", "job_states", JobStatesResponse, params=params
+        )
+        return {j.job_id: convert.job_state(j.state) for j in resp.jobs}
+
+    async def cancel(self, job_id: int) -> None:
+        """Cancel; a job Slurm no longer knows counts as cancelled."""
+        try:
+            await self._call("DELETE", f"/job/{job_id}", "cancel", Envelope, job_id=job_id)
+        except SlurmJobNotFound:
+            return
+        log.info("slurm.cancelled", job_id=job_id)
+
+    async def list_nodes(self) -> list[SlurmNode]:
+        resp = await self._call("GET", "/nodes/", "list_nodes", NodesResponse)
+        return [convert.slurm_node(n) for n in resp.nodes]
+
+    async def drain(self, node: str, reason: str) -> None:
+        await self._update_node(node, NodeUpdate(state=["DRAIN"], reason=reason))
+
+    async def resume(self, node: str) -> None:
+        await self._update_node(node, NodeUpdate(state=["RESUME"]))
+
+    async def _update_node(self, node: str, update: NodeUpdate) -> None:
+        await self._call(
+            "POST", f"/node/{node}", "update_node", Envelope,
+            json=update.model_dump(exclude_none=True),
+        )
+        log.info("slurm.node_updated", node=node, state=update.state, reason=update.reason)
+
+    # -- plumbing --------------------------------------------------------------
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        op: str,
+        model: type[E],
+        *,
+        job_id: int | None = None,
+        idempotent: bool = True,
+        **kwargs: Any,
+    ) -> E:
+        parser = await self.connect()
+        url = f"/slurm/{parser}{path}"
+        resp = await self._send(method, url, op, idempotent=idempotent, **kwargs)
+        try:
+            parsed = model.model_validate_json(resp.content)
+        except ValidationError as exc:
+            if resp.status_code >= 400:
+                raise SlurmRejected(op, [resp.text[:500]], resp.status_code) from exc
+            raise SlurmProtocolError(f"slurmrestd {op}: unexpected answer: {exc}") from exc
+        errors = [e for e in parsed.errors if e.error_number or e.description]
+        if job_id is not None and any(e.error_number == _ESLURM_INVALID_JOB_ID for e in errors):
+            raise SlurmJobNotFound(job_id)
+        if resp.status_code >= 400 or errors:
+            raise SlurmRejected(op, [e.text() for e in errors], resp.status_code)
+        return parsed
+
+    async def _send(
+        self, method: str, url: str, op: str, *, idempotent: bool, **kwargs: Any
+    ) -> httpx.Response:
+        """One HTTP exchange with bounded retries on transient failures only."""
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._settings.retries + 1),
+            wait=wait_exponential(multiplier=self._settings.backoff_seconds, max=5),
+            retry=retry_if_exception_type(_Transient),
+            reraise=True,
+        )
+        reauthed = False
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    resp = await self._attempt(method, url, op, idempotent, **kwargs)
+                    if resp.status_code in _AUTH_STATUS and not reauthed:
+                        self._tokens.invalidate()  # the token file may have rotated
+                        reauthed = True
+                        raise _Transient()
+                    return self._checked(resp, op)
+        except _Transient as exc:
+            raise SlurmUnavailable(
+                f"slurmrestd at {self._settings.url} failed {op} after "
+                f"{self._settings.retries + 1} attempts: {exc.__cause__ or exc}"
+            ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _attempt(
+        self, method: str, url: str, op: str, idempotent: bool, **kwargs: Any
+    ) -> httpx.Response:
+        headers = {
+            "X-SLURM-USER-NAME": self._settings.user,
+            "X-SLURM-USER-TOKEN": self._tokens.current(),
+        }
+        try:
+            resp = await self._http.request(method, url, headers=headers, **kwargs)
+        except httpx.ConnectError as exc:  # nothing was sent: always safe to retry
+            raise _Transient(str(exc)) from exc
+        except httpx.TransportError as exc:
+            if idempotent:
+                raise _Transient(str(exc)) from exc
+            raise SlurmUnavailable(
+                f"slurmrestd at {self._settings.url}: {op} may or may not have happened: {exc!r}"
+            ) from exc
+        if resp.status_code in _RETRY_STATUS and idempotent:
+            raise _Transient(f"HTTP {resp.status_code}")
+        return resp
+
+    def _checked(self, resp: httpx.Response, op: str) -> httpx.Response:
+        if resp.status_code in _AUTH_STATUS:
+            raise SlurmAuthError(
+                f"slurmrestd refused the token for user {self._settings.user!r} ({op}, HTTP "
+                f"{resp.status_code}): mint a new one with `scontrol token "
+                f"username={self._settings.user}` and check the token file"
+            )
+        if resp.status_code >= 500 and resp.status_code not in (500,):
+            raise SlurmUnavailable(f"slurmrestd {op}: HTTP {resp.status_code}: {resp.text[:300]}")
+        return resp
+
+
+__all__ = ["JobListing", "SlurmClient", "SlurmError"]

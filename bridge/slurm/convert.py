@@ -1,0 +1,53 @@
+"""Wire models → the core's Slurm types (the only place that reads wire fields)."""
+
+from bridge import keys
+from bridge.slurm.allocation import allocation_from
+from bridge.slurm.types import JobState, SlurmJob, SlurmNode
+from bridge.slurm.wire.base import JobInfo, NodeInfo
+
+
+def job_state(states: list[str]) -> JobState:
+    """Base state of Slurm's state list; a job still COMPLETING still holds its nodes."""
+    if "COMPLETING" in states:
+        return JobState.COMPLETING
+    for s in states:
+        if s in JobState.__members__:
+            return JobState(s)
+    raise ValueError(f"Slurm job state {states!r} has no base state the bridge knows")
+
+
+def pod_uid_from_comment(comment: str) -> str | None:
+    for part in comment.split():
+        if part.startswith(keys.COMMENT_POD_UID):
+            return part[len(keys.COMMENT_POD_UID) :] or None
+    return None
+
+
+def comment_for(pod_uid: str) -> str:
+    return f"{keys.COMMENT_POD_UID}{pod_uid}"
+
+
+def slurm_job(info: JobInfo) -> SlurmJob:
+    state = job_state(info.job_state)
+    allocated = state is not JobState.PENDING and info.nodes
+    return SlurmJob(
+        job_id=info.job_id,
+        name=info.name,
+        state=state,
+        reason=info.state_reason or "None",
+        pod_uid=pod_uid_from_comment(info.comment),
+        allocation=allocation_from(info.nodes, info.gres_detail) if allocated else None,
+        partition=info.partition,
+        user=info.user_name,
+    )
+
+
+def slurm_node(info: NodeInfo) -> SlurmNode:
+    return SlurmNode(
+        name=info.name,
+        states=frozenset(info.state),
+        reason=info.reason,
+        cpus=info.cpus,
+        memory_mb=info.real_memory,
+        gres=info.gres,
+    )

@@ -1,0 +1,36 @@
+"""Typed failures of the Slurm side, each carrying Slurm's own words."""
+
+
+class SlurmError(Exception):
+    """Base: something about Slurm went wrong; ``str()`` says what and what to do."""
+
+
+class SlurmUnavailable(SlurmError):
+    """slurmrestd could not be reached or answered 5xx (after retries): transient."""
+
+
+class SlurmAuthError(SlurmError):
+    """slurmrestd refused the token: check the token file and the user name."""
+
+
+class SlurmProtocolError(SlurmError):
+    """slurmrestd answered something we cannot use (no common data parser, bad JSON)."""
+
+
+class SlurmRejected(SlurmError):
+    """Slurm refused the request itself, e.g. an unknown partition or account."""
+
+    def __init__(self, operation: str, errors: list[str], status: int) -> None:
+        self.operation = operation
+        self.errors = errors
+        self.status = status
+        detail = "; ".join(errors) or f"HTTP {status} without an error text"
+        super().__init__(f"Slurm rejected {operation}: {detail}")
+
+
+class SlurmJobNotFound(SlurmError):
+    """The job id is unknown to slurmctld (never existed, or purged after MinJobAge)."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        super().__init__(f"Slurm job {job_id} not found")

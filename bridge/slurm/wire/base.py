@@ -1,0 +1,149 @@
+"""Response models shared by every supported data parser, and the family contract."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bridge.jobs.request import JobRequest
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class NoVal(WireModel):
+    """Slurm's optional number: ``{"set": bool, "infinite": bool, "number": n}``."""
+
+    set: bool = False
+    infinite: bool = False
+    number: int = 0
+
+    @classmethod
+    def of(cls, value: int) -> "NoVal":
+        return cls(set=True, number=value)
+
+
+class ErrorEntry(WireModel):
+    description: str = ""
+    error: str = ""
+    error_number: int = 0
+    source: str = ""
+
+    def text(self) -> str:
+        parts = [p for p in (self.error, self.description) if p and p != "No error"]
+        return ": ".join(dict.fromkeys(parts)) or f"error {self.error_number}"
+
+
+class Envelope(WireModel):
+    errors: list[ErrorEntry] = Field(default_factory=list)
+    warnings: list[ErrorEntry] = Field(default_factory=list)
+
+
+class JobInfo(WireModel):
+    job_id: int
+    name: str = ""
+    comment: str = ""
+    job_state: list[str] = Field(default_factory=list)
+    state_reason: str = ""
+    nodes: str = ""
+    gres_detail: list[str] = Field(default_factory=list)
+    partition: str = ""
+    user_name: str = ""
+
+
+class JobsResponse(Envelope):
+    jobs: list[JobInfo] = Field(default_factory=list)
+    last_update: NoVal = NoVal()
+
+
+class JobStateEntry(WireModel):
+    job_id: int
+    state: list[str] = Field(default_factory=list)
+
+
+class JobStatesResponse(Envelope):
+    jobs: list[JobStateEntry] = Field(default_factory=list)
+
+
+class SubmitResponse(Envelope):
+    job_id: int | None = None
+    job_submit_user_msg: str = ""
+
+
+class NodeInfo(WireModel):
+    name: str
+    state: list[str] = Field(default_factory=list)
+    reason: str = ""
+    cpus: int = 0
+    real_memory: int = 0
+    gres: str = ""
+
+
+class NodesResponse(Envelope):
+    nodes: list[NodeInfo] = Field(default_factory=list)
+
+
+class NodeUpdate(WireModel):
+    state: list[str]
+    reason: str | None = None
+
+
+class JobDescription(WireModel):
+    """The fields of ``job_desc_msg`` the bridge sets (all parsers since v0.0.40)."""
+
+    name: str
+    comment: str
+    current_working_directory: str = "/tmp"
+    environment: list[str] = Field(default_factory=lambda: ["SLURMBRIDGE_PLACEHOLDER=1"])
+    tasks: int = 1
+    minimum_nodes: int = 1
+    maximum_nodes: int = 1
+    tasks_per_node: int = 1
+    cpus_per_task: int = 1
+    memory_per_node: NoVal | None = None
+    tres_per_node: str | None = None
+    time_limit: NoVal | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    wckey: str | None = None
+    constraints: str | None = None
+    priority: NoVal | None = None
+    shared: list[str] | None = None
+
+    @classmethod
+    def fields_for(cls, req: JobRequest, comment: str) -> dict[str, Any]:
+        """The version-independent part of a placeholder's description."""
+        return {
+            "name": req.name,
+            "comment": comment,
+            "tasks": req.nodes,
+            "minimum_nodes": req.nodes,
+            "maximum_nodes": req.nodes,
+            "cpus_per_task": req.cpus,
+            "memory_per_node": NoVal.of(req.memory_mb) if req.memory_mb else None,
+            "tres_per_node": f"gres/gpu:{req.gpus}" if req.gpus else None,
+            "time_limit": NoVal.of(req.time_limit_minutes) if req.time_limit_minutes else None,
+            "partition": req.partition,
+            "account": req.account,
+            "qos": req.qos,
+            "reservation": req.reservation,
+            "wckey": req.wckey,
+            "constraints": req.constraints,
+            "priority": NoVal.of(req.priority) if req.priority is not None else None,
+            "shared": ["none"] if req.exclusive else None,
+            "environment": ["SLURMBRIDGE_PLACEHOLDER=1"]
+            + [f"{k}={v}" for k, v in sorted(req.environment.items())],
+        }
+
+
+@dataclass(frozen=True)
+class WireFamily:
+    """What differs between data-parser generations, behind one small interface."""
+
+    versions: tuple[str, ...]
+    placeholder: str  # "external" or "batch", for logs and `slurmbridge doctor`
+    describe: Callable[[JobRequest, str], JobDescription]

@@ -1,0 +1,129 @@
+"""The slurmrestd client against a real Slurm: parsers, tokens, failures."""
+
+import asyncio
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bridge.jobs.request import JobRequest
+from bridge.slurm import negotiate
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.errors import (
+    SlurmAuthError,
+    SlurmJobNotFound,
+    SlurmRejected,
+    SlurmUnavailable,
+)
+from bridge.slurm.types import JobState
+from bridge.slurm.wire import FAMILIES
+from tests.fixtures.slurm import SlurmTarget
+
+pytestmark = pytest.mark.integration
+
+
+def _request(**kw: object) -> JobRequest:
+    uid = str(uuid.uuid4())
+    return JobRequest(name=f"k8s:itest/client-{uid[:8]}", pod_uid=uid, **kw)  # type: ignore[arg-type]
+
+
+async def test_every_offered_parser_round_trips_a_placeholder(slurm: SlurmTarget) -> None:
+    async with SlurmClient(slurm.settings()) as probe:
+        await probe.connect()
+        resp = await probe._http.get(  # the document the negotiation reads
+            "/openapi/v3",
+            headers={"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.mint_token()},
+        )
+    usable = sorted(negotiate.offered_versions(resp.json()) & set(FAMILIES))
+    assert usable, "this slurmrestd offers no parser the bridge speaks"
+    for parser in usable:
+        async with SlurmClient(slurm.settings(data_parser=parser)) as client:
+            assert await client.connect() == parser
+            req = _request(cpus=2, memory_mb=1024, gpus=1, time_limit_minutes=30)
+            job_id = await client.submit(req)
+            job = await client.get_job(job_id)
+            assert (job.name, job.pod_uid) == (req.name, req.pod_uid)
+            assert job.state in (JobState.PENDING, JobState.RUNNING)
+            states = await client.job_states()
+            assert job_id in states
+            await client.cancel(job_id)
+            assert (await client.get_job(job_id)).state in (
+                JobState.CANCELLED, JobState.COMPLETING,
+            )
+
+
+async def test_negotiates_newest_common_parser(
+    slurm: SlurmTarget, slurm_client: SlurmClient
+) -> None:
+    parser = await slurm_client.connect()
+    expected = {"24.11": ("v0.0.42", "batch"), "26.05": ("v0.0.45", "external")}
+    if slurm.version in expected:
+        assert (parser, slurm_client.family.placeholder) == expected[slurm.version]
+
+
+async def test_token_file_rotation_is_picked_up(slurm: SlurmTarget, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(slurm.mint_token())
+    async with SlurmClient(slurm.settings(token_file=token_file)) as client:
+        await client.list_nodes()
+        replacement = tmp_path / "token.new"
+        replacement.write_text("not-a-jwt")
+        os.replace(replacement, token_file)  # how Secrets and rotators swap files
+        with pytest.raises(SlurmAuthError, match="scontrol token"):
+            await client.list_nodes()
+        replacement.write_text(slurm.mint_token())
+        os.replace(replacement, token_file)
+        nodes = await client.list_nodes()
+        assert len(nodes) >= 1
+
+
+async def test_slurm_rejection_carries_slurms_words(slurm_client: SlurmClient) -> None:
+    with pytest.raises(SlurmRejected, match="Invalid partition name specified"):
+        await slurm_client.submit(_request(partition="no-such-partition"))
+
+
+async def test_unknown_job_is_typed_not_found(slurm_client: SlurmClient) -> None:
+    with pytest.raises(SlurmJobNotFound):
+        await slurm_client.get_job(987654321)
+    await slurm_client.cancel(987654321)  # cancelling what is gone is not an error
+
+
+async def test_unreachable_slurmrestd_fails_fast_and_clearly(slurm: SlurmTarget) -> None:
+    settings = slurm.settings(url="http://127.0.0.1:9", retries=2, backoff_seconds=0.05)
+    started = time.monotonic()
+    async with SlurmClient(settings) as client:
+        with pytest.raises(SlurmUnavailable, match=r"127\.0\.0\.1:9 failed negotiate after 3"):
+            await client.list_nodes()
+    assert time.monotonic() - started < 5
+
+
+async def test_drain_and_resume_carry_the_reason(
+    slurm: SlurmTarget, slurm_client: SlurmClient
+) -> None:
+    node = (await slurm_client.list_nodes())[-1].name
+    await slurm_client.drain(node, "slurmbridge: integration test")
+    try:
+        drained = next(n for n in await slurm_client.list_nodes() if n.name == node)
+        assert "DRAIN" in drained.states and drained.unavailable
+        assert drained.reason == "slurmbridge: integration test"
+        reasons = slurm.admin("sinfo", "-h", "-R", "-o", "%E", "-n", node)
+        assert "slurmbridge: integration test" in reasons
+    finally:
+        await slurm_client.resume(node)
+    resumed = next(n for n in await slurm_client.list_nodes() if n.name == node)
+    assert "DRAIN" not in resumed.states
+
+
+async def test_incremental_listing_is_empty_when_nothing_changed(slurm_client: SlurmClient) -> None:
+    listing = await slurm_client.list_jobs()
+    assert listing is not None
+    unchanged = None
+    for _ in range(10):  # a scheduler pass may touch jobs; look for a quiet moment
+        unchanged = await slurm_client.list_jobs(listing.last_update)
+        if unchanged is None:
+            break
+        listing = unchanged
+        await asyncio.sleep(0.3)
+    assert unchanged is None

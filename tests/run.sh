@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command (README): installs what the tests need, starts the real Slurm
+# clusters and Kubernetes control plane they use, then lints and runs pytest.
+# Leaves the clusters running for a faster next run unless SLURMBRIDGE_STOP=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash deploy/dev/install.sh
+export PATH="$(bash deploy/k8s/build.sh):$PATH"
+versions="${SLURMBRIDGE_TEST_SLURM_VERSIONS:-24.11,26.05}"
+if [[ -z "${SLURMBRIDGE_TEST_SLURM_URL:-}" ]]; then
+  for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh up "$v"; done
+fi
+bash deploy/k8s/controlplane.sh up
+
+if [[ "${SLURMBRIDGE_STOP:-0}" == 1 ]]; then
+  trap 'bash deploy/k8s/controlplane.sh down; for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh down "$v"; done' EXIT
+fi
+
+ruff check .
+mypy
+mkdir -p .ci
+# pytest exits 5 when it collected nothing: with `set -e` that fails the run too.
+python -m pytest --junitxml=.ci/junit.xml "$@"
