@@ -47,12 +47,23 @@ alive() {
     && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$RUN"
 }
 
+STARTED=()   # components this invocation started: stopped again if it fails
+
 # start NAME CMD...: detached, own session, stdout+stderr to $LOGS/NAME.log.
 start() {
   local name="$1"; shift
   mkdir -p "$LOGS"
   setsid "$@" >"$LOGS/$name.log" 2>&1 < /dev/null 9>&- &
   echo $! > "$RUN/$name.pid"
+  STARTED+=("$name")
+}
+
+# EXIT trap: a failed start leaves nothing half-up behind (logs stay).
+rollback() {
+  local status=$? name
+  (( status == 0 )) && return
+  for name in "${STARTED[@]}"; do stop "$name"; done
+  return "$status"
 }
 
 stop() {
@@ -63,7 +74,7 @@ stop() {
     for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
     kill -0 "$pid" 2>/dev/null && { log "$name (pid $pid) ignored SIGTERM, killing"; kill -9 "$pid" 2>/dev/null || true; }
   fi
-  rm -f "$RUN/$name.pid" "$RUN/$name.port"
+  rm -rf "$RUN/$name.pid" "$RUN/$name.port" "$RUN/$name-certs"
 }
 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -98,7 +109,7 @@ scheduler_healthy() { curl -fsSk --max-time 3 "https://127.0.0.1:$1/readyz" >/de
 require_binaries() {
   local t missing=()
   for t in kube-apiserver kube-scheduler kubectl; do [[ -x "$BIN/$t" ]] || missing+=("$BIN/$t"); done
-  (( ${#missing[@]} == 0 )) || die "missing ${missing[*]}: build with $here/build.sh (first run ~10 min)"
+  (( ${#missing[@]} == 0 )) || die "missing ${missing[*]}: build with K8S_VERSION=$K8S_VERSION $here/build.sh (first run ~10 min)"
   local c; for c in openssl curl flock; do command -v "$c" >/dev/null || die "$c is missing: apt-get install $c"; done
 }
 
@@ -269,6 +280,7 @@ with_lock() { mkdir -p "$RUN"; exec 9>"$RUN/.lock"; flock 9; }
 cmd_up() {
   require_binaries
   with_lock
+  trap rollback EXIT
   ensure_pki
   ensure_kubeconfigs
   if alive etcd && etcd_healthy && alive kube-apiserver && apiserver_healthy \
@@ -294,7 +306,7 @@ down_locked() {
   done
   stop kube-apiserver
   stop etcd
-  rm -rf "$RUN/etcd-data" "$RUN/holders" "$RUN/env" "$RUN"/scheduler-*.yaml
+  rm -rf "$RUN/etcd-data" "$RUN/holders" "$RUN/env" "$RUN"/scheduler-*.yaml "$RUN"/*-certs
   log "control plane stopped (logs kept in $LOGS)"
 }
 
@@ -370,6 +382,7 @@ cmd_scheduler() {
   [[ -r "$config" ]] || die "cannot read scheduler config $config"
   require_binaries
   with_lock
+  trap rollback EXIT
   apiserver_healthy || die "control plane is not up: run $0 up"
   stop "scheduler-$name"
   port="$(free_extra_port)"
