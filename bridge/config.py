@@ -33,12 +33,37 @@ class SlurmSettings(BaseModel):
     max_connections: int = Field(16, ge=1)
 
 
+class KubeSettings(BaseModel):
+    kubeconfig: Path | None = Field(
+        None, description="kubeconfig file; default: in-cluster config or $KUBECONFIG"
+    )
+
+
+class PlacementSettings(BaseModel):
+    poll_interval_seconds: float = Field(2.0, gt=0, description="cheap Slurm state poll")
+    resync_interval_seconds: float = Field(
+        300.0, gt=0, description="full Slurm job listing (rebuilds the index, cancels duplicates)"
+    )
+    reasons_per_cycle: int = Field(
+        5, ge=0, description="pending jobs whose Slurm reason is re-read each poll"
+    )
+    node_refresh_seconds: float = Field(15.0, gt=0, description="Kubernetes Node list refresh")
+
+
+class ServeSettings(BaseModel):
+    host: str = "0.0.0.0"
+    port: int = Field(8888, ge=1, le=65535)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SLURMBRIDGE_", env_nested_delimiter="__", extra="forbid"
     )
 
     slurm: SlurmSettings = SlurmSettings()
+    kube: KubeSettings = KubeSettings()
+    placement: PlacementSettings = PlacementSettings()
+    extender: ServeSettings = ServeSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -53,6 +53,12 @@ class JobIndex:
         if job and job.pod_uid and self._by_uid.get(job.pod_uid) is job:
             del self._by_uid[job.pod_uid]
 
+    async def adopt(self, job_id: int) -> SlurmJob:
+        """Fetch a job we did not submit (named on a pod) and track it."""
+        job = self._by_id.get(job_id) or await self._client.get_job(job_id)
+        self.record(job)
+        return job
+
     async def ensure(self, req: JobRequest) -> SlurmJob:
         """The pod's live placeholder job, submitting it only if there is none."""
         lock = self._locks.setdefault(req.pod_uid, asyncio.Lock())

@@ -1,0 +1,1 @@
+"""Binding: the last step, pod → the node (and GPUs) Slurm allocated."""

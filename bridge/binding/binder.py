@@ -1,0 +1,52 @@
+"""Bind a pod where Slurm put it, and nowhere else.
+
+The annotations (job id, Slurm node, GPU indices) are written before the
+Binding exists, so a container that starts on the node always finds its GPU
+indices through the downward API.
+"""
+
+import structlog
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
+
+from bridge.kube import pods as kpods
+from bridge.placement.placer import Placer
+
+log = structlog.get_logger(__name__)
+
+
+class BindError(Exception):
+    """Refused or failed bind; the message goes back to kube-scheduler and the pod's events."""
+
+
+class Binder:
+    def __init__(self, kube: AsyncClient, placer: Placer) -> None:
+        self._kube = kube
+        self._placer = placer
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        pod = await self._kube.get(Pod, name, namespace=namespace)
+        assert pod.metadata is not None
+        if pod.metadata.uid != uid:
+            raise BindError(f"pod {namespace}/{name} was recreated (uid {pod.metadata.uid})")
+        if pod.spec and pod.spec.nodeName:
+            if pod.spec.nodeName == node:
+                return
+            raise BindError(f"pod {namespace}/{name} is already bound to {pod.spec.nodeName}")
+        placement = await self._placer.placement_for(pod)
+        if placement.kube_node != node:
+            raise BindError(
+                f"refusing to bind {namespace}/{name} to {node}: Slurm job "
+                f"{placement.job_id} holds {placement.kube_node} for it"
+            )
+        await kpods.annotate(self._kube, namespace, name, placement.annotations())
+        try:
+            await kpods.bind(self._kube, namespace, name, uid, node)
+        except kpods.AlreadyBound:
+            current = await self._kube.get(Pod, name, namespace=namespace)
+            if not (current.spec and current.spec.nodeName == node):
+                raise BindError(f"pod {namespace}/{name} was bound elsewhere meanwhile") from None
+        log.info(
+            "bind.done", pod=f"{namespace}/{name}", node=node,
+            job_id=placement.job_id, gpu_ids=placement.gpu_ids,
+        )

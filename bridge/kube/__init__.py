@@ -1,0 +1,1 @@
+"""Writing to Kubernetes: the few pod and node operations the bridge performs."""

@@ -1,0 +1,95 @@
+"""Pod writes: annotations, the Slurm condition, events and the Binding."""
+
+import re
+from datetime import UTC, datetime
+
+import structlog
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.core_v1 import Pod as PodModel
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Event, Pod
+from lightkube.types import PatchType
+
+from bridge import keys
+
+log = structlog.get_logger(__name__)
+
+COMPONENT = "slurmbridge"
+
+
+class AlreadyBound(Exception):
+    """The pod is bound already (HTTP 409): someone else's bind won."""
+
+
+async def annotate(client: AsyncClient, namespace: str, name: str, values: dict[str, str]) -> None:
+    await client.patch(
+        Pod, name, {"metadata": {"annotations": values}},
+        namespace=namespace, patch_type=PatchType.MERGE,
+    )
+
+
+async def set_slurm_condition(
+    client: AsyncClient, namespace: str, name: str, *, allocated: bool, reason: str, message: str
+) -> None:
+    """Pod condition ``SlurmJobAllocated``; its change also requeues the pod in kube-scheduler."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {
+        "type": keys.POD_CONDITION_SLURM,
+        "status": "True" if allocated else "False",
+        "reason": _camel(reason),
+        "message": message,
+        "lastTransitionTime": now,
+    }
+    await client.patch(
+        Pod.Status, name, {"status": {"conditions": [condition]}},
+        namespace=namespace, patch_type=PatchType.STRATEGIC,
+    )
+
+
+async def record_event(
+    client: AsyncClient, pod: PodModel, reason: str, message: str, *, warning: bool = False
+) -> None:
+    """An Event on the pod, shown by ``kubectl describe pod``."""
+    meta = pod.metadata or ObjectMeta()
+    now = datetime.now(UTC)
+    event = Event(
+        metadata=ObjectMeta(generateName=f"{meta.name}.", namespace=meta.namespace),
+        involvedObject=ObjectReference(
+            apiVersion="v1", kind="Pod", name=meta.name, namespace=meta.namespace, uid=meta.uid
+        ),
+        reason=reason,
+        message=message[:1024],
+        type="Warning" if warning else "Normal",
+        source=EventSource(component=COMPONENT),
+        firstTimestamp=now,
+        lastTimestamp=now,
+        count=1,
+        reportingComponent=COMPONENT,
+    )
+    try:
+        await client.create(event)
+    except ApiError as exc:  # an event is a courtesy; never fail the caller over it
+        log.warning("kube.event_failed", pod=f"{meta.namespace}/{meta.name}", error=str(exc))
+
+
+async def bind(client: AsyncClient, namespace: str, name: str, uid: str, node: str) -> None:
+    """Create the Binding, with the pod UID as precondition (a recreated pod is not bound)."""
+    binding = Pod.Binding(
+        metadata=ObjectMeta(name=name, namespace=namespace, uid=uid),
+        target=ObjectReference(kind="Node", name=node, apiVersion="v1"),
+    )
+    try:
+        await client.create(binding, name=name, namespace=namespace)
+    except ApiError as exc:
+        if exc.status.code == 409:
+            raise AlreadyBound(f"pod {namespace}/{name}: {exc.status.message}") from exc
+        raise
+
+
+def _camel(text: str) -> str:
+    """A condition reason must be an identifier; Slurm's reason codes are (``Priority``)."""
+    head = re.split(r"[,\s(]", text.strip(), maxsplit=1)[0]
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "", head)
+    return cleaned if cleaned[:1].isalpha() else "Slurm" + cleaned

@@ -1,0 +1,98 @@
+"""Tell the pod's owner what Slurm is doing, and nudge kube-scheduler on allocation.
+
+Writes happen in background tasks so the extender's filter answers at once;
+each pod is written to only when its job's (id, state, reason) changes.
+"""
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import structlog
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import Pod
+from lightkube.models.meta_v1 import ObjectMeta
+
+from bridge import keys
+from bridge.kube import pods as kpods
+from bridge.placement.pods import PodKey, PodRegistry
+from bridge.slurm.types import JobState, SlurmJob
+
+log = structlog.get_logger(__name__)
+
+
+def describe(job: SlurmJob) -> str:
+    if job.allocation is not None and job.state is not JobState.PENDING:
+        return f"Slurm job {job.job_id} allocated {','.join(job.allocation.nodes)}"
+    return f"waiting for Slurm job {job.job_id} ({job.state}, reason {job.reason})"
+
+
+class PodNotifier:
+    def __init__(self, kube: AsyncClient, registry: PodRegistry) -> None:
+        self._kube = kube
+        self._registry = registry
+        self._seen: dict[str, tuple[int, JobState, str]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def job_known(self, pod: Pod, job: SlurmJob) -> None:
+        """Called by filter for every pod it sees; cheap when nothing changed."""
+        meta = pod.metadata or ObjectMeta()
+        assert meta.uid
+        status = (job.job_id, job.state, job.reason)
+        if self._seen.get(meta.uid) == status:
+            return
+        first = meta.uid not in self._seen
+        self._seen[meta.uid] = status
+        if first and (meta.annotations or {}).get(keys.JOB_ID) != str(job.job_id):
+            assert meta.namespace and meta.name
+            self._spawn(kpods.annotate(
+                self._kube, meta.namespace, meta.name, {keys.JOB_ID: str(job.job_id)}
+            ))
+        self._spawn(self._publish(pod, job))
+
+    async def allocated(self, job: SlurmJob) -> None:
+        """Called by the poller when a job gets its nodes: requeue its waiting pods now."""
+        if job.pod_uid is None:
+            return
+        for key in self._registry.pods_of(job.pod_uid):
+            self._spawn(self._condition(key, job))
+
+    def forget(self, pod_uid: str) -> None:
+        self._seen.pop(pod_uid, None)
+
+    async def drain(self) -> None:
+        """Wait for pending writes (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _publish(self, pod: Pod, job: SlurmJob) -> None:
+        meta = pod.metadata or ObjectMeta()
+        assert meta.namespace and meta.name and meta.uid
+        await kpods.record_event(
+            self._kube, pod,
+            "SlurmPending" if job.state is JobState.PENDING else "SlurmAllocated",
+            describe(job),
+        )
+        await self._condition(PodKey(meta.namespace, meta.name, meta.uid), job)
+
+    async def _condition(self, key: PodKey, job: SlurmJob) -> None:
+        allocated = job.state is not JobState.PENDING and job.allocation is not None
+        await kpods.set_slurm_condition(
+            self._kube, key.namespace, key.name,
+            allocated=allocated,
+            reason="Allocated" if allocated else job.reason,
+            message=describe(job),
+        )
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(self._guard(work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _guard(work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except ApiError as exc:  # the pod may be gone; the next change writes again
+            log.info("notify.skipped", status=exc.status.code, error=exc.status.message)

@@ -1,0 +1,148 @@
+"""The extender's decisions: which of the candidate nodes a pod may use, and where it binds.
+
+Slurm decides; this module only translates its answer.  No Slurm listing
+happens here: known jobs come from the index, new ones are submitted once.
+"""
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import structlog
+from lightkube.models.core_v1 import Pod
+
+from bridge import keys
+from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.translate import job_request_for_pod
+from bridge.placement.index import JobIndex
+from bridge.placement.nodes import NodeMap
+from bridge.placement.owner import GROUP_PREFIX, owner_key, pod_ref
+from bridge.placement.pods import PodRegistry
+from bridge.slurm.allocation import format_gpu_ids
+from bridge.slurm.errors import SlurmError, SlurmJobNotFound
+from bridge.slurm.types import SlurmJob
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Filter outcome: nodes kept; the rest failed with a message the user will read."""
+
+    keep: list[str] = field(default_factory=list)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    job: SlurmJob | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a pod goes: Kubernetes node, Slurm node, job and GPU indices."""
+
+    job_id: int
+    kube_node: str
+    slurm_node: str
+    gpu_ids: str
+
+    def annotations(self) -> dict[str, str]:
+        return {
+            keys.JOB_ID: str(self.job_id),
+            keys.SLURM_NODE: self.slurm_node,
+            keys.GPU_IDS: self.gpu_ids,
+        }
+
+
+class PlacementError(Exception):
+    """The pod cannot be placed (yet); the message is meant for the pod's owner."""
+
+
+OnJobKnown = Callable[[Pod, SlurmJob], Awaitable[None]]
+
+
+class Placer:
+    def __init__(
+        self,
+        index: JobIndex,
+        nodes: NodeMap,
+        pods: PodRegistry,
+        on_job_known: OnJobKnown | None = None,
+    ) -> None:
+        self._index = index
+        self._nodes = nodes
+        self._pods = pods
+        self._on_job_known = on_job_known
+
+    async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
+        try:
+            job = await self._job_for(pod)
+            placement = self._placement(pod, job)
+        except (PlacementError, InvalidPodRequest, SlurmError) as exc:
+            message = str(exc)
+            return Verdict(unresolvable=dict.fromkeys(candidates, message), message=message)
+        if placement.kube_node not in candidates:
+            message = (
+                f"Slurm job {job.job_id} holds node {placement.kube_node} for this pod, but "
+                "Kubernetes ruled that node out (taint, cordon, missing Node object or "
+                "resources): fix the node or cancel the job to let Slurm choose again"
+            )
+            failed = dict.fromkeys(candidates, message)
+            return Verdict(unresolvable=failed, job=job, message=message)
+        failed = {n: f"Slurm placed this pod on {placement.kube_node}" for n in candidates}
+        del failed[placement.kube_node]
+        return Verdict(keep=[placement.kube_node], unresolvable=failed, job=job)
+
+    async def placement_for(self, pod: Pod) -> Placement:
+        """Where a pod that passed filter must bind (raises PlacementError otherwise)."""
+        return self._placement(pod, await self._job_for(pod, submit=False))
+
+    async def _job_for(self, pod: Pod, *, submit: bool = True) -> SlurmJob:
+        owner = self._pods.remember(pod)
+        job = self._index.by_uid(owner) or await self._adopt_annotated(pod)
+        if job is None or not job.state.is_live:
+            if job is not None:
+                raise PlacementError(
+                    f"Slurm job {job.job_id} for this pod ended ({job.state}, reason "
+                    f"{job.reason}); the bridge will not resubmit it: recreate the pod"
+                )
+            if not submit:
+                raise PlacementError(f"no Slurm job for pod {pod_ref(pod)}")
+            request = dataclasses.replace(job_request_for_pod(pod), pod_uid=owner)
+            job = await self._index.ensure(request)
+        if self._on_job_known is not None:
+            await self._on_job_known(pod, job)
+        return job
+
+    async def _adopt_annotated(self, pod: Pod) -> SlurmJob | None:
+        """A job another replica (or this one before a restart) recorded on the pod."""
+        text = ((pod.metadata and pod.metadata.annotations) or {}).get(keys.JOB_ID)
+        if not text or not text.isdigit():
+            return None
+        try:
+            job = await self._index.adopt(int(text))
+        except SlurmJobNotFound:
+            return None
+        return job if job.pod_uid == owner_key(pod) else None
+
+    def _placement(self, pod: Pod, job: SlurmJob) -> Placement:
+        if job.allocation is None or not job.allocation.nodes:
+            raise PlacementError(
+                f"waiting for Slurm job {job.job_id} ({job.state}, reason {job.reason})"
+            )
+        owner = owner_key(pod)
+        allocated = job.allocation.nodes
+        if owner.startswith(GROUP_PREFIX):
+            assert pod.metadata is not None and pod.metadata.uid
+            slurm_node = self._pods.group_node(owner, pod.metadata.uid, allocated)
+            if slurm_node is None:
+                raise PlacementError(
+                    f"every node of Slurm job {job.job_id} ({','.join(allocated)}) is taken by "
+                    f"other members of the group: is {keys.GROUP_SIZE} too small?"
+                )
+        else:
+            slurm_node = allocated[0]
+        return Placement(
+            job_id=job.job_id,
+            kube_node=self._nodes.kube_name(slurm_node),
+            slurm_node=slurm_node,
+            gpu_ids=format_gpu_ids(job.allocation.gpu_ids.get(slurm_node, ())),
+        )

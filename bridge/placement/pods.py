@@ -1,0 +1,53 @@
+"""Which pods wait on which placeholder job, and which node each group member gets."""
+
+from dataclasses import dataclass
+
+from lightkube.models.core_v1 import Pod
+
+from bridge.placement.owner import owner_key
+
+
+@dataclass(frozen=True, slots=True)
+class PodKey:
+    namespace: str
+    name: str
+    uid: str
+
+
+class PodRegistry:
+    """Remembers pods seen by filter so the bridge can requeue them when Slurm allocates."""
+
+    def __init__(self) -> None:
+        self._by_owner: dict[str, dict[str, PodKey]] = {}
+        # group owner → pod uid → Slurm node reserved for it
+        self._group_nodes: dict[str, dict[str, str]] = {}
+
+    def remember(self, pod: Pod) -> str:
+        key = owner_key(pod)
+        meta = pod.metadata
+        assert meta is not None and meta.uid and meta.name and meta.namespace
+        self._by_owner.setdefault(key, {})[meta.uid] = PodKey(meta.namespace, meta.name, meta.uid)
+        return key
+
+    def pods_of(self, owner: str) -> list[PodKey]:
+        return list(self._by_owner.get(owner, {}).values())
+
+    def forget_owner(self, owner: str) -> None:
+        self._by_owner.pop(owner, None)
+        self._group_nodes.pop(owner, None)
+
+    def group_node(self, owner: str, pod_uid: str, allocated: tuple[str, ...]) -> str | None:
+        """This group member's node: the one reserved for it, else the first unreserved."""
+        reserved = self._group_nodes.setdefault(owner, {})
+        if pod_uid in reserved:
+            return reserved[pod_uid]
+        taken = set(reserved.values())
+        for node in allocated:
+            if node not in taken:
+                reserved[pod_uid] = node
+                return node
+        return None
+
+    def reserve(self, owner: str, pod_uid: str, node: str) -> None:
+        """Record a member already bound (learnt after a restart from its annotation)."""
+        self._group_nodes.setdefault(owner, {})[pod_uid] = node

@@ -1,0 +1,113 @@
+"""Keep the job index current with a flat load on slurmctld.
+
+Each cycle is one ``GET /jobs/state/`` (ids and states only) plus one
+``GET /job/<id>`` per tracked job whose state changed, plus a fixed number of
+pending jobs whose reason is refreshed round-robin.  The full listing runs
+only at start and every ``resync_interval`` (it also cancels duplicates).
+Nothing here grows with the length of the queue except the state list's bytes.
+"""
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from bridge.placement.index import JobIndex
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.errors import SlurmError, SlurmJobNotFound
+from bridge.slurm.types import JobState, SlurmJob
+
+log = structlog.get_logger(__name__)
+
+OnChange = Callable[[SlurmJob, SlurmJob], Awaitable[None]]  # (before, after)
+
+MISSES_BEFORE_GONE = 3  # one missing observation is never acted on
+_FETCH_CONCURRENCY = 8
+
+
+class Poller:
+    def __init__(
+        self,
+        client: SlurmClient,
+        index: JobIndex,
+        on_change: OnChange,
+        *,
+        interval: float = 2.0,
+        resync_interval: float = 300.0,
+        reasons_per_cycle: int = 5,
+    ) -> None:
+        self._client = client
+        self._index = index
+        self._on_change = on_change
+        self.interval = interval
+        self.resync_interval = resync_interval
+        self._reasons_per_cycle = reasons_per_cycle
+        self._reason_queue: deque[int] = deque()
+        self._misses: dict[int, int] = {}
+        self._fetch_slots = asyncio.Semaphore(_FETCH_CONCURRENCY)
+        self.healthy = False
+
+    async def poll_once(self) -> None:
+        tracked = {j.job_id: j for j in self._index.jobs() if j.state.is_live}
+        if not tracked:
+            return
+        states = await self._client.job_states()
+        stale = [j for i, j in tracked.items() if states.get(i) != j.state]
+        stale_ids = {j.job_id for j in stale}
+        batch = stale + self._reason_batch(tracked, stale_ids)
+        await asyncio.gather(*(self._refresh(j) for j in batch))
+
+    def _reason_batch(self, tracked: dict[int, SlurmJob], skip: set[int]) -> list[SlurmJob]:
+        """A few pending jobs whose reason (not visible in the state list) is re-read."""
+        pending = [i for i, j in tracked.items() if j.state is JobState.PENDING]
+        if not self._reason_queue:
+            self._reason_queue.extend(pending)
+        batch: list[SlurmJob] = []
+        while self._reason_queue and len(batch) < self._reasons_per_cycle:
+            job = tracked.get(self._reason_queue.popleft())
+            if job is not None and job.state is JobState.PENDING and job.job_id not in skip:
+                batch.append(job)
+        return batch
+
+    async def _refresh(self, before: SlurmJob) -> None:
+        async with self._fetch_slots:
+            try:
+                after = await self._client.get_job(before.job_id)
+            except SlurmJobNotFound:
+                self._note_missing(before)
+                return
+        self._misses.pop(before.job_id, None)
+        self._index.record(after)
+        if (after.state, after.reason, after.allocation) != (
+            before.state, before.reason, before.allocation,
+        ):
+            await self._on_change(before, after)
+
+    def _note_missing(self, job: SlurmJob) -> None:
+        misses = self._misses.get(job.job_id, 0) + 1
+        self._misses[job.job_id] = misses
+        log.warning("poller.job_missing", job_id=job.job_id, misses=misses)
+        if misses >= MISSES_BEFORE_GONE:
+            self._misses.pop(job.job_id, None)
+            self._index.forget(job.job_id)
+
+    async def run(self) -> None:
+        """Poll forever; back off while Slurm is unreachable, then carry on by itself."""
+        loop = asyncio.get_running_loop()
+        next_resync = 0.0
+        delay = self.interval
+        while True:
+            try:
+                if loop.time() >= next_resync:
+                    cancelled = await self._index.resync()
+                    next_resync = loop.time() + self.resync_interval
+                    log.info("poller.resynced", jobs=len(self._index.jobs()), cancelled=cancelled)
+                await self.poll_once()
+                self.healthy = True
+                delay = self.interval
+            except SlurmError as exc:
+                self.healthy = False
+                delay = min(delay * 2, 30.0)
+                log.warning("poller.slurm_error", error=str(exc), retry_in=delay)
+            await asyncio.sleep(delay)

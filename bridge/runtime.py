@@ -1,0 +1,88 @@
+"""The running bridge: builds the parts from settings and runs their loops."""
+
+import asyncio
+import contextlib
+
+import structlog
+from lightkube.resources.core_v1 import Node, Pod
+
+from bridge import keys
+from bridge.binding.binder import Binder
+from bridge.config import Settings
+from bridge.kube.client import kube_client
+from bridge.placement.index import JobIndex
+from bridge.placement.nodes import NodeMap
+from bridge.placement.notifier import PodNotifier
+from bridge.placement.owner import owner_key
+from bridge.placement.placer import Placer
+from bridge.placement.pods import PodRegistry
+from bridge.placement.poller import Poller
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.types import JobState, SlurmJob
+
+log = structlog.get_logger(__name__)
+
+
+class Bridge:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.slurm = SlurmClient(settings.slurm)
+        self.kube = kube_client(settings.kube.kubeconfig)
+        self.index = JobIndex(self.slurm)
+        self.nodes = NodeMap()
+        self.pods = PodRegistry()
+        self.notifier = PodNotifier(self.kube, self.pods)
+        self.placer = Placer(self.index, self.nodes, self.pods, self.notifier.job_known)
+        self.binder = Binder(self.kube, self.placer)
+        p = settings.placement
+        self.poller = Poller(
+            self.slurm, self.index, self._job_changed,
+            interval=p.poll_interval_seconds,
+            resync_interval=p.resync_interval_seconds,
+            reasons_per_cycle=p.reasons_per_cycle,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
+        if before.state is JobState.PENDING and after.allocation is not None:
+            await self.notifier.allocated(after)
+
+    async def start(self) -> None:
+        await self._refresh_nodes()
+        await self._recover_groups()
+        self._tasks = [
+            asyncio.create_task(self.poller.run(), name="poller"),
+            asyncio.create_task(self._node_loop(), name="nodes"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.notifier.drain()
+        await self.slurm.aclose()
+
+    @property
+    def ready(self) -> bool:
+        return self.poller.healthy
+
+    async def _refresh_nodes(self) -> None:
+        self.nodes.update([n async for n in self.kube.list(Node)])
+
+    async def _node_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.placement.node_refresh_seconds)
+            try:
+                await self._refresh_nodes()
+            except Exception as exc:  # the apiserver may be briefly away; keep the old map
+                log.warning("nodes.refresh_failed", error=str(exc))
+
+    async def _recover_groups(self) -> None:
+        """After a restart, learn which group members already hold which node."""
+        async for pod in self.kube.list(Pod, namespace="*", labels={keys.GROUP: None}):
+            meta = pod.metadata
+            node = (meta.annotations or {}).get(keys.SLURM_NODE) if meta else None
+            if meta and meta.uid and node:
+                self.pods.reserve(owner_key(pod), meta.uid, node)

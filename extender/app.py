@@ -1,0 +1,125 @@
+"""FastAPI app speaking kube-scheduler's extender protocol.
+
+Bad bodies get a 400 naming the problem; Slurm or Kubernetes trouble is
+reported per pod in the protocol's own fields, never as a 5xx.
+"""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import Pod
+
+from bridge.binding.binder import BindError
+from bridge.placement.owner import pod_ref
+from bridge.placement.placer import PlacementError
+from bridge.runtime import Bridge
+from bridge.slurm.errors import SlurmError
+from extender.wire import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderBindingResult,
+    ExtenderFilterResult,
+    HostPriority,
+    NodeList,
+)
+
+log = structlog.get_logger(__name__)
+
+MAX_SCORE = 10
+
+
+class BadPod(ValueError):
+    pass
+
+
+def _pod(args: ExtenderArgs) -> Pod:
+    try:
+        pod = cast(Pod, Pod.from_dict(args.pod))
+    except Exception as exc:  # lightkube raises assorted errors on malformed objects
+        raise BadPod(f"Pod is not a Kubernetes Pod object: {exc}") from exc
+    meta = pod.metadata
+    if meta is None or not (meta.uid and meta.name and meta.namespace):
+        raise BadPod("Pod needs metadata.uid, metadata.name and metadata.namespace")
+    return pod
+
+
+def _name(node: dict[str, Any]) -> str:
+    return str((node.get("metadata") or {}).get("name", ""))
+
+
+def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if manage_lifecycle:
+            await bridge.start()
+        try:
+            yield
+        finally:
+            if manage_lifecycle:
+                await bridge.stop()
+
+    app = FastAPI(title="slurmbridge scheduler extender", lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"Error": f"malformed request: {exc.errors()[:3]}"}, status_code=400)
+
+    @app.exception_handler(BadPod)
+    async def bad_pod(_: Request, exc: BadPod) -> JSONResponse:
+        return JSONResponse({"Error": str(exc)}, status_code=400)
+
+    @app.post("/filter", response_model_by_alias=True)
+    async def filter_(args: ExtenderArgs) -> ExtenderFilterResult:
+        pod = _pod(args)
+        candidates = args.candidates()
+        verdict = await bridge.placer.filter(pod, candidates)
+        log.debug("extender.filter", pod=pod_ref(pod), keep=verdict.keep, why=verdict.message)
+        if args.node_names is None and args.nodes is not None:
+            kept = [n for n in args.nodes.items if _name(n) in verdict.keep]
+            return ExtenderFilterResult(
+                nodes=NodeList(items=kept), failed_and_unresolvable=verdict.unresolvable
+            )
+        return ExtenderFilterResult(
+            node_names=verdict.keep, failed_and_unresolvable=verdict.unresolvable
+        )
+
+    @app.post("/prioritize", response_model_by_alias=True)
+    async def prioritize(args: ExtenderArgs) -> list[HostPriority]:
+        pod = _pod(args)
+        try:
+            chosen = (await bridge.placer.placement_for(pod)).kube_node
+        except (PlacementError, SlurmError):
+            chosen = ""
+        return [
+            HostPriority(host=n, score=MAX_SCORE if n == chosen else 0) for n in args.candidates()
+        ]
+
+    @app.post("/bind", response_model_by_alias=True)
+    async def bind(args: ExtenderBindingArgs) -> ExtenderBindingResult:
+        try:
+            await bridge.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        except (BindError, PlacementError, SlurmError) as exc:
+            pod = f"{args.pod_namespace}/{args.pod_name}"
+            log.warning("extender.bind_refused", pod=pod, error=str(exc))
+            return ExtenderBindingResult(error=str(exc))
+        except ApiError as exc:
+            return ExtenderBindingResult(error=f"apiserver: {exc.status.message}")
+        return ExtenderBindingResult()
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        if bridge.ready:
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "waiting for Slurm"}, status_code=503)
+
+    return app
