@@ -60,6 +60,14 @@ def _name(text: str) -> str:
     return text
 
 
+def _name_list(text: str) -> str:
+    """Partitions and reservations: Slurm takes a comma-separated list and uses the first fit."""
+    names = [item.strip() for item in text.split(",")]
+    if not all(_NAME.fullmatch(name) for name in names):
+        raise ValueError(f"{_NAME_FORM}, or a comma-separated list of such names")
+    return ",".join(names)
+
+
 def _constraints(text: str) -> str:
     if not _CONSTRAINTS.fullmatch(text):
         raise ValueError(_CONSTRAINTS_FORM)
@@ -115,10 +123,10 @@ def slurm_options(annotations: Mapping[str, str] | None) -> SlurmOptions:
     """Parse the bridge annotations of a pod; raises InvalidPodRequest on the first bad one."""
     read = _reader(annotations, "annotation")
     return SlurmOptions(
-        partition=read(keys.PARTITION, _name),
+        partition=read(keys.PARTITION, _name_list),
         account=read(keys.ACCOUNT, _name),
         qos=read(keys.QOS, _name),
-        reservation=read(keys.RESERVATION, _name),
+        reservation=read(keys.RESERVATION, _name_list),
         wckey=read(keys.WCKEY, _name),
         constraints=read(keys.CONSTRAINTS, _constraints),
         priority=read(keys.PRIORITY, _count),

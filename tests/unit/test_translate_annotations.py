@@ -82,7 +82,7 @@ NAME_KEYS = [keys.PARTITION, keys.ACCOUNT, keys.QOS, keys.RESERVATION, keys.WCKE
 
 @pytest.mark.parametrize("key", NAME_KEYS)
 @pytest.mark.parametrize(
-    "bad", ["gpu;rm -rf /", "a b", "x" * 65, "gpü", "$(id)", "a\nb", "a,b", "`id`"]
+    "bad", ["gpu;rm -rf /", "a b", "x" * 65, "gpü", "$(id)", "a\nb", "`id`", "a,b;c"]
 )
 def test_slurm_names_outside_the_safe_charset_are_refused(key: str, bad: str) -> None:
     with pytest.raises(InvalidPodRequest, match=f"annotation {key}=") as raised:
@@ -95,6 +95,25 @@ def test_slurm_names_outside_the_safe_charset_are_refused(key: str, bad: str) ->
 def test_slurm_names_up_to_64_characters_pass_unchanged(key: str) -> None:
     for good in ("gpu-a100_v2.1", "x" * 64):
         assert getattr(slurm_options({key: good}), key.removeprefix(keys.PREFIX)) == good
+
+
+@pytest.mark.parametrize("key", [keys.PARTITION, keys.RESERVATION])
+def test_partitions_and_reservations_may_be_lists_as_slurm_allows(key: str) -> None:
+    options = slurm_options({key: "gpu, gpu-long"})
+    assert getattr(options, key.removeprefix(keys.PREFIX)) == "gpu,gpu-long"
+
+
+@pytest.mark.parametrize("key", [keys.ACCOUNT, keys.QOS, keys.WCKEY])
+def test_single_valued_names_refuse_lists(key: str) -> None:
+    with pytest.raises(InvalidPodRequest, match=f"annotation {key}="):
+        slurm_options({key: "a,b"})
+
+
+@pytest.mark.parametrize("key", [keys.PARTITION, keys.RESERVATION])
+@pytest.mark.parametrize("bad", ["gpu,", ",gpu", "gpu,,cpu", "gpu,c pu"])
+def test_name_lists_need_a_name_between_every_comma(key: str, bad: str) -> None:
+    with pytest.raises(InvalidPodRequest, match="comma-separated list"):
+        slurm_options({key: bad})
 
 
 @pytest.mark.parametrize("good", ["a100", "a100&ib", "[rack1|rack2]", "a100*2", "(a|b)&c",
