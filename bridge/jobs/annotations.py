@@ -14,7 +14,7 @@ from typing import TypeVar
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.timelimit import ACCEPTED as TIME_LIMIT_FORM
-from bridge.jobs.timelimit import parse_time_limit
+from bridge.jobs.timelimit import SLURM_UINT32_MAX, parse_time_limit
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII)
 _NAME_FORM = "a Slurm name: 1-64 characters among letters, digits, '_', '.', '-'"
@@ -24,8 +24,6 @@ _CONSTRAINTS_FORM = (
     "letters, digits and _-.&|,[]()*:! only"
 )
 _COUNT = re.compile(r"[0-9]{1,10}", re.ASCII)
-# Slurm keeps these in 32 bits and reserves the top values (NO_VAL, INFINITE).
-_UINT32_MAX = 2**32 - 3
 
 T = TypeVar("T")
 
@@ -75,8 +73,8 @@ def _constraints(text: str) -> str:
 
 
 def _count(text: str, minimum: int = 0) -> int:
-    if not _COUNT.fullmatch(text) or not minimum <= int(text) <= _UINT32_MAX:
-        raise ValueError(f"a whole number from {minimum} to {_UINT32_MAX}")
+    if not _COUNT.fullmatch(text) or not minimum <= int(text) <= SLURM_UINT32_MAX:
+        raise ValueError(f"a whole number from {minimum} to {SLURM_UINT32_MAX}")
     return int(text)
 
 

@@ -105,7 +105,7 @@ def effective_requests(pod: Pod) -> Requests:
             _add(running, sidecars)
             _raise_to(init_peak, running)
     _raise_to(total, init_peak)
-    pod_level = _requests(spec.resources, "spec") if spec.resources else {}
+    pod_level = _requests(spec.resources, "spec")
     total.update((name, pod_level[name]) for name in _POD_LEVEL if name in pod_level)
     if spec.overhead:
         overhead = {n: str(q) for n, q in spec.overhead.items() if n in RESOURCES}

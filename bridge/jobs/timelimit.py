@@ -4,8 +4,10 @@ import math
 import re
 
 ACCEPTED = "minutes (e.g. 90), or D-HH:MM:SS, D-HH:MM, D-HH, HH:MM:SS or MM:SS"
-# Slurm stores minutes in 32 bits and reserves the top values (NO_VAL, INFINITE).
-MAX_MINUTES = 2**32 - 3
+# Slurm keeps times, priorities and counts in 32 bits, the top values reserved
+# (NO_VAL, INFINITE).
+SLURM_UINT32_MAX = 2**32 - 3
+MAX_MINUTES = SLURM_UINT32_MAX
 
 _WITH_DAYS = re.compile(r"([0-9]+)-([0-9]+)(?::([0-9]+)(?::([0-9]+))?)?", re.ASCII)
 _WITHOUT_DAYS = re.compile(r"([0-9]+)(?::([0-9]+)(?::([0-9]+))?)?", re.ASCII)
