@@ -9,7 +9,8 @@
 #                                          KubeSchedulerConfiguration; prints its port
 #   controlplane.sh stop-scheduler NAME    stop that extra scheduler
 #   controlplane.sh release HOLDER         forget holder HOLDER (a PID given to `up` via
-#                                          SLURMBRIDGE_CP_HOLDER); `down` when none is left
+#                                          SLURMBRIDGE_CP_HOLDER); `down` when none is left.
+#                                          An `up` without that variable holds it until `down`.
 # Fixed ports (all 127.0.0.1, clear of Slurm's 6817-6830 and 7817-7830, below the
 # ephemeral range): etcd 12379 (peer 12380), kube-apiserver 16443, default
 # kube-scheduler 16459, extra schedulers 16460-16479.  State: $CACHE/k8s/run/.
@@ -293,7 +294,8 @@ cmd_up() {
     alive scheduler-default && scheduler_healthy "$SCHEDULER_PORT" || start_default_scheduler
     log "control plane up at $SERVER (kube-apiserver v$K8S_VERSION)"
   fi
-  if [[ -n "${SLURMBRIDGE_CP_HOLDER:-}" ]]; then mkdir -p "$RUN/holders"; : > "$RUN/holders/$SLURMBRIDGE_CP_HOLDER"; fi
+  # Holder: the caller's PID, or "manual" for a person/CI script, which only `down` ends.
+  mkdir -p "$RUN/holders"; : > "$RUN/holders/${SLURMBRIDGE_CP_HOLDER:-manual}"
   write_env
   cat "$RUN/env"
 }
@@ -320,7 +322,8 @@ cmd_release() {
   rm -f "$RUN/holders/$holder"
   for f in "$RUN"/holders/*; do
     [[ -e "$f" ]] || continue
-    if kill -0 "$(basename "$f")" 2>/dev/null; then others=$((others + 1)); else rm -f "$f"; fi
+    f="$(basename "$f")"
+    if [[ "$f" == manual ]] || kill -0 "$f" 2>/dev/null; then others=$((others + 1)); else rm -f "$RUN/holders/$f"; fi
   done
   if (( others )); then log "control plane kept: $others other holder(s) alive"; else down_locked; fi
 }
