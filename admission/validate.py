@@ -39,8 +39,9 @@ def check(
         if owned:
             return Denial(
                 403,
-                f"{_names(owned)} may only be set by slurmbridge itself "
-                f"({settings.bridge_user}): remove them from the pod",
+                f"{_names(owned)} may only be written by slurmbridge itself "
+                f"({settings.bridge_user}): "
+                + ("remove them from the pod" if old is None else "leave them as they are"),
             )
         if old is not None and old.is_bound and changed:
             return Denial(

@@ -329,7 +329,7 @@ async def test_users_cannot_set_bridge_owned_annotations(
 ) -> None:
     pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal", key: "0"})
     message = await denial(client, make_review(pod))
-    assert key in message and "only be set by slurmbridge" in message
+    assert key in message and "only be written by slurmbridge" in message
     response = await post(client, "validate", make_review(pod, username=BRIDGE_USER))
     assert response["allowed"] is True
 
