@@ -2,11 +2,13 @@
 
 A body that is not an AdmissionReview about a pod gets a 400 with the reason:
 the API server then applies the webhook's failurePolicy instead of guessing.
+Deciding has no side effects (register with ``sideEffects: None``), so a
+``dryRun`` request gets exactly the answer a real one would.
 """
 
-import logging
 from typing import Literal
 
+import structlog
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -25,7 +27,7 @@ from admission.scope import (
 )
 from bridge.jobs.translate import job_request_for_pod
 
-log = logging.getLogger("slurmbridge.admission")
+log = structlog.get_logger(__name__)
 
 Endpoint = Literal["mutate", "validate"]
 
@@ -55,21 +57,18 @@ def create_app(
             request = _parse(await http.body())
             response = await _decide(endpoint, request, scope, settings, translate)
         except BadReview as err:
-            log.warning("bad admission review", extra={"endpoint": endpoint, "reason": str(err)})
+            log.warning("admission.bad_review", endpoint=endpoint, reason=str(err))
             return JSONResponse({"error": str(err)}, status_code=400)
         log.info(
-            "admission review",
-            extra={
-                "endpoint": endpoint,
-                "uid": request.uid,
-                "namespace": request.namespace,
-                "name": request.name,
-                "operation": request.operation,
-                "dry_run": request.dry_run,
-                "allowed": response.allowed,
-                "reason": response.status.message if response.status else None,
-                "patched": response.patch is not None,
-            },
+            "admission.review",
+            endpoint=endpoint,
+            uid=request.uid,
+            pod=f"{request.namespace}/{request.name}",
+            operation=request.operation,
+            dry_run=request.dry_run,
+            allowed=response.allowed,
+            reason=response.status.message if response.status else None,
+            patched=response.patch is not None,
         )
         return JSONResponse(AdmissionReview(response=response).to_wire())
 
@@ -120,7 +119,7 @@ async def _decide(
     settings: AdmissionSettings,
     translate: validate.PodTranslator,
 ) -> AdmissionResponse:
-    """One review's answer.  ``dryRun`` changes nothing: deciding has no side effects."""
+    """One review's answer."""
     if (request.resource.group, request.resource.resource) != ("", "pods"):
         raise BadReview(f"this webhook only reviews pods, got {request.resource.resource!r}")
     # Sub-resources (binding, status, eviction) and deletions are the bridge's own business.
@@ -131,7 +130,7 @@ async def _decide(
     try:
         in_scope = await scope.includes(request.namespace, pod)
     except NamespaceLookupError as err:
-        log.error("namespace lookup failed", extra={"uid": request.uid, "reason": str(err)})
+        log.error("admission.namespace_lookup_failed", uid=request.uid, reason=str(err))
         warning = f"slurmbridge could not check whether this namespace is enrolled: {err}"
         return AdmissionResponse.allow(request.uid, warnings=[warning])
     if not in_scope:
@@ -149,7 +148,9 @@ async def _decide(
         return AdmissionResponse.deny(request.uid, 422, str(err))
 
 
-def server_config(settings: AdmissionSettings) -> uvicorn.Config:
+def server_config(
+    settings: AdmissionSettings, namespace_lookup: NamespaceLabels | None = None
+) -> uvicorn.Config:
     """The uvicorn configuration serving the webhook; refuses to go without TLS."""
     cert, key = settings.tls_cert_file, settings.tls_key_file
     if cert is None or key is None:
@@ -161,7 +162,7 @@ def server_config(settings: AdmissionSettings) -> uvicorn.Config:
     if missing:
         raise TLSConfigError(f"TLS file(s) not found: {', '.join(missing)}")
     return uvicorn.Config(
-        create_app(settings),
+        create_app(settings, namespace_lookup),
         host=settings.host,
         port=settings.port,
         ssl_certfile=str(cert),
@@ -169,6 +170,6 @@ def server_config(settings: AdmissionSettings) -> uvicorn.Config:
     )
 
 
-def serve(settings: AdmissionSettings) -> None:
+def serve(settings: AdmissionSettings, namespace_lookup: NamespaceLabels | None = None) -> None:
     """Run the webhook over HTTPS until stopped."""
-    uvicorn.Server(server_config(settings)).run()
+    uvicorn.Server(server_config(settings, namespace_lookup)).run()

@@ -16,6 +16,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from admission.config import AdmissionSettings
+
 CONFIG_FILE_ENV: Final = "SLURMBRIDGE_CONFIG_FILE"
 
 
@@ -64,6 +66,7 @@ class Settings(BaseSettings):
     kube: KubeSettings = KubeSettings()
     placement: PlacementSettings = PlacementSettings()
     extender: ServeSettings = ServeSettings()
+    admission: AdmissionSettings = AdmissionSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.slurm",
     "tests.fixtures.kube",
+    "tests.fixtures.bridge",
 ]

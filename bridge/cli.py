@@ -1,0 +1,60 @@
+"""``slurmbridge``: run the parts of the bridge and look at what it is doing."""
+
+import os
+from pathlib import Path
+
+import click
+import uvicorn
+from pydantic import ValidationError
+
+from admission.app import TLSConfigError, serve
+from bridge import logs
+from bridge.config import CONFIG_FILE_ENV, Settings
+from bridge.runtime import Bridge
+from extender.app import create_app
+
+
+def load_settings(config: Path | None) -> Settings:
+    if config is not None:
+        os.environ[CONFIG_FILE_ENV] = str(config)
+    try:
+        return Settings()
+    except (ValidationError, ValueError) as exc:
+        raise click.ClickException(f"invalid settings: {exc}") from exc
+
+
+@click.group()
+@click.option(
+    "--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML settings file (environment variables SLURMBRIDGE_* override it).",
+)
+@click.option("--log-level", default="info", show_default=True)
+@click.pass_context
+def main(ctx: click.Context, config: Path | None, log_level: str) -> None:
+    """Let a Slurm controller place selected Kubernetes pods."""
+    logs.configure(log_level)
+    ctx.obj = config
+
+
+@main.command()
+@click.pass_obj
+def extender(config: Path | None) -> None:
+    """Serve the kube-scheduler extender (filter, prioritize, bind) and the Slurm poller."""
+    settings = load_settings(config)
+    app = create_app(Bridge(settings))
+    uvicorn.run(app, host=settings.extender.host, port=settings.extender.port, log_config=None)
+
+
+@main.command()
+@click.pass_obj
+def webhook(config: Path | None) -> None:
+    """Serve the mutating and validating admission webhooks (HTTPS)."""
+    settings = load_settings(config)
+    try:
+        serve(settings.admission)
+    except TLSConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+if __name__ == "__main__":
+    main()

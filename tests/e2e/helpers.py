@@ -1,0 +1,82 @@
+"""Small helpers shared by the end-to-end tests: pod manifests and Slurm's own view."""
+
+import re
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from bridge.slurm.allocation import expand_nodes, gpu_indices
+from tests.fixtures.kube import wait_for
+from tests.fixtures.slurm import SlurmTarget
+
+_DETAIL = re.compile(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\d+ GRES=(\S*)")
+
+
+def pod_manifest(
+    name: str,
+    *,
+    scheduler: bool = True,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    gpus: int = 0,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> Pod:
+    limits: dict[str, Any] = {"cpu": cpu, "memory": memory}
+    if gpus:
+        limits[keys.GPU_RESOURCE] = str(gpus)
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"],
+                        "resources": {"requests": dict(limits), "limits": limits}}],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if scheduler:
+        spec["schedulerName"] = keys.SCHEDULER_NAME
+    return Pod.from_dict({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+        "spec": spec,
+    })
+
+
+async def wait_bound(kube: AsyncClient, ns: str, name: str, timeout: float = 90) -> Pod:  # noqa: ASYNC109
+    async def bound() -> Pod | None:
+        pod = await kube.get(Pod, name, namespace=ns)
+        return pod if pod.spec and pod.spec.nodeName else None
+
+    result: Pod = await wait_for(bound, timeout, interval=0.5, what=f"pod {ns}/{name} bound")
+    return result
+
+
+def slurm_job_view(slurm: SlurmTarget, job_id: int | str) -> dict[str, Any]:
+    """What `scontrol show job -d` says: name, state, nodes and GPU indices per node."""
+    line = slurm.admin("scontrol", "show", "job", "-d", "-o", str(job_id)).strip()
+    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    gpus: dict[str, tuple[int, ...]] = {}
+    for nodes, gres in _DETAIL.findall(line):
+        for node in expand_nodes(nodes):
+            gpus[node] = gpu_indices(gres) if gres else ()
+    return {
+        "name": fields.get("JobName", ""),
+        "state": fields.get("JobState", ""),
+        "nodes": expand_nodes(fields.get("NodeList", "")) if fields.get("NodeList") != "(null)"
+        else (),
+        "gpus": gpus,
+        "reason": fields.get("Reason", ""),
+    }
+
+
+def gpu_holders(slurm: SlurmTarget) -> dict[tuple[str, int], list[str]]:
+    """(Slurm node, GPU index) → running job ids, from `scontrol show job -d -o`."""
+    holders: dict[tuple[str, int], list[str]] = {}
+    for line in slurm.admin("scontrol", "show", "job", "-d", "-o").splitlines():
+        if "JobState=RUNNING" not in line:
+            continue
+        job_id = line.split()[0].removeprefix("JobId=")
+        for nodes, gres in _DETAIL.findall(line):
+            for node in expand_nodes(nodes):
+                for idx in gpu_indices(gres) if gres else ():
+                    holders.setdefault((node, idx), []).append(job_id)
+    return holders

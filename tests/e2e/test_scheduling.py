@@ -1,0 +1,38 @@
+"""A researcher's pods scheduled through Slurm, end to end."""
+
+import pytest
+from lightkube import AsyncClient
+
+from bridge import keys
+from tests.e2e.helpers import pod_manifest, slurm_job_view, wait_bound
+from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_pods_appear_in_squeue_and_bind_where_slurm_allocated(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    plain = await make_e2e_namespace(kube, "plain")
+    enrolled = await make_e2e_namespace(kube, "enrolled", enrolled=True)
+    e2e_namespaces += [plain, enrolled]
+    await kube.create(pod_manifest("named", cpu="2", memory="2Gi"), namespace=plain)
+    await kube.create(
+        pod_manifest("unnamed", scheduler=False, cpu="4", memory="8Gi", gpus=2), namespace=enrolled
+    )
+    for ns, name, gpus in ((plain, "named", 0), (enrolled, "unnamed", 2)):
+        pod = await wait_bound(kube, ns, name)
+        assert pod.spec is not None and pod.metadata is not None
+        assert pod.spec.schedulerName == keys.SCHEDULER_NAME
+        ann = pod.metadata.annotations or {}
+        job = slurm_job_view(bridge_stack.slurm, ann[keys.JOB_ID])
+        assert job["name"] == f"k8s:{ns}/{name}"
+        assert job["state"] == "RUNNING"
+        slurm_node = bridge_stack.slurm_node_of(pod.spec.nodeName or "")
+        assert job["nodes"] == (slurm_node,)
+        assert ann[keys.SLURM_NODE] == slurm_node
+        expected_gpus = ",".join(map(str, job["gpus"].get(slurm_node, ())))
+        assert ann[keys.GPU_IDS] == expected_gpus
+        assert len(job["gpus"].get(slurm_node, ())) == gpus
+        squeue = bridge_stack.slurm.admin("squeue", "-h", "-o", "%i %j")
+        assert f"{ann[keys.JOB_ID]} k8s:{ns}/{name}" in squeue
