@@ -19,12 +19,12 @@ class NamespaceLookupError(RuntimeError):
     """The labels of a namespace could not be read (API unreachable, RBAC)."""
 
 
-def kube_namespace_labels() -> NamespaceLabels:
-    """A lookup reading labels from the API server (in-cluster config or kubeconfig).
+def kube_namespace_labels(client: AsyncClient | None = None) -> NamespaceLabels:
+    """A lookup reading labels from the API server through ``client``.
 
-    The client is created on first use, so building the app needs no cluster access.
+    Without one, a client (in-cluster config or ``$KUBECONFIG``) is created on
+    first use, so building the app needs no cluster access.
     """
-    client: AsyncClient | None = None
 
     async def lookup(name: str) -> Mapping[str, str]:
         nonlocal client

@@ -12,13 +12,18 @@ from typing import Any
 import httpx
 import jsonpatch
 import pytest
+import respx
+import structlog
 import trustme
 import uvicorn
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import KubeConfig
 from lightkube.models.core_v1 import Pod
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from admission.app import TLSConfigError, create_app, server_config
 from admission.config import AdmissionSettings, NamespacePolicy
-from admission.scope import NamespaceLookupError
+from admission.scope import CachedNamespaceLabels, NamespaceLookupError, kube_namespace_labels
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
 
@@ -65,6 +70,7 @@ def make_review(
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "name": (pod or old or {}).get("metadata", {}).get("name", ""),
             "namespace": ns,
             "operation": operation,
             "userInfo": {"username": username, "groups": ["system:authenticated"]},
@@ -508,3 +514,95 @@ async def test_serves_https(tmp_path: Path, unused_tcp_port: int) -> None:
     finally:
         server.should_exit = True
         await task
+
+
+# --- pieces --------------------------------------------------------------------------------
+
+
+async def test_patch_paths_escape_annotation_keys(client: httpx.AsyncClient) -> None:
+    pod = make_pod(annotations={}, containers=[gpu_container("a", limits="1")])
+    response = await post(client, "mutate", make_review(pod))
+    paths = [op["path"] for op in json.loads(base64.b64decode(response["patch"]))]
+    assert "/metadata/annotations/slurmbridge.io~1gpus" in paths
+    assert "/spec/containers/0/resources/limits/nvidia.com~1gpu" in paths
+
+
+async def test_missing_metadata_is_created(client: httpx.AsyncClient) -> None:
+    pod = make_pod(schedulerName=keys.SCHEDULER_NAME, containers=[gpu_container("a", limits="1")])
+    del pod["metadata"]
+    out = await mutated(client, pod, namespace="team-a")
+    assert out["metadata"] == {"annotations": {keys.GPUS: "1"}}
+
+
+async def test_decisions_are_logged_with_fields(client: httpx.AsyncClient) -> None:
+    with structlog.testing.capture_logs() as logs:
+        await post(client, "validate", make_review(make_pod(annotations={keys.JOB_ID: "1"})))
+    (entry,) = [e for e in logs if e["event"] == "admission.review"]
+    assert (entry["uid"], entry["pod"], entry["allowed"]) == ("review-1", "team-a/train", False)
+    assert keys.JOB_ID in entry["reason"]
+
+
+async def test_label_cache_expires() -> None:
+    now = [0.0]
+    labels = FakeLabels({"ns": {"a": "b"}})
+    cached = CachedNamespaceLabels(labels, ttl=30, clock=lambda: now[0])
+    assert await cached("ns") == {"a": "b"}
+    now[0] = 29.0
+    await cached("ns")
+    now[0] = 31.0
+    await cached("ns")
+    assert labels.calls == ["ns", "ns"]
+
+
+@respx.mock
+async def test_kube_namespace_labels() -> None:
+    config = KubeConfig.from_dict(
+        {
+            "clusters": [{"name": "c", "cluster": {"server": "http://k8s"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "x",
+        }
+    )
+    lookup = kube_namespace_labels(AsyncClient(config=config))
+    base = "http://k8s/api/v1/namespaces"
+    respx.get(f"{base}/labelled").respond(
+        json={
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "labelled", "labels": {"x": "y"}},
+        }
+    )
+    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "m"}
+    respx.get(f"{base}/gone").respond(404, json={**status, "code": 404, "reason": "NotFound"})
+    respx.get(f"{base}/denied").respond(403, json={**status, "code": 403, "reason": "Forbidden"})
+    assert await lookup("labelled") == {"x": "y"}
+    assert await lookup("gone") == {}
+    with pytest.raises(NamespaceLookupError, match="denied"):
+        await lookup("denied")
+
+
+async def test_kube_namespace_labels_without_cluster_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(NamespaceLookupError):
+        await kube_namespace_labels()("default")
+
+
+def test_settings_nest_under_the_product_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Product(BaseSettings):
+        model_config = SettingsConfigDict(env_prefix="SLURMBRIDGE_", env_nested_delimiter="__")
+        admission: AdmissionSettings = AdmissionSettings()
+
+    monkeypatch.setenv("SLURMBRIDGE_ADMISSION__ENROLLED_NAMESPACES", '["ml"]')
+    monkeypatch.setenv("SLURMBRIDGE_ADMISSION__POLICIES", '{"ml": {"accounts": ["ai"]}}')
+    monkeypatch.setenv("SLURMBRIDGE_ADMISSION__BRIDGE_NAMESPACE", "hpc")
+    settings = Product().admission
+    assert settings.enrolled_namespaces == ["ml"]
+    assert settings.policy_for("ml").accounts == ["ai"]
+    assert settings.policy_for("other") == NamespacePolicy()
+    assert settings.bridge_user == "system:serviceaccount:hpc:slurmbridge"
+    assert settings.excluded_namespaces == {"kube-system", "hpc"}
