@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2  # lightkube's HTTP client
 import jsonpatch
 import pytest
-import respx
 import structlog
 import trustme
 import uvicorn
@@ -554,8 +554,18 @@ async def test_label_cache_expires() -> None:
     assert labels.calls == ["ns", "ns"]
 
 
-@respx.mock
 async def test_kube_namespace_labels() -> None:
+    def api(request: httpx2.Request) -> httpx2.Response:
+        name = request.url.path.rsplit("/", 1)[-1]
+        if name == "labelled":
+            meta = {"name": name, "labels": {"x": "y"}}
+            return httpx2.Response(
+                200, json={"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+            )
+        code = {"gone": 404, "denied": 403}[name]
+        status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code}
+        return httpx2.Response(code, json={**status, "message": f"namespace {name}"})
+
     config = KubeConfig.from_dict(
         {
             "clusters": [{"name": "c", "cluster": {"server": "http://k8s"}}],
@@ -564,18 +574,8 @@ async def test_kube_namespace_labels() -> None:
             "current-context": "x",
         }
     )
-    lookup = kube_namespace_labels(AsyncClient(config=config))
-    base = "http://k8s/api/v1/namespaces"
-    respx.get(f"{base}/labelled").respond(
-        json={
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": "labelled", "labels": {"x": "y"}},
-        }
-    )
-    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "m"}
-    respx.get(f"{base}/gone").respond(404, json={**status, "code": 404, "reason": "NotFound"})
-    respx.get(f"{base}/denied").respond(403, json={**status, "code": 403, "reason": "Forbidden"})
+    client = AsyncClient(config=config, transport=httpx2.MockTransport(api))
+    lookup = kube_namespace_labels(client)
     assert await lookup("labelled") == {"x": "y"}
     assert await lookup("gone") == {}
     with pytest.raises(NamespaceLookupError, match="denied"):
