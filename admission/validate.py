@@ -18,6 +18,8 @@ PodTranslator = Callable[[Pod], object]
 
 @dataclass(frozen=True, slots=True)
 class Denial:
+    """A refusal: HTTP-style ``code`` and the message ``kubectl`` shows the user."""
+
     code: int
     message: str
 
@@ -73,9 +75,9 @@ def _policy(
     policy = settings.policy_for(namespace)
     for key in checked:
         allowed = policy.allowed(key)
-        value = annotations.get(key)
         if not allowed:
             continue
+        value = annotations.get(key)
         if value is None:
             return Denial(
                 403,
@@ -96,7 +98,8 @@ def _translation(request: AdmissionRequest, translate: PodTranslator) -> Denial 
     """Refuse what the pod → Slurm job translation would refuse later, with its message."""
     raw: dict[str, Any] = dict(request.object or {})
     # The API server may leave metadata.namespace empty on CREATE; the request carries it.
-    raw["metadata"] = {"namespace": request.namespace, **(raw.get("metadata") or {})}
+    meta = raw.get("metadata") or {}
+    raw["metadata"] = {**meta, "namespace": meta.get("namespace") or request.namespace}
     try:
         translate(cast(Pod, Pod.from_dict(raw)))
     except InvalidPodRequest as err:

@@ -25,11 +25,13 @@ json_scalars = (
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8)
 )
+# Keys of the real format (and one random) make random trees reach deeper into the parser.
+json_keys = st.sampled_from(
+    ["apiVersion", "kind", "request", "uid", "object", "spec", "containers", "metadata"]
+) | st.text(max_size=4)
 json_trees = st.recursive(
     json_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(json_keys, inner, max_size=4),
     max_leaves=8,
 )
 
