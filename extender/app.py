@@ -110,6 +110,9 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
             return ExtenderBindingResult(error=str(exc))
         except ApiError as exc:
             return ExtenderBindingResult(error=f"apiserver: {exc.status.message}")
+        except Exception as exc:  # the apiserver unreachable, or a bug: answer, don't 500
+            log.exception("extender.bind_failed", pod=f"{args.pod_namespace}/{args.pod_name}")
+            return ExtenderBindingResult(error=f"bind failed: {exc!r}")
         return ExtenderBindingResult()
 
     @app.get("/healthz")

@@ -96,3 +96,5 @@ class PodNotifier:
             await work
         except ApiError as exc:  # the pod may be gone; the next change writes again
             log.info("notify.skipped", status=exc.status.code, error=exc.status.message)
+        except Exception as exc:  # apiserver away: the condition is rewritten on the next change
+            log.warning("notify.failed", error=repr(exc))

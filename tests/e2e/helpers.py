@@ -4,7 +4,7 @@ import re
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Event, Pod
 
 from bridge import keys
 from bridge.slurm.allocation import expand_nodes, gpu_indices
@@ -80,3 +80,13 @@ def gpu_holders(slurm: SlurmTarget) -> dict[tuple[str, int], list[str]]:
                 for idx in gpu_indices(gres) if gres else ():
                     holders.setdefault((node, idx), []).append(job_id)
     return holders
+
+
+async def pod_events(kube: AsyncClient, ns: str, name: str) -> list[tuple[str, str]]:
+    """(reason, message) of the pod's events, as `kubectl describe pod` lists them."""
+    found = []
+    async for event in kube.list(
+        Event, namespace=ns, fields={"involvedObject.name": name}
+    ):
+        found.append((event.reason or "", event.message or ""))
+    return found

@@ -1,0 +1,45 @@
+"""The webhook's rejections reach the person creating the pod, with their message."""
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+
+from bridge import keys
+from tests.e2e.helpers import pod_manifest
+from tests.fixtures.bridge import (
+    ALLOWED_ACCOUNTS,
+    RESTRICTED_NS,
+    BridgeStack,
+    make_e2e_namespace,
+)
+from tests.fixtures.kube import delete_namespace
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_spoofed_bridge_annotation_is_rejected(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    ns = await make_e2e_namespace(kube, "spoof")
+    e2e_namespaces.append(ns)
+    pod = pod_manifest("spoof", annotations={keys.GPU_IDS: "0,1,2,3"})
+    with pytest.raises(ApiError) as err:
+        await kube.create(pod, namespace=ns)
+    assert keys.GPU_IDS in err.value.status.message
+
+
+async def test_account_outside_namespace_policy_is_rejected(
+    bridge_stack: BridgeStack, kube: AsyncClient
+) -> None:
+    await delete_namespace(kube, RESTRICTED_NS)
+    ns = await make_e2e_namespace(kube, "", name=RESTRICTED_NS)
+    try:
+        pod = pod_manifest("chem", annotations={keys.ACCOUNT: "chemistry"})
+        with pytest.raises(ApiError) as err:
+            await kube.create(pod, namespace=ns)
+        message = err.value.status.message
+        assert "chemistry" in message and ALLOWED_ACCOUNTS[0] in message
+        allowed = pod_manifest("phys", annotations={keys.ACCOUNT: ALLOWED_ACCOUNTS[0]})
+        await kube.create(allowed, namespace=ns)
+    finally:
+        await delete_namespace(kube, ns)

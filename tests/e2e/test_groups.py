@@ -1,0 +1,43 @@
+"""A pod group is one Slurm job: all members bind together, each to its own node."""
+
+import asyncio
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from tests.e2e.helpers import pod_manifest, slurm_job_view, wait_bound
+from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_four_pod_group_binds_all_or_none(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    slurm = bridge_stack.slurm
+    ns = await make_e2e_namespace(kube, "group")
+    e2e_namespaces.append(ns)
+    # An admin's job holds a whole node: a 4-node job cannot start until it ends.
+    blocker = slurm.admin(
+        "sbatch", "--parsable", "--exclusive", "-w", "node1", "-o", "/dev/null",
+        "--wrap", "sleep 900",
+    ).strip()
+    labels = {keys.GROUP: "train", keys.GROUP_SIZE: "4"}
+    try:
+        for i in range(4):
+            await kube.create(pod_manifest(f"worker-{i}", cpu="2", labels=labels), namespace=ns)
+        await asyncio.sleep(8)
+        pods = [await kube.get(Pod, f"worker-{i}", namespace=ns) for i in range(4)]
+        assert not [p for p in pods if p.spec and p.spec.nodeName], "bound before allocation"
+    finally:
+        slurm.admin("scancel", blocker)
+    bound = [await wait_bound(kube, ns, f"worker-{i}", timeout=90) for i in range(4)]
+    job_ids = {(p.metadata.annotations or {})[keys.JOB_ID] for p in bound if p.metadata}
+    assert len(job_ids) == 1
+    job = slurm_job_view(slurm, job_ids.pop())
+    assert job["name"] == f"k8s:{ns}/train"
+    assert len(job["nodes"]) == 4
+    slurm_nodes = [bridge_stack.slurm_node_of(p.spec.nodeName or "") for p in bound if p.spec]
+    assert sorted(slurm_nodes) == sorted(job["nodes"])

@@ -1,0 +1,90 @@
+"""Pods and native Slurm jobs share 4 nodes; Slurm stays the only GPU allocator."""
+
+import asyncio
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from tests.e2e.helpers import gpu_holders, pod_events, pod_manifest, slurm_job_view
+from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
+from tests.fixtures.kube import wait_for
+
+pytestmark = pytest.mark.e2e
+
+GPU_PODS, CPU_PODS = 10, 20
+GPU_JOBS, CPU_JOBS = 10, 20
+
+
+async def _bound(kube: AsyncClient, ns: str) -> dict[str, Pod]:
+    return {
+        p.metadata.name: p
+        async for p in kube.list(Pod, namespace=ns)
+        if p.metadata and p.metadata.name and p.spec and p.spec.nodeName
+    }
+
+
+async def test_mixed_load_never_shares_a_gpu_and_pending_pods_say_why(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    slurm = bridge_stack.slurm
+    ns = await make_e2e_namespace(kube, "mixed")
+    e2e_namespaces.append(ns)
+    native = [
+        slurm.admin("sbatch", "--parsable", "-J", "native-gpu", "--gres=gpu:2", "-c", "4",
+                    "-o", "/dev/null", "--wrap", "sleep 900").strip()
+        for _ in range(GPU_JOBS)
+    ] + [
+        slurm.admin("sbatch", "--parsable", "-J", "native-cpu", "-c", "8",
+                    "-o", "/dev/null", "--wrap", "sleep 900").strip()
+        for _ in range(CPU_JOBS)
+    ]
+    try:
+        # 32 GPUs in all: native jobs take 20, so only 6 of the 10 two-GPU pods fit.
+        for i in range(GPU_PODS):
+            await kube.create(pod_manifest(f"gpu-{i}", cpu="1", gpus=2), namespace=ns)
+        for i in range(CPU_PODS):
+            await kube.create(pod_manifest(f"cpu-{i}", cpu="2"), namespace=ns)
+
+        samples = 0
+        async def settled() -> bool:
+            nonlocal samples
+            shared = {k: v for k, v in gpu_holders(slurm).items() if len(v) > 1}
+            samples += 1
+            assert not shared, f"GPU indices held by two jobs: {shared}"
+            return len(await _bound(kube, ns)) >= CPU_PODS + 6
+
+        await wait_for(settled, 120, interval=0.5, what="all pods that fit to be bound")
+        await asyncio.sleep(3)  # nothing else may bind while the native jobs hold the GPUs
+        bound = await _bound(kube, ns)
+        assert len(bound) == CPU_PODS + 6, sorted(bound)
+        waiting = sorted(f"gpu-{i}" for i in range(GPU_PODS) if f"gpu-{i}" not in bound)
+        assert len(waiting) == 4
+        for name in waiting:
+            events = await wait_for(
+                lambda n=name: pod_events(kube, ns, n), 30, what=f"events of {name}"
+            )
+            assert any(
+                r == "SlurmPending" and ("reason Resources" in m or "reason Priority" in m)
+                for r, m in events
+            ), events
+            pod = await kube.get(Pod, name, namespace=ns)
+            conditions = {c.type: c for c in (pod.status.conditions or [])} if pod.status else {}
+            assert conditions[keys.POD_CONDITION_SLURM].status == "False"
+    finally:
+        slurm.admin("scancel", *native)
+
+    async def all_bound() -> bool:
+        shared = {k: v for k, v in gpu_holders(slurm).items() if len(v) > 1}
+        assert not shared, f"GPU indices held by two jobs: {shared}"
+        return len(await _bound(kube, ns)) == GPU_PODS + CPU_PODS
+
+    await wait_for(all_bound, 120, interval=0.5, what="the waiting pods to be bound")
+    assert samples > 3
+    for pod in (await _bound(kube, ns)).values():
+        assert pod.metadata is not None and pod.spec is not None
+        ann = pod.metadata.annotations or {}
+        job = slurm_job_view(slurm, ann[keys.JOB_ID])
+        assert job["state"] == "RUNNING"
+        assert bridge_stack.slurm_node_of(pod.spec.nodeName or "") in job["nodes"]

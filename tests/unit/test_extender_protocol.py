@@ -1,0 +1,108 @@
+"""The extender's HTTP surface: exact protocol keys, and no 5xx whatever the body."""
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge.config import Settings, SlurmSettings
+from bridge.runtime import Bridge
+from extender.app import create_app
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+# Nothing listens on port 9: Slurm and the apiserver are unreachable, the worst case.
+DEAD = "127.0.0.1:9"
+
+
+@pytest.fixture(scope="module")
+def dead_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("kube") / "config"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": f"https://{DEAD}",
+                                                "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "x", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+    }))
+    return path
+
+
+@pytest.fixture(scope="module")
+async def client(dead_kubeconfig: Path) -> AsyncIterator[httpx.AsyncClient]:
+    cfg = Settings(
+        slurm=SlurmSettings(url=f"http://{DEAD}", token="t", retries=0, timeout_seconds=1),
+        kube={"kubeconfig": dead_kubeconfig},
+    )
+    app = create_app(Bridge(cfg), manage_lifecycle=False)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://extender") as c:
+        yield c
+
+
+def _pod() -> dict[str, Any]:
+    return {"metadata": {"name": "p", "namespace": "ns", "uid": str(uuid.uuid4())},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+
+async def test_filter_speaks_pascal_case_and_names_the_slurm_problem(
+    client: httpx.AsyncClient,
+) -> None:
+    resp = await client.post("/filter", json={"Pod": _pod(), "NodeNames": ["a", "b"]})
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["NodeNames"] == []
+    assert set(body["FailedAndUnresolvableNodes"]) == {"a", "b"}
+    assert "slurmrestd" in body["FailedAndUnresolvableNodes"]["a"]
+    assert set(body) >= {"NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+
+
+async def test_prioritize_is_a_bare_list_of_host_scores(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/prioritize", json={"Pod": _pod(), "NodeNames": ["a"]})
+    assert resp.status_code == 200
+    assert resp.json() == [{"Host": "a", "Score": 0}]
+
+
+async def test_bind_reports_an_unreachable_apiserver_in_error(client: httpx.AsyncClient) -> None:
+    args = {"PodName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": "n"}
+    resp = await client.post("/bind", json=args)
+    assert resp.status_code == 200
+    assert resp.json()["Error"]
+
+
+async def test_pod_without_identity_is_a_400(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/filter", json={"Pod": {"spec": {"containers": []}}, "NodeNames": ["a"]})
+    assert resp.status_code == 400
+    assert "metadata.uid" in resp.json()["Error"]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda kids: st.lists(kids, max_size=4)
+    | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+    max_leaves=12,
+)
+protocol_keys = st.sampled_from(
+    ["Pod", "Nodes", "NodeNames", "PodName", "PodNamespace", "PodUID", "Node", "metadata"]
+)
+shaped = st.dictionaries(protocol_keys, json_values, max_size=6)
+raw = st.binary(max_size=64) | json_values.map(lambda v: json.dumps(v).encode()) | shaped.map(
+    lambda v: json.dumps(v).encode()
+)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(verb=st.sampled_from(["filter", "prioritize", "bind"]), body=raw)
+async def test_random_bodies_never_get_a_5xx(
+    client: httpx.AsyncClient, verb: str, body: bytes
+) -> None:
+    headers = {"content-type": "application/json"}
+    resp = await client.post(f"/{verb}", content=body, headers=headers)
+    assert resp.status_code < 500, resp.text
