@@ -78,7 +78,8 @@ async def test_bind_reports_an_unreachable_apiserver_in_error(client: httpx.Asyn
 
 
 async def test_pod_without_identity_is_a_400(client: httpx.AsyncClient) -> None:
-    resp = await client.post("/filter", json={"Pod": {"spec": {"containers": []}}, "NodeNames": ["a"]})
+    body = {"Pod": {"spec": {"containers": []}}, "NodeNames": ["a"]}
+    resp = await client.post("/filter", json=body)
     assert resp.status_code == 400
     assert "metadata.uid" in resp.json()["Error"]
 
