@@ -8,8 +8,10 @@ import uvicorn
 from pydantic import ValidationError
 
 from admission.app import TLSConfigError, serve
+from admission.scope import kube_namespace_labels
 from bridge import logs
 from bridge.config import CONFIG_FILE_ENV, Settings
+from bridge.kube.client import kube_client
 from bridge.runtime import Bridge
 from extender.app import create_app
 
@@ -51,7 +53,8 @@ def webhook(config: Path | None) -> None:
     """Serve the mutating and validating admission webhooks (HTTPS)."""
     settings = load_settings(config)
     try:
-        serve(settings.admission)
+        labels = kube_namespace_labels(kube_client(settings.kube.kubeconfig))
+        serve(settings.admission, namespace_lookup=labels)
     except TLSConfigError as exc:
         raise click.ClickException(str(exc)) from exc
 
