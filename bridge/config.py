@@ -52,6 +52,18 @@ class PlacementSettings(BaseModel):
     node_refresh_seconds: float = Field(15.0, gt=0, description="Kubernetes Node list refresh")
 
 
+class ControllerSettings(BaseModel):
+    enabled: bool = Field(True, description="run the lifecycle and node controllers (leader only)")
+    interval_seconds: float = Field(2.0, gt=0, description="reconcile period")
+    orphan_grace_seconds: float = Field(
+        30.0, ge=0, description="a job whose pod never appears is cancelled after this"
+    )
+    lease_namespace: str = Field("slurmbridge-system", description="namespace of the Lease")
+    lease_name: str = "slurmbridge-controllers"
+    lease_seconds: int = Field(15, ge=3, description="leader lease duration")
+    identity: str | None = Field(None, description="leader identity; default hostname_pid")
+
+
 class ServeSettings(BaseModel):
     host: str = "0.0.0.0"
     port: int = Field(8888, ge=1, le=65535)
@@ -65,6 +77,7 @@ class Settings(BaseSettings):
     slurm: SlurmSettings = SlurmSettings()
     kube: KubeSettings = KubeSettings()
     placement: PlacementSettings = PlacementSettings()
+    controllers: ControllerSettings = ControllerSettings()
     extender: ServeSettings = ServeSettings()
     admission: AdmissionSettings = AdmissionSettings()
 

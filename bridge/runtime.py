@@ -9,6 +9,9 @@ from lightkube.resources.core_v1 import Node, Pod
 from bridge import keys
 from bridge.binding.binder import Binder
 from bridge.config import Settings
+from bridge.controllers.leader import LeaderElector
+from bridge.controllers.lifecycle import Lifecycle
+from bridge.controllers.nodesync import NodeSync
 from bridge.kube.client import kube_client
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
@@ -41,6 +44,15 @@ class Bridge:
             resync_interval=p.resync_interval_seconds,
             reasons_per_cycle=p.reasons_per_cycle,
         )
+        c = settings.controllers
+        self.lifecycle = Lifecycle(
+            self.kube, self.slurm, self.index, orphan_grace=c.orphan_grace_seconds
+        )
+        self.nodesync = NodeSync(self.kube, self.slurm, self.nodes)
+        self.elector = LeaderElector(
+            self.kube, namespace=c.lease_namespace, name=c.lease_name,
+            identity=c.identity, lease_seconds=c.lease_seconds,
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     async def _job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
@@ -54,6 +66,19 @@ class Bridge:
             asyncio.create_task(self.poller.run(), name="poller"),
             asyncio.create_task(self._node_loop(), name="nodes"),
         ]
+        if self.settings.controllers.enabled:
+            self._tasks.append(asyncio.create_task(self.elector.run(self._lead), name="leader"))
+
+    async def _lead(self) -> None:
+        """The controllers' loop, run only while this process holds the lease."""
+        while True:
+            if self.poller.healthy:  # act on nothing uncertain: Slurm's view must be fresh
+                for name, step in (("lifecycle", self.lifecycle), ("nodesync", self.nodesync)):
+                    try:
+                        await step.reconcile_once()
+                    except Exception as exc:
+                        log.warning("controller.failed", controller=name, error=repr(exc))
+            await asyncio.sleep(self.settings.controllers.interval_seconds)
 
     async def stop(self) -> None:
         for task in self._tasks:

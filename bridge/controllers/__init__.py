@@ -1,0 +1,1 @@
+"""Controllers that keep Kubernetes and Slurm in step; they act only while leader."""

@@ -1,0 +1,116 @@
+"""Leader election through a coordination.k8s.io Lease.
+
+Only the holder of the lease runs the controllers (anything that acts on its
+own: cancelling, evicting, draining).  Extender replicas serve filter and bind
+without it.  Takeover uses the Lease's resourceVersion, so two candidates
+can never both believe they lead for longer than one renew period.
+"""
+
+import asyncio
+import os
+import socket
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+
+log = structlog.get_logger(__name__)
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}_{os.getpid()}"
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        kube: AsyncClient,
+        *,
+        namespace: str,
+        name: str = "slurmbridge-controllers",
+        identity: str | None = None,
+        lease_seconds: int = 15,
+    ) -> None:
+        self._kube = kube
+        self._namespace = namespace
+        self._name = name
+        self.identity = identity or default_identity()
+        self._lease_seconds = lease_seconds
+        self.is_leader = False
+
+    async def try_acquire(self) -> bool:
+        """One attempt to take or renew the lease; returns whether we lead now."""
+        now = datetime.now(UTC)
+        try:
+            lease = await self._kube.get(Lease, self._name, namespace=self._namespace)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+            return await self._create(now)
+        spec = lease.spec or LeaseSpec()
+        mine = spec.holderIdentity == self.identity
+        expired = spec.renewTime is None or spec.renewTime + timedelta(
+            seconds=spec.leaseDurationSeconds or self._lease_seconds
+        ) < now
+        if not (mine or expired or not spec.holderIdentity):
+            return False
+        spec.renewTime = now
+        spec.leaseDurationSeconds = self._lease_seconds
+        if not mine:
+            spec.holderIdentity = self.identity
+            spec.acquireTime = now
+            spec.leaseTransitions = (spec.leaseTransitions or 0) + 1
+        lease.spec = spec
+        try:  # replace carries resourceVersion: a concurrent taker gets 409
+            await self._kube.replace(lease)
+        except ApiError as exc:
+            if exc.status.code == 409:
+                return False
+            raise
+        return True
+
+    async def _create(self, now: datetime) -> bool:
+        lease = Lease(
+            metadata=ObjectMeta(name=self._name, namespace=self._namespace),
+            spec=LeaseSpec(
+                holderIdentity=self.identity, leaseDurationSeconds=self._lease_seconds,
+                acquireTime=now, renewTime=now, leaseTransitions=0,
+            ),
+        )
+        try:
+            await self._kube.create(lease)
+        except ApiError as exc:
+            if exc.status.code == 409:
+                return False
+            raise
+        return True
+
+    async def run(self, lead: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Forever: while we hold the lease, ``lead()`` runs; it is cancelled when we lose it."""
+        task: asyncio.Task[None] | None = None
+        renew = self._lease_seconds / 3
+        loop = asyncio.get_running_loop()
+        last_renewed = -float("inf")
+        while True:
+            try:
+                leading = await self.try_acquire()
+                if leading:
+                    last_renewed = loop.time()
+            except Exception as exc:  # apiserver away: lead on only while our lease surely holds
+                leading = loop.time() - last_renewed < self._lease_seconds - renew
+                log.warning("leader.renew_failed", error=repr(exc), still_leading=leading)
+            if leading and task is None:
+                log.info("leader.acquired", identity=self.identity, lease=self._name)
+                task = asyncio.create_task(lead(), name="controllers")
+            elif not leading and task is not None:
+                log.warning("leader.lost", identity=self.identity, lease=self._name)
+                task.cancel()
+                task = None
+            self.is_leader = leading
+            await asyncio.sleep(renew)

@@ -1,0 +1,154 @@
+"""Pods and their placeholder jobs live and die together.
+
+Pod → job: a finished pod, or a deleted one whose containers have stopped,
+releases its job; a pod deleted while pending releases it at once; a job
+whose pod never shows up is cancelled after a grace period.
+Job → pod: a job that ended under a running pod (scancel, time limit,
+preemption, node failure) evicts the pod, with an Event saying why — but only
+after re-reading the job from Slurm: one observation is never enough.
+"""
+
+import time
+from collections.abc import Callable
+
+import structlog
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from bridge.kube import pods as kpods
+from bridge.placement.index import JobIndex
+from bridge.placement.owner import owner_key, pod_ref
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.errors import SlurmJobNotFound
+from bridge.slurm.types import SlurmJob
+
+log = structlog.get_logger(__name__)
+
+_FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+def finished(pod: Pod) -> bool:
+    return bool(pod.status and pod.status.phase in _FINISHED)
+
+
+def containers_stopped(pod: Pod) -> bool:
+    """True once no container of a deleted pod can still hold the GPUs."""
+    if finished(pod) or not (pod.spec and pod.spec.nodeName):
+        return True
+    statuses = (pod.status.containerStatuses if pod.status else None) or []
+    return bool(statuses) and all(s.state and s.state.terminated for s in statuses)
+
+
+def releases_job(pod: Pod) -> bool:
+    deleting = bool(pod.metadata and pod.metadata.deletionTimestamp)
+    return finished(pod) or (deleting and containers_stopped(pod))
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        kube: AsyncClient,
+        slurm: SlurmClient,
+        index: JobIndex,
+        *,
+        orphan_grace: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._kube = kube
+        self._slurm = slurm
+        self._index = index
+        self._orphan_grace = orphan_grace
+        self._clock = clock
+        self._seen_owners: set[str] = set()
+        self._orphan_since: dict[int, float] = {}
+        self._evicted: set[str] = set()
+
+    async def reconcile_once(self) -> None:
+        by_owner: dict[str, list[Pod]] = {}
+        async for pod in self._kube.list(
+            Pod, namespace="*", fields={"spec.schedulerName": keys.SCHEDULER_NAME}
+        ):
+            by_owner.setdefault(owner_key(pod), []).append(pod)
+        for job in self._index.jobs():
+            if job.pod_uid is None:
+                continue
+            members = by_owner.get(job.pod_uid, [])
+            if job.state.is_live:
+                await self._release_if_done(job, members)
+            else:
+                await self._evict_if_running(job, members)
+        self._seen_owners = set(by_owner)
+
+    async def _release_if_done(self, job: SlurmJob, members: list[Pod]) -> None:
+        assert job.pod_uid is not None
+        if members:
+            self._orphan_since.pop(job.job_id, None)
+            if all(releases_job(p) for p in members):
+                await self._cancel(job, f"pod {pod_ref(members[0])} finished or was deleted")
+            return
+        if job.pod_uid in self._seen_owners:
+            await self._cancel(job, "its pod was deleted")
+            return
+        since = self._orphan_since.setdefault(job.job_id, self._clock())
+        if self._clock() - since >= self._orphan_grace:
+            why = f"no pod with owner {job.pod_uid} for {self._orphan_grace:.0f}s"
+            await self._cancel(job, why)
+
+    async def _cancel(self, job: SlurmJob, why: str) -> None:
+        log.info("lifecycle.cancel", job_id=job.job_id, owner=job.pod_uid, why=why)
+        await self._slurm.cancel(job.job_id)
+        self._orphan_since.pop(job.job_id, None)
+        try:
+            self._index.record(await self._slurm.get_job(job.job_id))
+        except SlurmJobNotFound:
+            self._index.forget(job.job_id)
+
+    async def _evict_if_running(self, job: SlurmJob, members: list[Pod]) -> None:
+        victims = [p for p in members if self._placed_by(p, job) and not finished(p)]
+        if not victims:
+            return
+        try:  # confirm with a fresh read before acting
+            fresh = await self._slurm.get_job(job.job_id)
+        except SlurmJobNotFound:
+            fresh = job
+        if fresh.state.is_live:
+            self._index.record(fresh)
+            return
+        for pod in victims:
+            await self._evict(pod, fresh)
+
+    def _placed_by(self, pod: Pod, job: SlurmJob) -> bool:
+        """The pod runs on this job's allocation, or waits on it with no live successor."""
+        meta = pod.metadata or ObjectMeta()
+        if meta.uid in self._evicted or meta.deletionTimestamp:
+            return False
+        annotated = (meta.annotations or {}).get(keys.JOB_ID)
+        if pod.spec and pod.spec.nodeName:
+            return annotated == str(job.job_id)
+        current = self._index.by_uid(owner_key(pod))
+        return current is None or current.job_id == job.job_id
+
+    async def _evict(self, pod: Pod, job: SlurmJob) -> None:
+        meta = pod.metadata or ObjectMeta()
+        assert meta.name and meta.namespace and meta.uid
+        message = (
+            f"Slurm job {job.job_id} ended ({job.state}, reason {job.reason}) while the pod "
+            "still needed it: evicting the pod"
+        )
+        try:
+            await self._kube.create(
+                Pod.Eviction(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace)),
+                meta.name, namespace=meta.namespace,
+            )
+        except ApiError as exc:
+            if exc.status.code == 429:  # a PodDisruptionBudget says not now: retry next round
+                log.info("lifecycle.eviction_blocked", pod=pod_ref(pod), job_id=job.job_id)
+                return
+            if exc.status.code != 404:
+                raise
+        self._evicted.add(meta.uid)
+        await kpods.record_event(self._kube, pod, "SlurmJobEnded", message, warning=True)
+        log.warning("lifecycle.evicted", pod=pod_ref(pod), job_id=job.job_id, state=job.state)

@@ -1,0 +1,124 @@
+"""Node health both ways, each side told the other's reason.
+
+Slurm DRAIN/DOWN/FAIL → taint ``slurmbridge.io/slurm-unavailable:NoSchedule`` and
+condition ``SlurmNodeAvailable=False`` carrying Slurm's reason.  A cordoned or
+NotReady Kubernetes node → Slurm drain with reason ``slurmbridge: <why>``.  The
+bridge only ever resumes drains whose reason carries its prefix: an admin's
+own drain is never undone.  Nodes mapped to Slurm carry ``slurmbridge.io/managed``.
+"""
+
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+from bridge import keys
+from bridge.placement.nodes import NodeMap
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.types import SlurmNode
+
+log = structlog.get_logger(__name__)
+
+CORDONED = f"{keys.DRAIN_REASON_PREFIX} cordoned in Kubernetes"
+NOT_READY = f"{keys.DRAIN_REASON_PREFIX} Kubernetes node NotReady"
+
+
+def kube_trouble(node: Node) -> str | None:
+    """Why Slurm should stop placing work here, or None when the node is fine."""
+    if node.spec and node.spec.unschedulable:
+        return CORDONED
+    conditions = (node.status.conditions if node.status else None) or []
+    ready = next((c for c in conditions if c.type == "Ready"), None)
+    if ready is None or ready.status != "True":
+        return NOT_READY
+    return None
+
+
+def ours(reason: str) -> bool:
+    return reason.startswith(keys.DRAIN_REASON_PREFIX)
+
+
+class NodeSync:
+    def __init__(self, kube: AsyncClient, slurm: SlurmClient, nodes: NodeMap) -> None:
+        self._kube = kube
+        self._slurm = slurm
+        self._nodes = nodes
+
+    async def reconcile_once(self) -> None:
+        slurm_nodes = {n.name: n for n in await self._slurm.list_nodes()}
+        kube_nodes = [n async for n in self._kube.list(Node)]
+        self._nodes.update(kube_nodes)
+        for node in kube_nodes:
+            assert node.metadata is not None and node.metadata.name
+            slurm_node = slurm_nodes.get(self._nodes.slurm_name(node.metadata.name))
+            if slurm_node is None:
+                continue  # not a Slurm node: not ours to manage
+            slurm_node = await self._kube_to_slurm(node, slurm_node)
+            await self._slurm_to_kube(node, slurm_node)
+
+    async def _kube_to_slurm(self, node: Node, sn: SlurmNode) -> SlurmNode:
+        trouble = kube_trouble(node)
+        drained = "DRAIN" in sn.states
+        if trouble and not drained:
+            await self._slurm.drain(sn.name, trouble)
+        elif trouble is None and drained and ours(sn.reason):
+            await self._slurm.resume(sn.name)
+        else:
+            return sn
+        refreshed = {n.name: n for n in await self._slurm.list_nodes()}
+        return refreshed.get(sn.name, sn)
+
+    async def _slurm_to_kube(self, node: Node, sn: SlurmNode) -> None:
+        assert node.metadata is not None and node.metadata.name
+        unavailable = sn.unavailable
+        taints = [t.to_dict() for t in (node.spec.taints if node.spec else None) or []]
+        wanted = [t for t in taints if t["key"] != keys.UNAVAILABLE_TAINT]
+        if not any(t["key"] == keys.MANAGED_TAINT for t in wanted):
+            wanted.append({"key": keys.MANAGED_TAINT, "effect": "NoSchedule"})
+        if unavailable:
+            wanted.append({"key": keys.UNAVAILABLE_TAINT, "effect": "NoSchedule",
+                           "value": _taint_value(sn)})
+        if _taint_set(wanted) != _taint_set(taints):
+            patch: dict[str, Any] = {
+                "metadata": {"resourceVersion": node.metadata.resourceVersion},
+                "spec": {"taints": wanted},
+            }
+            await self._kube.patch(Node, node.metadata.name, patch, patch_type=PatchType.MERGE)
+            log.info("nodesync.taints", node=node.metadata.name, unavailable=unavailable,
+                     reason=sn.reason)
+        await self._condition(node, sn)
+
+    async def _condition(self, node: Node, sn: SlurmNode) -> None:
+        assert node.metadata is not None and node.metadata.name
+        status = "False" if sn.unavailable else "True"
+        message = (f"Slurm node {sn.name} is {'+'.join(sorted(sn.states))}"
+                   + (f": {sn.reason}" if sn.reason else ""))
+        current = next(
+            (c for c in ((node.status.conditions if node.status else None) or [])
+             if c.type == keys.NODE_CONDITION_SLURM), None,
+        )
+        if current is not None and (current.status, current.message) == (status, message):
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = {
+            "type": keys.NODE_CONDITION_SLURM, "status": status,
+            "reason": "SlurmNodeUnavailable" if sn.unavailable else "SlurmNodeAvailable",
+            "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now,
+        }
+        await self._kube.patch(
+            Node.Status, node.metadata.name, {"status": {"conditions": [condition]}},
+            patch_type=PatchType.STRATEGIC,
+        )
+
+
+def _taint_value(sn: SlurmNode) -> str:
+    """Taint values are label-like (63 chars, alnum -_.): the gist of Slurm's state."""
+    state = next((s for s in ("DOWN", "FAIL", "DRAIN") if s in sn.states), "UNAVAILABLE")
+    return state.lower()
+
+
+def _taint_set(taints: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(t["key"], t.get("value") or "", t["effect"]) for t in taints}

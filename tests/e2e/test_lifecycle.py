@@ -1,0 +1,84 @@
+"""Kubernetes and Slurm stay in step when either side ends a pod's life."""
+
+import asyncio
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from tests.e2e.helpers import pod_events, pod_manifest, slurm_job_view, wait_bound
+from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
+from tests.fixtures.kube import set_pod_phase, wait_for
+
+pytestmark = pytest.mark.e2e
+
+POLL = 1.0  # the stack's poll interval (tests/fixtures/bridge.py)
+
+
+def _live(stack: BridgeStack, job_id: str) -> bool:
+    out = stack.slurm.admin("squeue", "-h", "-j", job_id, "-o", "%T", check=False)
+    return out.strip() in ("RUNNING", "PENDING")
+
+
+async def test_scancel_evicts_the_pod_with_the_reason(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    ns = await make_e2e_namespace(kube, "scancel")
+    e2e_namespaces.append(ns)
+    await kube.create(pod_manifest("victim"), namespace=ns)
+    pod = await wait_bound(kube, ns, "victim")
+    await set_pod_phase(kube, pod, "Running")
+    job_id = (pod.metadata.annotations or {})[keys.JOB_ID] if pod.metadata else ""
+    bridge_stack.slurm.admin("scancel", job_id)
+
+    async def evicted() -> list[tuple[str, str]]:
+        events = await pod_events(kube, ns, "victim")
+        return [e for e in events if e[0] == "SlurmJobEnded"]
+
+    # Two poll intervals, plus the controller's own period and the apiserver round trips.
+    events = await wait_for(evicted, 4 * POLL + 4, interval=0.25, what="eviction event")
+    assert job_id in events[0][1] and "CANCELLED" in events[0][1]
+    assert await _gone_or_terminating(kube, ns, "victim")
+
+
+async def _gone_or_terminating(kube: AsyncClient, ns: str, name: str) -> bool:
+    try:
+        pod = await kube.get(Pod, name, namespace=ns)
+    except ApiError as exc:
+        return exc.status.code == 404
+    return bool(pod.metadata and pod.metadata.deletionTimestamp)
+
+
+async def test_finished_pod_releases_its_job(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    ns = await make_e2e_namespace(kube, "finish")
+    e2e_namespaces.append(ns)
+    await kube.create(pod_manifest("done", gpus=1), namespace=ns)
+    pod = await wait_bound(kube, ns, "done")
+    job_id = (pod.metadata.annotations or {})[keys.JOB_ID] if pod.metadata else ""
+    await set_pod_phase(kube, pod, "Running")
+    await asyncio.sleep(3 * POLL)
+    assert _live(bridge_stack, job_id), "job released while the pod still ran"
+    await set_pod_phase(kube, pod, "Succeeded")
+    await wait_for(lambda: not _live(bridge_stack, job_id), 15, what=f"job {job_id} to end")
+
+
+async def test_deleting_a_pending_pod_cancels_its_job(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    ns = await make_e2e_namespace(kube, "pending")
+    e2e_namespaces.append(ns)
+    # More GPUs than any node has: Slurm keeps it pending.
+    await kube.create(pod_manifest("waits", gpus=64), namespace=ns)
+
+    async def job_id() -> str | None:
+        pod = await kube.get(Pod, "waits", namespace=ns)
+        return ((pod.metadata and pod.metadata.annotations) or {}).get(keys.JOB_ID)
+
+    jid = await wait_for(job_id, 30, what="job id annotation")
+    assert slurm_job_view(bridge_stack.slurm, jid)["state"] == "PENDING"
+    await kube.delete(Pod, "waits", namespace=ns, grace_period=0)
+    await wait_for(lambda: not _live(bridge_stack, jid), 15, what=f"job {jid} cancelled")
