@@ -1,0 +1,116 @@
+{{/* Chart name. */}}
+{{- define "slurmbridge.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name: the release name, or "<release>-<chart>" when the release name lacks the chart name. */}}
+{{- define "slurmbridge.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Prefix of cluster-scoped objects: full name + namespace, so two installs never clash. */}}
+{{- define "slurmbridge.clusterName" -}}
+{{- printf "%s-%s" (include "slurmbridge.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{- define "slurmbridge.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "slurmbridge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: slurmbridge
+{{- end -}}
+
+{{/* Selector labels of one component: include "slurmbridge.selector" (list . "extender") */}}
+{{- define "slurmbridge.selector" -}}
+{{- $top := index . 0 -}}
+app.kubernetes.io/name: {{ include "slurmbridge.name" $top }}
+app.kubernetes.io/instance: {{ $top.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "slurmbridge.componentLabels" -}}
+{{ include "slurmbridge.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "slurmbridge.extender.name" -}}{{ include "slurmbridge.fullname" . }}-extender{{- end -}}
+{{- define "slurmbridge.webhook.name" -}}{{ include "slurmbridge.fullname" . }}-webhook{{- end -}}
+{{- define "slurmbridge.scheduler.name" -}}{{ include "slurmbridge.fullname" . }}-scheduler{{- end -}}
+
+{{- define "slurmbridge.extender.serviceAccount" -}}
+{{- default (include "slurmbridge.extender.name" .) .Values.serviceAccount.extenderName -}}
+{{- end -}}
+{{- define "slurmbridge.webhook.serviceAccount" -}}
+{{- default (include "slurmbridge.webhook.name" .) .Values.serviceAccount.webhookName -}}
+{{- end -}}
+{{- define "slurmbridge.scheduler.serviceAccount" -}}
+{{- default (include "slurmbridge.scheduler.name" .) .Values.serviceAccount.schedulerName -}}
+{{- end -}}
+
+{{- define "slurmbridge.scheduler.lease" -}}
+{{- default (include "slurmbridge.scheduler.name" .) .Values.scheduler.leaseName -}}
+{{- end -}}
+
+{{- define "slurmbridge.webhook.tlsSecret" -}}{{ include "slurmbridge.webhook.name" . }}-tls{{- end -}}
+{{- define "slurmbridge.webhook.certificate" -}}{{ include "slurmbridge.webhook.name" . }}-serving{{- end -}}
+
+{{- define "slurmbridge.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "slurmbridge.config.name" -}}{{ include "slurmbridge.fullname" . }}-config{{- end -}}
+{{- define "slurmbridge.jwt.secretName" -}}{{ required "slurm.jwt.secretName is required" .Values.slurm.jwt.secretName }}{{- end -}}
+
+{{/* Paths inside the bridge containers. */}}
+{{- define "slurmbridge.configDir" -}}/etc/slurmbridge{{- end -}}
+{{- define "slurmbridge.tokenDir" -}}/var/run/secrets/slurmbridge/slurm{{- end -}}
+{{- define "slurmbridge.tlsDir" -}}/var/run/secrets/slurmbridge/tls{{- end -}}
+
+{{/*
+The bridge settings file (bridge/config.py layout).  Order of precedence, lowest first:
+what the values above say, then .Values.config, then what the chart must own (paths,
+ports, the bridge identity the webhook trusts).
+*/}}
+{{- define "slurmbridge.settings" -}}
+{{- $slurm := dict "url" .Values.slurm.url "user" .Values.slurm.user -}}
+{{- if .Values.slurm.dataParser }}{{ $_ := set $slurm "data_parser" .Values.slurm.dataParser }}{{ end -}}
+{{- $policy := .Values.admission.defaultPolicy -}}
+{{- $admission := dict "enrolled_namespaces" .Values.admission.enrolledNamespaces "default_policy" (dict "accounts" ($policy.accounts | default list) "partitions" ($policy.partitions | default list) "qos" ($policy.qos | default list)) "policies" .Values.admission.policies -}}
+{{- $settings := dict "slurm" $slurm "admission" $admission -}}
+{{- $settings = mergeOverwrite $settings (deepCopy (.Values.config | default dict)) -}}
+{{- $owned := dict
+      "slurm" (dict "token_file" (printf "%s/%s" (include "slurmbridge.tokenDir" .) .Values.slurm.jwt.key))
+      "extender" (dict "host" "0.0.0.0" "port" (int .Values.extender.port))
+      "admission" (dict
+        "bridge_namespace" .Release.Namespace
+        "bridge_service_account" (include "slurmbridge.extender.serviceAccount" .)
+        "tls_cert_file" (printf "%s/tls.crt" (include "slurmbridge.tlsDir" .))
+        "tls_key_file" (printf "%s/tls.key" (include "slurmbridge.tlsDir" .))
+        "host" "0.0.0.0"
+        "port" (int .Values.webhook.port)) -}}
+{{- $settings = mergeOverwrite $settings $owned -}}
+{{- toYaml $settings -}}
+{{- end -}}
+
+{{/* Volumes and env every bridge container shares. */}}
+{{- define "slurmbridge.commonEnv" -}}
+- name: SLURMBRIDGE_CONFIG_FILE
+  value: {{ include "slurmbridge.configDir" . }}/settings.yaml
+- name: SLURMBRIDGE_SLURM__TOKEN_FILE
+  value: {{ include "slurmbridge.tokenDir" . }}/{{ .Values.slurm.jwt.key }}
+{{- end -}}
+
+{{- define "slurmbridge.configChecksum" -}}
+{{- include "slurmbridge.settings" . | sha256sum -}}
+{{- end -}}
