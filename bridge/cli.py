@@ -1,5 +1,7 @@
 """``slurmbridge``: run the parts of the bridge and look at what it is doing."""
 
+import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -10,9 +12,12 @@ from pydantic import ValidationError
 from admission.app import TLSConfigError, serve
 from admission.scope import kube_namespace_labels
 from bridge import logs
+from bridge import status as status_view
 from bridge.config import CONFIG_FILE_ENV, Settings
 from bridge.kube.client import kube_client
 from bridge.runtime import Bridge
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.errors import SlurmError
 from extender.app import create_app
 
 
@@ -57,6 +62,27 @@ def webhook(config: Path | None) -> None:
         serve(settings.admission, namespace_lookup=labels)
     except TLSConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@main.command()
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
+@click.pass_obj
+def status(config: Path | None, output: str) -> None:
+    """Bridged pods and their Slurm jobs: state, reason, node, GPUs, age."""
+    settings = load_settings(config)
+
+    async def run() -> list[status_view.Row]:
+        async with SlurmClient(settings.slurm) as slurm:
+            return await status_view.collect(kube_client(settings.kube.kubeconfig), slurm)
+
+    try:
+        rows = asyncio.run(run())
+    except SlurmError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if output == "json":
+        click.echo(json.dumps(status_view.as_dicts(rows), indent=2))
+    else:
+        click.echo(status_view.render_table(rows))
 
 
 if __name__ == "__main__":

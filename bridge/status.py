@@ -1,0 +1,78 @@
+"""``slurmbridge status``: bridged pods joined with their Slurm jobs, for people."""
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from bridge.placement.owner import owner_key
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.types import SlurmJob
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    pod: str
+    job_id: int | None
+    state: str
+    reason: str
+    node: str
+    gpus: str
+    age: str
+
+
+def _age(created: datetime | None) -> str:
+    if created is None:
+        return "?"
+    seconds = int((datetime.now(UTC) - created).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _row(pod: Pod, job: SlurmJob | None) -> Row:
+    meta = pod.metadata
+    assert meta is not None
+    ann = meta.annotations or {}
+    return Row(
+        pod=f"{meta.namespace}/{meta.name}",
+        job_id=job.job_id if job else None,
+        state=str(job.state) if job else "NO JOB",
+        reason=job.reason if job else "",
+        node=(pod.spec.nodeName if pod.spec else None) or "",
+        gpus=ann.get(keys.GPU_IDS, ""),
+        age=_age(meta.creationTimestamp),
+    )
+
+
+async def collect(kube: AsyncClient, slurm: SlurmClient) -> list[Row]:
+    listing = await slurm.list_jobs()
+    jobs: dict[str, SlurmJob] = {}
+    for job in listing.jobs if listing else []:
+        if job.pod_uid and (job.pod_uid not in jobs or job.state.is_live):
+            jobs[job.pod_uid] = job
+    rows = []
+    async for pod in kube.list(
+        Pod, namespace="*", fields={"spec.schedulerName": keys.SCHEDULER_NAME}
+    ):
+        rows.append(_row(pod, jobs.get(owner_key(pod))))
+    return sorted(rows, key=lambda r: r.pod)
+
+
+def render_table(rows: list[Row]) -> str:
+    header = ("POD", "JOB", "STATE", "REASON", "NODE", "GPUS", "AGE")
+    cells = [header] + [
+        (r.pod, str(r.job_id or "-"), r.state, r.reason, r.node or "-", r.gpus or "-", r.age)
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def as_dicts(rows: list[Row]) -> list[dict[str, object]]:
+    return [asdict(r) for r in rows]
