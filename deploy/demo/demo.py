@@ -1,0 +1,105 @@
+"""The demo: pods and a native Slurm job sharing GPUs, placed by Slurm.
+
+Runs on the local Slurm 26.05 and control plane that deploy/demo.sh starts,
+reusing the end-to-end harness (tests/fixtures) to start the bridge the way
+the tests do.  `demo.py up` leaves everything running; `demo.py down` stops it.
+"""
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lightkube import AsyncClient, KubeConfig
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from tests.e2e.helpers import pod_manifest
+from tests.fixtures.bridge import make_e2e_namespace, start_stack
+from tests.fixtures.kube import ControlPlane, cache_dir, parse_env, run_controlplane, wait_for
+from tests.fixtures.slurm import _local_target
+
+STATE = cache_dir() / "demo"
+NAMESPACE = "demo"
+
+
+async def up() -> None:
+    STATE.mkdir(parents=True, exist_ok=True)
+    slurm = _local_target("26.05")
+    env = parse_env(run_controlplane("env"))
+    cp = ControlPlane(
+        kubeconfig=Path(env["KUBECONFIG"]), server=env["SLURMBRIDGE_KUBE_SERVER"],
+        ca_file=Path(env["SLURMBRIDGE_KUBE_CA"]), bin_dir=Path(env["SLURMBRIDGE_KUBE_BIN"]),
+    )
+    kube = AsyncClient(config=KubeConfig.from_file(cp.kubeconfig))
+    stack = await start_stack(slurm, cp, kube, STATE, extender_port=18888, webhook_port=18443)
+    (STATE / "pids").write_text(json.dumps({
+        "extender": stack.extender.proc.pid if stack.extender.proc else None,
+        "webhook": stack.webhook.proc.pid if stack.webhook.proc else None,
+        "scheduler": stack.scheduler_name,
+    }))
+    print(f"bridge running: extender :18888, webhook :18443, scheduler {stack.scheduler_name}")
+
+    native = slurm.admin(
+        "sbatch", "--parsable", "-J", "native-gpu-training", "--gres=gpu:4", "-c", "8",
+        "-w", "node1", "-o", "/dev/null", "--wrap", "sleep 3600",
+    ).strip()
+    print(f"native sbatch job {native}: 4 GPUs on node1")
+    await make_e2e_namespace(kube, NAMESPACE, name=NAMESPACE, enrolled=True)
+    group = {keys.GROUP: "allreduce", keys.GROUP_SIZE: "2"}
+    pods = [
+        pod_manifest("notebook-cpu", scheduler=False, cpu="2", memory="4Gi"),
+        pod_manifest("train-gpu", scheduler=False, cpu="8", memory="32Gi", gpus=2),
+        pod_manifest("worker-0", cpu="4", gpus=1, labels=group),
+        pod_manifest("worker-1", cpu="4", gpus=1, labels=group),
+    ]
+    for pod in pods:
+        await kube.create(pod, namespace=NAMESPACE)
+
+    async def all_bound() -> bool:
+        listed = [p async for p in kube.list(Pod, namespace=NAMESPACE)]
+        return all(p.spec and p.spec.nodeName for p in listed)
+
+    await wait_for(all_bound, 120, interval=0.5, what="demo pods bound")
+    env_vars = {**os.environ, "SLURMBRIDGE_SLURM__URL": slurm.url,
+                "SLURMBRIDGE_SLURM__TOKEN_FILE": str(slurm.token_file),
+                "SLURMBRIDGE_KUBE__KUBECONFIG": str(cp.kubeconfig)}
+    print("\n$ slurmbridge status")
+    status = [sys.executable, "-m", "bridge.cli", "--log-level", "warning", "status"]
+    await asyncio.to_thread(subprocess.run, status, env=env_vars, check=True)
+    print("\n$ squeue")
+    print(slurm.admin("squeue", "-o", "%.6i %.28j %.9T %.8N %.12b"))
+    print("$ scontrol show job -d (GPU indices per job)")
+    for line in slurm.admin("scontrol", "show", "job", "-d", "-o").splitlines():
+        if "JobState=RUNNING" in line:
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            gres = [f for f in line.split() if f.startswith("GRES=")]
+            print(f"  {fields['JobId']:>5} {fields['JobName']:<28} {fields['NodeList']:<8} "
+                  f"{' '.join(gres) or 'GRES=-'}")
+    print("\nTear down with: bash deploy/demo.sh down")
+
+
+def down() -> None:
+    pids_file = STATE / "pids"
+    if pids_file.exists():
+        pids = json.loads(pids_file.read_text())
+        for key in ("extender", "webhook"):
+            if pids.get(key):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pids[key], signal.SIGTERM)
+        if pids.get("scheduler"):
+            run_controlplane("stop-scheduler", pids["scheduler"])
+        pids_file.unlink()
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["down"]:
+        down()
+    else:
+        asyncio.run(up())
