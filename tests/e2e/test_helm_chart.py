@@ -1,0 +1,419 @@
+"""The Helm chart against the real API server, kube-scheduler and settings loader.
+
+- ``helm template`` renders with default values, with policies/overrides, and with
+  cert-manager on (render only: cert-manager's CRDs are not installed here).
+- The render is applied with ``kubectl apply --server-side --dry-run=server`` into a fresh
+  namespace: the API server validates every object (schemas, webhook configurations,
+  PDBs, RBAC role references) without persisting anything.
+- The rendered settings file is loaded by ``bridge.config.Settings`` (``extra=forbid``)
+  and the rendered KubeSchedulerConfiguration by the real kube-scheduler (strict decoding).
+- RBAC: the service accounts, roles and bindings are applied for real, and each identity's
+  effective permissions (``kubectl auth can-i --list --as=...``) must be exactly what that
+  part of the bridge needs.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+
+from bridge import keys
+from bridge.config import CONFIG_FILE_ENV, Settings
+from tests.fixtures.kube import BUILD, REPO, ControlPlane, cache_dir
+
+pytestmark = pytest.mark.e2e
+
+CHART = REPO / "deploy" / "helm" / "slurmbridge"
+HELM_VERSION = "3.22.0"
+RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                        "RoleBinding"})
+CLUSTER_SCOPED = frozenset({"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                            "ValidatingWebhookConfiguration"})
+
+Manifest = dict[str, Any]
+# (resource, resource name or "", verb) as `kubectl auth can-i --list` shows them.
+Permission = tuple[str, str, str]
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def helm_bin() -> Path:
+    """The helm build.sh builds (or one on PATH); fail, never skip, when there is none."""
+    cached = cache_dir() / f"helm-{HELM_VERSION}" / "bin" / "helm"
+    if os.access(cached, os.X_OK):
+        return cached
+    found = shutil.which("helm")
+    if found:
+        return Path(found)
+    pytest.fail(f"helm is missing ({cached} and PATH). Build it with: {BUILD}", pytrace=False)
+
+
+def render(release: str, namespace: str, *flags: str) -> list[Manifest]:
+    """`helm template` the chart; every non-empty document."""
+    proc = subprocess.run(
+        [str(helm_bin()), "template", release, str(CHART), "--namespace", namespace, *flags],
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+    assert proc.returncode == 0, f"helm template failed:\n{proc.stderr}"
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def kubectl(cp: ControlPlane, *args: str, stdin: str | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+    kubectl_bin = cp.bin_dir / "kubectl"
+    if not os.access(kubectl_bin, os.X_OK):
+        pytest.fail(f"kubectl is missing ({kubectl_bin}). Build it with: {BUILD}", pytrace=False)
+    proc = subprocess.run(
+        [str(kubectl_bin), "--kubeconfig", str(cp.kubeconfig), *args],
+        input=stdin, capture_output=True, text=True, check=False, timeout=120,
+    )
+    if check:
+        assert proc.returncode == 0, f"kubectl {' '.join(args)}:\n{proc.stderr}{proc.stdout}"
+    return proc
+
+
+def dump(docs: list[Manifest]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def find(docs: list[Manifest], kind: str, suffix: str = "") -> Manifest:
+    hits = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
+    names = [h["metadata"]["name"] for h in hits]
+    assert len(hits) == 1, f"expected one {kind} named *{suffix}, got {names}"
+    return hits[0]
+
+
+def release_name() -> str:
+    return "hc" + uuid.uuid4().hex[:6]
+
+
+PERMISSION_ROW = re.compile(
+    r"^(?P<res>\S+)?\s+\[(?P<urls>[^\]]*)\]\s+\[(?P<names>[^\]]*)\]\s+\[(?P<verbs>[^\]]*)\]\s*$"
+)
+
+
+def permissions(cp: ControlPlane, user: str, namespace: str) -> set[Permission]:
+    """Effective permissions of `user` in `namespace` (cluster-wide rules included)."""
+    out = kubectl(cp, "auth", "can-i", "--list", f"--as={user}", "-n", namespace).stdout
+    found: set[Permission] = set()
+    for line in out.splitlines()[1:]:
+        m = PERMISSION_ROW.match(line)
+        assert m, f"unexpected `can-i --list` line: {line!r}"
+        names = m["names"].split() or [""]
+        targets = [m["res"]] if m["res"] else [f"url:{u}" for u in m["urls"].split()]
+        found |= {(t, n, v) for t in targets for n in names for v in m["verbs"].split()}
+    return found
+
+
+def grants(rules: dict[str, list[str]]) -> set[Permission]:
+    """{resource: verbs} as a permission set (no resource names)."""
+    return {(res, "", verb) for res, verbs in rules.items() for verb in verbs}
+
+
+def can(cp: ControlPlane, user: str, *args: str) -> bool:
+    proc = kubectl(cp, "auth", "can-i", *args, f"--as={user}", check=False)
+    answer = proc.stdout.strip()
+    assert answer in {"yes", "no"}, f"can-i {args}: {proc.stdout}{proc.stderr}"
+    return answer == "yes"
+
+
+def sa(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+# --- render only ---------------------------------------------------------------------
+
+
+def _webhook_checks(docs: list[Manifest], release: str, namespace: str) -> None:
+    for kind, verb in (("MutatingWebhookConfiguration", "mutate"),
+                       ("ValidatingWebhookConfiguration", "validate")):
+        config = find(docs, kind)
+        assert release in config["metadata"]["name"] and namespace in config["metadata"]["name"]
+        (hook,) = config["webhooks"]
+        assert hook["sideEffects"] == "None"
+        assert hook["failurePolicy"] == "Fail"
+        assert hook["admissionReviewVersions"] == ["v1"]
+        assert hook["timeoutSeconds"] == 10
+        assert "objectSelector" not in hook
+        assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                                  "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}]
+        (expr,) = hook["namespaceSelector"]["matchExpressions"]
+        assert expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "NotIn"
+        assert set(expr["values"]) == {"kube-system", namespace}
+        service = hook["clientConfig"]["service"]
+        assert service == {"name": f"{release}-slurmbridge-webhook", "namespace": namespace,
+                           "path": f"/{verb}", "port": 443}
+
+
+def test_render_self_signed_certificate() -> None:
+    release, namespace = release_name(), "sb-render"
+    docs = render(release, namespace)
+    assert all(d["metadata"].get("namespace") == namespace
+               for d in docs if d["kind"] not in CLUSTER_SCOPED
+               and not (d["kind"] == "RoleBinding" and d["metadata"]["name"].endswith("reader")))
+    for kind in ("ClusterRole", "ClusterRoleBinding"):
+        assert all(release in d["metadata"]["name"] for d in docs
+                   if d["kind"] == kind), f"{kind} names must carry the release name"
+    _webhook_checks(docs, release, namespace)
+
+    secret = find(docs, "Secret", "-webhook-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    ca_pem = base64.b64decode(secret["data"]["ca.crt"])
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        assert base64.b64decode(find(docs, kind)["webhooks"][0]["clientConfig"]["caBundle"]) \
+            == ca_pem, "caBundle must be the CA that signed the serving certificate"
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    svc = f"{release}-slurmbridge-webhook"
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert set(sans.get_values_for_type(x509.DNSName)) >= {
+        f"{svc}.{namespace}.svc", f"{svc}.{namespace}.svc.cluster.local"}
+    assert cert.issuer == ca.subject
+    key = ca.public_key()
+    assert cert.signature_hash_algorithm is not None
+    if isinstance(key, rsa.RSAPublicKey):
+        key.verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(),
+                   cert.signature_hash_algorithm)
+    else:
+        assert isinstance(key, ec.EllipticCurvePublicKey)
+        key.verify(cert.signature, cert.tbs_certificate_bytes,
+                   ec.ECDSA(cert.signature_hash_algorithm))
+
+    # A configurable failure policy.
+    relaxed = render(release, namespace, "--set", "webhook.failurePolicy=Ignore")
+    assert find(relaxed, "ValidatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] \
+        == "Ignore"
+
+
+def test_render_cert_manager() -> None:
+    release, namespace = release_name(), "sb-render"
+    docs = render(release, namespace, "--set", "certManager.enabled=true")
+    _webhook_checks(docs, release, namespace)
+    assert not [d for d in docs if d["kind"] == "Secret"], "cert-manager owns the TLS Secret"
+    serving = find(docs, "Certificate", "-webhook-serving")
+    svc = f"{release}-slurmbridge-webhook"
+    assert serving["spec"]["secretName"] == f"{svc}-tls"
+    assert set(serving["spec"]["dnsNames"]) == {f"{svc}.{namespace}.svc",
+                                                f"{svc}.{namespace}.svc.cluster.local"}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        config = find(docs, kind)
+        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] \
+            == f"{namespace}/{serving['metadata']['name']}"
+        assert "caBundle" not in config["webhooks"][0]["clientConfig"]
+    issuers = {d["metadata"]["name"] for d in docs if d["kind"] == "Issuer"}
+    assert serving["spec"]["issuerRef"]["name"] in issuers
+
+    # An existing issuer: the chart creates none of its own.
+    docs = render(release, namespace, "--set", "certManager.enabled=true",
+                  "--set", "certManager.issuerRef.name=corp-ca",
+                  "--set", "certManager.issuerRef.kind=ClusterIssuer")
+    assert not [d for d in docs if d["kind"] == "Issuer"]
+    assert find(docs, "Certificate")["spec"]["issuerRef"] == {
+        "name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+
+
+def test_rendered_settings_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings file the chart writes is one the bridge accepts, with what values said."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({
+        "slurm": {"url": "http://slurm.example:6820", "user": "k8s", "dataParser": "v0.0.42",
+                  "jwt": {"secretName": "jwt", "key": "auth-token"}},
+        "admission": {
+            "enrolledNamespaces": ["ml", "physics"],
+            "defaultPolicy": {"partitions": ["gpu"]},
+            "policies": {"physics": {"accounts": ["physics"], "qos": ["normal", "high"]}},
+        },
+        "config": {"placement": {"poll_interval_seconds": 0.5},
+                   "slurm": {"timeout_seconds": 20, "token_file": "/ignored"}},
+    }))
+    namespace = "sb-settings"
+    docs = render("rel", namespace, "-f", str(values))
+    settings_file = tmp_path / "settings.yaml"
+    config_map = find(docs, "ConfigMap", "-slurmbridge-config")
+    settings_file.write_text(config_map["data"]["settings.yaml"])
+    for name in list(os.environ):
+        if name.startswith("SLURMBRIDGE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(settings_file))
+    settings = Settings()
+    assert settings.slurm.url == "http://slurm.example:6820"
+    assert settings.slurm.user == "k8s"
+    assert settings.slurm.data_parser == "v0.0.42"
+    assert settings.slurm.timeout_seconds == 20
+    assert settings.slurm.token_file == Path("/var/run/secrets/slurmbridge/slurm/auth-token")
+    assert settings.placement.poll_interval_seconds == 0.5
+    assert settings.extender.port == 8888
+    assert settings.admission.enrolled_namespaces == ["ml", "physics"]
+    assert settings.admission.policy_for("physics").accounts == ["physics"]
+    assert settings.admission.policy_for("physics").qos == ["normal", "high"]
+    assert settings.admission.policy_for("ml").partitions == ["gpu"]
+    # The webhook trusts bridge-owned annotations from the extender's service account only.
+    extender = find(docs, "Deployment", "-extender")["spec"]["template"]["spec"]
+    assert settings.admission.bridge_user == sa(namespace, extender["serviceAccountName"])
+    assert settings.admission.excluded_namespaces == {"kube-system", namespace}
+    env = {e["name"]: e["value"] for e in extender["containers"][0]["env"]}
+    assert env["SLURMBRIDGE_SLURM__TOKEN_FILE"] == str(settings.slurm.token_file)
+    mounts = {v["name"]: v for v in extender["volumes"]}
+    assert mounts["slurm-jwt"]["secret"]["secretName"] == "jwt"
+    # The webhook gets the settings but not the Slurm token.
+    webhook = find(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]
+    assert "slurm-jwt" not in {v["name"] for v in webhook["volumes"]}
+    assert settings.admission.tls_cert_file is not None
+    assert str(settings.admission.tls_cert_file).startswith(
+        next(m["mountPath"] for m in webhook["containers"][0]["volumeMounts"]
+             if m["name"] == "tls"))
+
+
+def test_scheduler_config_accepted_by_kube_scheduler(control_plane: ControlPlane,
+                                                     tmp_path: Path) -> None:
+    """The real kube-scheduler v1.37 decodes (strictly) and validates the rendered config."""
+    docs = render("rel", "sb-sched")
+    config = yaml.safe_load(find(docs, "ConfigMap", "-scheduler-config")["data"]["config.yaml"])
+    assert config["profiles"] == [{"schedulerName": keys.SCHEDULER_NAME}]
+    assert config["percentageOfNodesToScore"] == 100
+    assert config["leaderElection"]["leaderElect"] is True
+    assert config["leaderElection"]["resourceNamespace"] == "sb-sched"
+    assert config["leaderElection"]["resourceName"] not in {"kube-scheduler", ""}
+    (ext,) = config["extenders"]
+    assert ext["urlPrefix"] == "http://rel-slurmbridge-extender.sb-sched.svc:8888"
+    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == (
+        "filter", "prioritize", "bind")
+    assert ext["nodeCacheCapable"] is True and ext["weight"] == 1
+    assert ext["httpTimeout"] == "10s"
+
+    # Outside a pod there is no in-cluster config: point it at a kubeconfig to get this far.
+    config["clientConnection"] = {"kubeconfig": str(control_plane.kubeconfig)}
+    path, written = tmp_path / "config.yaml", tmp_path / "written.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.run(
+        [str(control_plane.bin_dir / "kube-scheduler"), f"--config={path}",
+         "--secure-port=0", f"--write-config-to={written}"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    full = yaml.safe_load(written.read_text())
+    assert full["extenders"][0]["bindVerb"] == "bind"
+    assert full["leaderElection"]["resourceLock"] == "leases"
+
+
+# --- against the API server ----------------------------------------------------------
+
+
+@pytest.fixture
+def applied(control_plane: ControlPlane) -> Iterator[list[list[Manifest]]]:
+    """Objects applied for real by a test; deleted afterwards (no GC runs here)."""
+    batches: list[list[Manifest]] = []
+    yield batches
+    for docs in reversed(batches):
+        kubectl(control_plane, "delete", "--ignore-not-found", "--wait=false", "-f", "-",
+                stdin=dump(docs), check=False)
+
+
+def test_server_side_dry_run(control_plane: ControlPlane, namespace: str) -> None:
+    """Every object of the self-signed render passes the API server's validation."""
+    variants: list[tuple[str, ...]] = [
+        (),
+        ("--set", "slurm.jwt.create=true", "--set", "slurm.jwt.token=eyJ.test.jwt",
+         "--set", "admission.enrolledNamespaces={ml,physics}",
+         "--set", "admission.policies.physics.accounts={physics}",
+         "--set", "extender.replicas=3", "--set", "webhook.failurePolicy=Ignore",
+         "--set", "webhook.excludeNamespaces={monitoring}",
+         "--set", "priorityClassName=system-cluster-critical"),
+    ]
+    for flags in variants:
+        docs = render(release_name(), namespace, *flags)
+        proc = kubectl(control_plane, "apply", "--server-side", "--dry-run=server",
+                       "--field-manager=slurmbridge-helm-test", "-f", "-",
+                       stdin=dump(docs), check=False)
+        assert proc.returncode == 0, f"dry-run apply failed ({flags}):\n{proc.stderr}"
+        assert "error" not in proc.stderr.lower(), proc.stderr
+        applied_lines = [ln for ln in proc.stdout.splitlines() if "(server dry run)" in ln]
+        assert len(applied_lines) == len(docs), proc.stdout
+
+
+def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
+                              applied: list[list[Manifest]]) -> None:
+    release = release_name()
+    docs = render(release, namespace)
+    rbac = [d for d in docs if d["kind"] in RBAC_KINDS
+            and d["metadata"].get("namespace") != "kube-system"]
+    # kube-system is not ours to write: its one RoleBinding (auth reader) is only dry-run.
+    reader = [d for d in docs if d["metadata"].get("namespace") == "kube-system"]
+    assert [d["roleRef"]["name"] for d in reader] == ["extension-apiserver-authentication-reader"]
+    applied.append(rbac)
+    kubectl(control_plane, "apply", "--server-side", "--field-manager=slurmbridge-helm-test",
+            "-f", "-", stdin=dump(rbac))
+
+    accounts = {d["metadata"]["name"].removeprefix(f"{release}-slurmbridge-"): d["metadata"]["name"]
+                for d in rbac if d["kind"] == "ServiceAccount"}
+    assert set(accounts) == {"extender", "webhook", "scheduler"}
+    extender, webhook, scheduler = (sa(namespace, accounts[k])
+                                    for k in ("extender", "webhook", "scheduler"))
+    elsewhere = f"{namespace}-other"  # a namespace the release does not own
+    baseline = permissions(control_plane, sa(namespace, "no-such-account"), namespace)
+
+    extender_cluster = grants({
+        "pods": ["get", "list", "watch", "patch"],
+        "pods/status": ["patch"],
+        "pods/binding": ["create"],
+        "pods/eviction": ["create"],
+        "nodes": ["get", "list", "watch", "patch"],
+        "namespaces": ["get", "list", "watch"],
+        "events": ["create"],
+    })
+    leases = grants({"leases.coordination.k8s.io": ["get", "create", "update"]})
+    assert permissions(control_plane, extender, namespace) - baseline \
+        == extender_cluster | leases
+    assert permissions(control_plane, extender, elsewhere) - baseline == extender_cluster
+    assert permissions(control_plane, webhook, namespace) - baseline \
+        == grants({"namespaces": ["get", "list", "watch"]})
+
+    # The scheduler: exactly what the cluster's own kube-scheduler identity has (built-in
+    # roles), plus its own lease in the release namespace.
+    lease = find(docs, "Role", "-scheduler-leases")["rules"][1]["resourceNames"][0]
+    user_baseline = permissions(control_plane, "slurmbridge-test-nobody", namespace)
+    builtin = permissions(control_plane, "system:kube-scheduler", namespace) - user_baseline
+    own_lease = {("leases.coordination.k8s.io", "", "create"),
+                 ("leases.coordination.k8s.io", lease, "get"),
+                 ("leases.coordination.k8s.io", lease, "update")}
+    assert permissions(control_plane, scheduler, namespace) - baseline == builtin | own_lease
+    assert permissions(control_plane, scheduler, elsewhere) - baseline \
+        == (permissions(control_plane, "system:kube-scheduler", elsewhere)
+            - permissions(control_plane, "slurmbridge-test-nobody", elsewhere))
+
+    # The checks that matter most, asked the way the authorizer is asked.
+    ns = ("-n", namespace)
+    assert can(control_plane, extender, "create", "pods", "--subresource=binding", *ns)
+    assert can(control_plane, extender, "create", "pods", "--subresource=eviction", "-A")
+    assert can(control_plane, extender, "patch", "nodes")
+    assert can(control_plane, extender, "update", "leases.coordination.k8s.io", *ns)
+    for verb, resource in (("delete", "nodes"), ("get", "secrets"), ("list", "secrets"),
+                           ("create", "pods"), ("delete", "pods"), ("update", "pods"),
+                           ("patch", "namespaces"), ("create", "configmaps")):
+        assert not can(control_plane, extender, verb, resource, "-A"), (verb, resource)
+    assert not can(control_plane, extender, "update", "leases.coordination.k8s.io",
+                   "-n", elsewhere)
+
+    assert not can(control_plane, webhook, "create", "pods", "--subresource=binding", *ns)
+    for verb, resource in (("patch", "pods"), ("get", "pods"), ("get", "secrets"),
+                           ("create", "events"), ("patch", "nodes")):
+        assert not can(control_plane, webhook, verb, resource, "-A"), (verb, resource)
+    assert can(control_plane, webhook, "watch", "namespaces")
+
+    assert can(control_plane, scheduler, "update", f"leases.coordination.k8s.io/{lease}", *ns)
+    assert not can(control_plane, scheduler, "update", "leases.coordination.k8s.io/other", *ns)
+    assert can(control_plane, scheduler, "create", "pods", "--subresource=binding", *ns)
+    assert not can(control_plane, scheduler, "get", "secrets", "-A")
