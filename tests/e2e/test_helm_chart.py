@@ -417,3 +417,23 @@ def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
     assert not can(control_plane, scheduler, "update", "leases.coordination.k8s.io/other", *ns)
     assert can(control_plane, scheduler, "create", "pods", "--subresource=binding", *ns)
     assert not can(control_plane, scheduler, "get", "secrets", "-A")
+
+
+def test_upgrade_keeps_the_webhook_certificate(control_plane: ControlPlane, namespace: str,
+                                               applied: list[list[Manifest]]) -> None:
+    """With the cluster reachable (`lookup`), a re-render reuses the Secret's CA and cert."""
+    release = release_name()
+    first = render(release, namespace)
+    secret = find(first, "Secret", "-webhook-tls")
+    applied.append([secret])
+    kubectl(control_plane, "apply", "--server-side", "--field-manager=slurmbridge-helm-test",
+            "-f", "-", stdin=dump([secret]))
+
+    again = render(release, namespace, "--dry-run=server",
+                   "--kubeconfig", str(control_plane.kubeconfig))
+    assert find(again, "Secret", "-webhook-tls")["data"] == secret["data"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        assert find(again, kind)["webhooks"][0]["clientConfig"]["caBundle"] \
+            == secret["data"]["ca.crt"]
+    # Without the cluster (plain `helm template`) a new CA is generated each time.
+    assert find(render(release, namespace), "Secret", "-webhook-tls")["data"] != secret["data"]
