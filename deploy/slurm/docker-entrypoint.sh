@@ -1,0 +1,68 @@
+#!/bin/bash
+# Container entrypoint of the dockerized Slurm dev cluster (deploy/slurm/Dockerfile).
+#   run          configure (recipe.sh), start slurmctld + NODES slurmd + slurmrestd on
+#                0.0.0.0:PORT_BASE+1, mint a JWT into $TOKEN_DIR/token, re-mint it every
+#                TOKEN_REFRESH seconds, stop the daemons on SIGTERM
+#   healthcheck  slurmrestd answers and every node is idle (or allocated)
+#   token        print a fresh JWT (lifespan TOKEN_LIFESPAN) for TOKEN_USER
+# Daemons start as cluster.sh starts them in its chroot; only the listen address differs.
+set -euo pipefail
+
+base="${PORT_BASE:-6819}"; nodes="${NODES:-4}"; rest_port=$((base + 1))
+token_dir="${TOKEN_DIR:-/var/lib/slurmbridge}"
+log() { echo "[slurm-docker] $*" >&2; }
+
+mint() { scontrol token username="${TOKEN_USER:-slurm}" lifespan="${TOKEN_LIFESPAN:-604800}" | sed -n 's/^SLURM_JWT=//p'; }
+
+rest_up() { (exec 3<>"/dev/tcp/127.0.0.1/$rest_port") 2>/dev/null; }
+
+nodes_ready() {  # every node idle, mixed or allocated: registered and usable
+  [[ "$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 ~ /^(idle|mix|alloc)/ {n++} END {print n+0}')" -ge "$nodes" ]]
+}
+
+write_token() {
+  mkdir -p "$token_dir"
+  mint > "$token_dir/token.tmp"
+  [[ -s "$token_dir/token.tmp" ]] || { log "scontrol token printed nothing"; return 1; }
+  chmod 0644 "$token_dir/token.tmp"   # a dev cluster: readable by whoever mounts it
+  mv "$token_dir/token.tmp" "$token_dir/token"
+}
+
+run() {
+  NODES="$nodes" slurmbridge-recipe configure "${CLUSTER_NAME:-sbdocker}" "$base"
+  rm -rf /var/spool/slurmctld/* /var/spool/slurmd/* /var/log/slurm/*
+  log "starting slurmctld (port $base), $nodes slurmd, slurmrestd (0.0.0.0:$rest_port)"
+  slurmctld -c
+  for k in $(seq 1 "$nodes"); do
+    mkdir -p "/var/spool/slurmd/node$k"
+    slurmd -N "node$k"
+  done
+  # shellcheck disable=SC2086  # SLURMRESTD_FLAGS: extra words, e.g. "-s openapi/slurmctld" (24.11)
+  SLURM_JWT=daemon slurmrestd -u slurmrest -g slurmrest -a rest_auth/jwt ${SLURMRESTD_FLAGS:-} \
+    "0.0.0.0:$rest_port" >/var/log/slurm/slurmrestd.log 2>&1 </dev/null &
+  local rest_pid=$!
+  trap 'log stopping; kill "$rest_pid" $(cat /run/slurm/slurmd-*.pid /run/slurmctld/slurmctld.pid 2>/dev/null) 2>/dev/null; exit 0' TERM INT
+
+  for _ in $(seq 1 120); do rest_up && nodes_ready && break; sleep 0.5; done
+  rest_up || { log "slurmrestd did not start:"; tail -n 20 /var/log/slurm/slurmrestd.log >&2; exit 1; }
+  nodes_ready || { log "nodes not ready: $(sinfo -h -N -o '%N %t %E')"; tail -n 20 /var/log/slurm/slurmctld.log >&2; exit 1; }
+  write_token
+  log "Slurm $(sinfo -V) is up: REST http://0.0.0.0:$rest_port, token $token_dir/token (user ${TOKEN_USER:-slurm})"
+
+  # Keep the token fresh; exit (and let the container restart) if slurmctld dies.
+  local since=0
+  while kill -0 "$(cat /run/slurmctld/slurmctld.pid 2>/dev/null || echo 0)" 2>/dev/null; do
+    sleep 5 & wait $!
+    since=$((since + 5))
+    if (( since >= ${TOKEN_REFRESH:-86400} )); then write_token || true; since=0; fi
+  done
+  log "slurmctld exited:"; tail -n 20 /var/log/slurm/slurmctld.log >&2
+  exit 1
+}
+
+case "${1:-run}" in
+  run) run ;;
+  healthcheck) rest_up && nodes_ready ;;
+  token) mint ;;
+  *) exec "$@" ;;
+esac
