@@ -114,3 +114,27 @@ ports, the bridge identity the webhook trusts).
 {{- define "slurmbridge.configChecksum" -}}
 {{- include "slurmbridge.settings" . | sha256sum -}}
 {{- end -}}
+
+{{/* The KubeSchedulerConfiguration of the second scheduler. */}}
+{{- define "slurmbridge.scheduler.config" -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceLock: leases
+  resourceNamespace: {{ .Release.Namespace }}
+  resourceName: {{ include "slurmbridge.scheduler.lease" . }}
+# The extender must see every feasible node: Slurm, not sampling, picks the node.
+percentageOfNodesToScore: 100
+profiles:
+  - schedulerName: {{ .Values.scheduler.schedulerName }}
+extenders:
+  - urlPrefix: http://{{ include "slurmbridge.extender.name" . }}.{{ .Release.Namespace }}.svc:{{ .Values.extender.port }}
+    filterVerb: filter
+    prioritizeVerb: prioritize
+    bindVerb: bind
+    weight: 1
+    nodeCacheCapable: true
+    enableHTTPS: false
+    httpTimeout: {{ .Values.scheduler.extenderTimeout }}
+{{- end -}}
