@@ -9,6 +9,8 @@ import structlog
 def configure(level: str = "info", json: bool | None = None) -> None:
     as_json = (not sys.stderr.isatty()) if json is None else json
     logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
+    for chatty in ("httpx", "httpx2", "httpcore"):  # one line per request: too much
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
     )

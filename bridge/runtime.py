@@ -46,7 +46,7 @@ class Bridge:
         )
         c = settings.controllers
         self.lifecycle = Lifecycle(
-            self.kube, self.slurm, self.index, orphan_grace=c.orphan_grace_seconds
+            self.kube, self.slurm, self.index, self.pods, orphan_grace=c.orphan_grace_seconds
         )
         self.nodesync = NodeSync(self.kube, self.slurm, self.nodes)
         self.elector = LeaderElector(

@@ -2,7 +2,8 @@
 
 Pod → job: a finished pod, or a deleted one whose containers have stopped,
 releases its job; a pod deleted while pending releases it at once; a job
-whose pod never shows up is cancelled after a grace period.
+whose pod was never seen (by a listing here, or by this process's filter) is
+cancelled after a grace period.
 Job → pod: a job that ended under a running pod (scancel, time limit,
 preemption, node failure) evicts the pod, with an Event saying why — but only
 after re-reading the job from Slurm: one observation is never enough.
@@ -21,6 +22,7 @@ from bridge import keys
 from bridge.kube import pods as kpods
 from bridge.placement.index import JobIndex
 from bridge.placement.owner import owner_key, pod_ref
+from bridge.placement.pods import PodRegistry
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmJobNotFound
 from bridge.slurm.types import SlurmJob
@@ -53,6 +55,7 @@ class Lifecycle:
         kube: AsyncClient,
         slurm: SlurmClient,
         index: JobIndex,
+        registry: PodRegistry,
         *,
         orphan_grace: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
@@ -60,6 +63,7 @@ class Lifecycle:
         self._kube = kube
         self._slurm = slurm
         self._index = index
+        self._registry = registry
         self._orphan_grace = orphan_grace
         self._clock = clock
         self._seen_owners: set[str] = set()
@@ -81,6 +85,7 @@ class Lifecycle:
             else:
                 await self._evict_if_running(job, members)
         self._seen_owners = set(by_owner)
+        log.debug("lifecycle.reconciled", owners=len(by_owner), jobs=len(self._index.jobs()))
 
     async def _release_if_done(self, job: SlurmJob, members: list[Pod]) -> None:
         assert job.pod_uid is not None
@@ -89,7 +94,7 @@ class Lifecycle:
             if all(releases_job(p) for p in members):
                 await self._cancel(job, f"pod {pod_ref(members[0])} finished or was deleted")
             return
-        if job.pod_uid in self._seen_owners:
+        if job.pod_uid in self._seen_owners or self._registry.pods_of(job.pod_uid):
             await self._cancel(job, "its pod was deleted")
             return
         since = self._orphan_since.setdefault(job.job_id, self._clock())

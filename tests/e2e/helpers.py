@@ -50,6 +50,15 @@ async def wait_bound(kube: AsyncClient, ns: str, name: str, timeout: float = 90)
     return result
 
 
+async def slurm_idle(slurm: SlurmTarget, timeout: float = 60) -> None:  # noqa: ASYNC109
+    """Wait until no job holds resources: capacity arithmetic in a test starts from zero."""
+
+    def idle() -> bool:
+        return not slurm.admin("squeue", "-h", "-t", "RUNNING,PENDING,COMPLETING").strip()
+
+    await wait_for(idle, timeout, interval=0.5, what="an idle Slurm (earlier tests' jobs gone)")
+
+
 def slurm_job_view(slurm: SlurmTarget, job_id: int | str) -> dict[str, Any]:
     """What `scontrol show job -d` says: name, state, nodes and GPU indices per node."""
     line = slurm.admin("scontrol", "show", "job", "-d", "-o", str(job_id)).strip()

@@ -7,7 +7,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from tests.e2e.helpers import pod_manifest, slurm_job_view, wait_bound
+from tests.e2e.helpers import pod_manifest, slurm_idle, slurm_job_view, wait_bound
 from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
@@ -19,15 +19,17 @@ async def test_four_pod_group_binds_all_or_none(
     slurm = bridge_stack.slurm
     ns = await make_e2e_namespace(kube, "group")
     e2e_namespaces.append(ns)
-    # An admin's job holds a whole node: a 4-node job cannot start until it ends.
+    await slurm_idle(slurm)
+    # An admin's job holds half of node1: a job wanting 48 CPUs on each of 4 nodes waits.
     blocker = slurm.admin(
-        "sbatch", "--parsable", "--exclusive", "-w", "node1", "-o", "/dev/null",
+        "sbatch", "--parsable", "-c", "32", "-w", "node1", "-o", "/dev/null",
         "--wrap", "sleep 900",
     ).strip()
     labels = {keys.GROUP: "train", keys.GROUP_SIZE: "4"}
     try:
         for i in range(4):
-            await kube.create(pod_manifest(f"worker-{i}", cpu="2", labels=labels), namespace=ns)
+            pod = pod_manifest(f"worker-{i}", cpu="48", labels=labels)
+            await kube.create(pod, namespace=ns)
         await asyncio.sleep(8)
         pods = [await kube.get(Pod, f"worker-{i}", namespace=ns) for i in range(4)]
         assert not [p for p in pods if p.spec and p.spec.nodeName], "bound before allocation"

@@ -8,7 +8,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from tests.e2e.helpers import pod_events, pod_manifest, slurm_job_view, wait_bound
+from tests.e2e.helpers import pod_events, pod_manifest, slurm_idle, slurm_job_view, wait_bound
 from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
 from tests.fixtures.kube import set_pod_phase, wait_for
 
@@ -71,8 +71,21 @@ async def test_deleting_a_pending_pod_cancels_its_job(
 ) -> None:
     ns = await make_e2e_namespace(kube, "pending")
     e2e_namespaces.append(ns)
-    # More GPUs than any node has: Slurm keeps it pending.
-    await kube.create(pod_manifest("waits", gpus=64), namespace=ns)
+    await slurm_idle(bridge_stack.slurm)
+    # Native jobs hold every GPU: Slurm keeps the pod's job pending (reason Resources).
+    blockers = [
+        bridge_stack.slurm.admin("sbatch", "--parsable", "--gres=gpu:8", "-w", f"node{k}",
+                                 "-o", "/dev/null", "--wrap", "sleep 900").strip()
+        for k in range(1, 5)
+    ]
+    try:
+        await kube.create(pod_manifest("waits", gpus=1), namespace=ns)
+        await _pending_pod_deleted(bridge_stack, kube, ns)
+    finally:
+        bridge_stack.slurm.admin("scancel", *blockers)
+
+
+async def _pending_pod_deleted(bridge_stack: BridgeStack, kube: AsyncClient, ns: str) -> None:
 
     async def job_id() -> str | None:
         pod = await kube.get(Pod, "waits", namespace=ns)

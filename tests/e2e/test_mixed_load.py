@@ -7,7 +7,13 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from tests.e2e.helpers import gpu_holders, pod_events, pod_manifest, slurm_job_view
+from tests.e2e.helpers import (
+    gpu_holders,
+    pod_events,
+    pod_manifest,
+    slurm_idle,
+    slurm_job_view,
+)
 from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
 from tests.fixtures.kube import wait_for
 
@@ -31,17 +37,19 @@ async def test_mixed_load_never_shares_a_gpu_and_pending_pods_say_why(
     slurm = bridge_stack.slurm
     ns = await make_e2e_namespace(kube, "mixed")
     e2e_namespaces.append(ns)
+    await slurm_idle(slurm)
     native = [
-        slurm.admin("sbatch", "--parsable", "-J", "native-gpu", "--gres=gpu:2", "-c", "4",
+        slurm.admin("sbatch", "--parsable", "-J", "native-gpu", "--gres=gpu:2", "-c", "2",
                     "-o", "/dev/null", "--wrap", "sleep 900").strip()
         for _ in range(GPU_JOBS)
     ] + [
-        slurm.admin("sbatch", "--parsable", "-J", "native-cpu", "-c", "8",
+        slurm.admin("sbatch", "--parsable", "-J", "native-cpu", "-c", "2",
                     "-o", "/dev/null", "--wrap", "sleep 900").strip()
         for _ in range(CPU_JOBS)
     ]
     try:
-        # 32 GPUs in all: native jobs take 20, so only 6 of the 10 two-GPU pods fit.
+        # 32 GPUs in all: native jobs take 20, so only 6 of the 10 two-GPU pods fit
+        # (CPUs are plentiful: GPUs are the only thing that runs out).
         for i in range(GPU_PODS):
             await kube.create(pod_manifest(f"gpu-{i}", cpu="1", gpus=2), namespace=ns)
         for i in range(CPU_PODS):
