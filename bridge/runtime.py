@@ -6,7 +6,7 @@ import contextlib
 import structlog
 from lightkube.resources.core_v1 import Node, Pod
 
-from bridge import keys
+from bridge import keys, metrics
 from bridge.binding.binder import Binder
 from bridge.config import Settings
 from bridge.controllers.leader import LeaderElector
@@ -21,7 +21,7 @@ from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.slurm.client import SlurmClient
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.types import SlurmJob
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +43,7 @@ class Bridge:
             interval=p.poll_interval_seconds,
             resync_interval=p.resync_interval_seconds,
             reasons_per_cycle=p.reasons_per_cycle,
+            on_recovered=self.notifier.slurm_recovered,
         )
         c = settings.controllers
         self.lifecycle = Lifecycle(
@@ -56,8 +57,7 @@ class Bridge:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def _job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
-        if before.state is JobState.PENDING and after.allocation is not None:
-            await self.notifier.allocated(after)
+        await self.notifier.job_changed(after)
 
     async def start(self) -> None:
         await self._refresh_nodes()
@@ -76,7 +76,9 @@ class Bridge:
                 for name, step in (("lifecycle", self.lifecycle), ("nodesync", self.nodesync)):
                     try:
                         await step.reconcile_once()
+                        metrics.RECONCILES.labels(name, "ok").inc()
                     except Exception as exc:
+                        metrics.RECONCILES.labels(name, "error").inc()
                         log.warning("controller.failed", controller=name, error=repr(exc))
             await asyncio.sleep(self.settings.controllers.interval_seconds)
 

@@ -5,10 +5,13 @@ Binding exists, so a container that starts on the node always finds its GPU
 indices through the downward API.
 """
 
+from datetime import UTC, datetime
+
 import structlog
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
+from bridge import metrics
 from bridge.kube import pods as kpods
 from bridge.placement.placer import Placer
 
@@ -46,6 +49,10 @@ class Binder:
             current = await self._kube.get(Pod, name, namespace=namespace)
             if not (current.spec and current.spec.nodeName == node):
                 raise BindError(f"pod {namespace}/{name} was bound elsewhere meanwhile") from None
+        metrics.PODS_BOUND.inc()
+        created = pod.metadata.creationTimestamp
+        if created is not None:
+            metrics.POD_TO_BIND_SECONDS.observe((datetime.now(UTC) - created).total_seconds())
         log.info(
             "bind.done", pod=f"{namespace}/{name}", node=node,
             job_id=placement.job_id, gpu_ids=placement.gpu_ids,

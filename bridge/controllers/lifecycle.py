@@ -18,11 +18,11 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
 
-from bridge import keys
+from bridge import keys, metrics
 from bridge.kube import pods as kpods
 from bridge.placement.index import JobIndex
 from bridge.placement.owner import owner_key, pod_ref
-from bridge.placement.pods import PodRegistry
+from bridge.placement.pods import PodKey, PodRegistry
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmJobNotFound
 from bridge.slurm.types import SlurmJob
@@ -104,6 +104,7 @@ class Lifecycle:
 
     async def _cancel(self, job: SlurmJob, why: str) -> None:
         log.info("lifecycle.cancel", job_id=job.job_id, owner=job.pod_uid, why=why)
+        metrics.CONTROLLER_ACTIONS.labels("cancel").inc()
         await self._slurm.cancel(job.job_id)
         self._orphan_since.pop(job.job_id, None)
         try:
@@ -155,5 +156,7 @@ class Lifecycle:
             if exc.status.code != 404:
                 raise
         self._evicted.add(meta.uid)
-        await kpods.record_event(self._kube, pod, "SlurmJobEnded", message, warning=True)
+        metrics.CONTROLLER_ACTIONS.labels("evict").inc()
+        ref = PodKey(meta.namespace, meta.name, meta.uid)
+        await kpods.record_event(self._kube, ref, "SlurmJobEnded", message, warning=True)
         log.warning("lifecycle.evicted", pod=pod_ref(pod), job_id=job.job_id, state=job.state)

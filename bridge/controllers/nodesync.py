@@ -15,7 +15,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from bridge import keys
+from bridge import keys, metrics
 from bridge.placement.nodes import NodeMap
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import SlurmNode
@@ -64,8 +64,10 @@ class NodeSync:
         drained = "DRAIN" in sn.states
         if trouble and not drained:
             await self._slurm.drain(sn.name, trouble)
+            metrics.CONTROLLER_ACTIONS.labels("drain").inc()
         elif trouble is None and drained and ours(sn.reason):
             await self._slurm.resume(sn.name)
+            metrics.CONTROLLER_ACTIONS.labels("resume").inc()
         else:
             return sn
         refreshed = {n.name: n for n in await self._slurm.list_nodes()}
@@ -87,6 +89,7 @@ class NodeSync:
                 "spec": {"taints": wanted},
             }
             await self._kube.patch(Node, node.metadata.name, patch, patch_type=PatchType.MERGE)
+            metrics.CONTROLLER_ACTIONS.labels("taint").inc()
             log.info("nodesync.taints", node=node.metadata.name, unavailable=unavailable,
                      reason=sn.reason)
         await self._condition(node, sn)

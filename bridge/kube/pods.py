@@ -2,12 +2,12 @@
 
 import re
 from datetime import UTC, datetime
+from typing import Protocol
 
 import structlog
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import EventSource, ObjectReference
-from lightkube.models.core_v1 import Pod as PodModel
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
@@ -17,6 +17,15 @@ from bridge import keys
 log = structlog.get_logger(__name__)
 
 COMPONENT = "slurmbridge"
+
+
+class PodRef(Protocol):
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
 
 
 class AlreadyBound(Exception):
@@ -49,15 +58,14 @@ async def set_slurm_condition(
 
 
 async def record_event(
-    client: AsyncClient, pod: PodModel, reason: str, message: str, *, warning: bool = False
+    client: AsyncClient, pod: PodRef, reason: str, message: str, *, warning: bool = False
 ) -> None:
     """An Event on the pod, shown by ``kubectl describe pod``."""
-    meta = pod.metadata or ObjectMeta()
     now = datetime.now(UTC)
     event = Event(
-        metadata=ObjectMeta(generateName=f"{meta.name}.", namespace=meta.namespace),
+        metadata=ObjectMeta(generateName=f"{pod.name}.", namespace=pod.namespace),
         involvedObject=ObjectReference(
-            apiVersion="v1", kind="Pod", name=meta.name, namespace=meta.namespace, uid=meta.uid
+            apiVersion="v1", kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid
         ),
         reason=reason,
         message=message[:1024],
@@ -71,7 +79,7 @@ async def record_event(
     try:
         await client.create(event)
     except ApiError as exc:  # an event is a courtesy; never fail the caller over it
-        log.warning("kube.event_failed", pod=f"{meta.namespace}/{meta.name}", error=str(exc))
+        log.warning("kube.event_failed", pod=f"{pod.namespace}/{pod.name}", error=str(exc))
 
 
 async def bind(client: AsyncClient, namespace: str, name: str, uid: str, node: str) -> None:

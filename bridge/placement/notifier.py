@@ -38,25 +38,37 @@ class PodNotifier:
     async def job_known(self, pod: Pod, job: SlurmJob) -> None:
         """Called by filter for every pod it sees; cheap when nothing changed."""
         meta = pod.metadata or ObjectMeta()
-        assert meta.uid
-        status = (job.job_id, job.state, job.reason)
-        if self._seen.get(meta.uid) == status:
-            return
-        first = meta.uid not in self._seen
-        self._seen[meta.uid] = status
-        if first and (meta.annotations or {}).get(keys.JOB_ID) != str(job.job_id):
-            assert meta.namespace and meta.name
+        assert meta.uid and meta.namespace and meta.name
+        key = PodKey(meta.namespace, meta.name, meta.uid)
+        if key.uid not in self._seen and (meta.annotations or {}).get(keys.JOB_ID) != str(
+            job.job_id
+        ):
             self._spawn(kpods.annotate(
-                self._kube, meta.namespace, meta.name, {keys.JOB_ID: str(job.job_id)}
+                self._kube, key.namespace, key.name, {keys.JOB_ID: str(job.job_id)}
             ))
-        self._spawn(self._publish(pod, job))
+        self._update(key, job)
 
-    async def allocated(self, job: SlurmJob) -> None:
-        """Called by the poller when a job gets its nodes: requeue its waiting pods now."""
+    async def job_changed(self, job: SlurmJob) -> None:
+        """Called by the poller on any change: new reason, or nodes allocated (requeue now)."""
         if job.pod_uid is None:
             return
         for key in self._registry.pods_of(job.pod_uid):
-            self._spawn(self._condition(key, job))
+            self._update(key, job)
+
+    def _update(self, key: PodKey, job: SlurmJob) -> None:
+        status = (job.job_id, job.state, job.reason)
+        if self._seen.get(key.uid) == status:
+            return
+        self._seen[key.uid] = status
+        self._spawn(self._publish(key, job))
+
+    async def slurm_recovered(self) -> None:
+        """slurmrestd answers again: nudge the pods it turned away, instead of their backoff."""
+        for key in self._registry.take_slurm_trouble():
+            self._spawn(kpods.set_slurm_condition(
+                self._kube, key.namespace, key.name, allocated=False,
+                reason="SlurmReachable", message="slurmrestd answers again: retrying",
+            ))
 
     def forget(self, pod_uid: str) -> None:
         self._seen.pop(pod_uid, None)
@@ -66,15 +78,13 @@ class PodNotifier:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _publish(self, pod: Pod, job: SlurmJob) -> None:
-        meta = pod.metadata or ObjectMeta()
-        assert meta.namespace and meta.name and meta.uid
+    async def _publish(self, key: PodKey, job: SlurmJob) -> None:
         await kpods.record_event(
-            self._kube, pod,
+            self._kube, key,
             "SlurmPending" if job.state is JobState.PENDING else "SlurmAllocated",
             describe(job),
         )
-        await self._condition(PodKey(meta.namespace, meta.name, meta.uid), job)
+        await self._condition(key, job)
 
     async def _condition(self, key: PodKey, job: SlurmJob) -> None:
         allocated = job.state is not JobState.PENDING and job.allocation is not None

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import structlog
 from lightkube.models.core_v1 import Pod
 
-from bridge import keys
+from bridge import keys, metrics
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.translate import job_request_for_pod
 from bridge.placement.index import JobIndex
@@ -77,6 +77,10 @@ class Placer:
             job = await self._job_for(pod)
             placement = self._placement(pod, job)
         except (PlacementError, InvalidPodRequest, SlurmError) as exc:
+            if isinstance(exc, SlurmError):
+                self._pods.note_slurm_trouble(pod)
+            waiting = isinstance(exc, PlacementError) and str(exc).startswith("waiting")
+            metrics.FILTER_DECISIONS.labels("waiting" if waiting else "refused").inc()
             message = str(exc)
             return Verdict(unresolvable=dict.fromkeys(candidates, message), message=message)
         if placement.kube_node not in candidates:
@@ -87,6 +91,7 @@ class Placer:
             )
             failed = dict.fromkeys(candidates, message)
             return Verdict(unresolvable=failed, job=job, message=message)
+        metrics.FILTER_DECISIONS.labels("allocated").inc()
         failed = {n: f"Slurm placed this pod on {placement.kube_node}" for n in candidates}
         del failed[placement.kube_node]
         return Verdict(keep=[placement.kube_node], unresolvable=failed, job=job)

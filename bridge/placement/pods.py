@@ -21,6 +21,8 @@ class PodRegistry:
         self._by_owner: dict[str, dict[str, PodKey]] = {}
         # group owner → pod uid → Slurm node reserved for it
         self._group_nodes: dict[str, dict[str, str]] = {}
+        # pods refused because Slurm could not be asked: requeued when it answers again
+        self._slurm_trouble: dict[str, PodKey] = {}
 
     def remember(self, pod: Pod) -> str:
         key = owner_key(pod)
@@ -28,6 +30,15 @@ class PodRegistry:
         assert meta is not None and meta.uid and meta.name and meta.namespace
         self._by_owner.setdefault(key, {})[meta.uid] = PodKey(meta.namespace, meta.name, meta.uid)
         return key
+
+    def note_slurm_trouble(self, pod: Pod) -> None:
+        meta = pod.metadata
+        assert meta is not None and meta.uid and meta.name and meta.namespace
+        self._slurm_trouble[meta.uid] = PodKey(meta.namespace, meta.name, meta.uid)
+
+    def take_slurm_trouble(self) -> list[PodKey]:
+        taken, self._slurm_trouble = list(self._slurm_trouble.values()), {}
+        return taken
 
     def pods_of(self, owner: str) -> list[PodKey]:
         return list(self._by_owner.get(owner, {}).values())

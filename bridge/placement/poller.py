@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from bridge import metrics
 from bridge.placement.index import JobIndex
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound
@@ -36,6 +37,7 @@ class Poller:
         interval: float = 2.0,
         resync_interval: float = 300.0,
         reasons_per_cycle: int = 5,
+        on_recovered: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._client = client
         self._index = index
@@ -47,9 +49,13 @@ class Poller:
         self._misses: dict[int, int] = {}
         self._fetch_slots = asyncio.Semaphore(_FETCH_CONCURRENCY)
         self.healthy = False
+        self._on_recovered = on_recovered
 
     async def poll_once(self) -> None:
         tracked = {j.job_id: j for j in self._index.jobs() if j.state.is_live}
+        for state in JobState:
+            count = sum(1 for j in tracked.values() if j.state is state)
+            metrics.PLACEHOLDER_JOBS.labels(state.value).set(count)
         if not tracked:
             return
         states = await self._client.job_states()
@@ -63,7 +69,12 @@ class Poller:
         pending = [i for i, j in tracked.items() if j.state is JobState.PENDING]
         if not self._reason_queue:
             self._reason_queue.extend(pending)
-        batch: list[SlurmJob] = []
+        # Jobs Slurm has not evaluated yet (reason "None") first: users wait for that one.
+        batch = [
+            j for j in tracked.values()
+            if j.state is JobState.PENDING and j.reason == "None" and j.job_id not in skip
+        ][: self._reasons_per_cycle]
+        skip = skip | {j.job_id for j in batch}
         while self._reason_queue and len(batch) < self._reasons_per_cycle:
             job = tracked.get(self._reason_queue.popleft())
             if job is not None and job.state is JobState.PENDING and job.job_id not in skip:
@@ -104,8 +115,10 @@ class Poller:
                     next_resync = loop.time() + self.resync_interval
                     log.info("poller.resynced", jobs=len(self._index.jobs()), cancelled=cancelled)
                 await self.poll_once()
-                self.healthy = True
+                recovered, self.healthy = not self.healthy, True
                 delay = self.interval
+                if recovered and self._on_recovered is not None:
+                    await self._on_recovered()
             except SlurmError as exc:
                 self.healthy = False
                 delay = min(delay * 2, 30.0)

@@ -18,6 +18,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from bridge import metrics
 from bridge.config import SlurmSettings
 from bridge.jobs.request import JobRequest
 from bridge.slurm import convert, negotiate
@@ -245,15 +246,20 @@ class SlurmClient:
             "X-SLURM-USER-TOKEN": self._tokens.current(),
         }
         try:
-            resp = await self._http.request(method, url, headers=headers, **kwargs)
+            with metrics.SLURM_REQUEST_SECONDS.labels(op).time():
+                resp = await self._http.request(method, url, headers=headers, **kwargs)
         except httpx.ConnectError as exc:  # nothing was sent: always safe to retry
+            metrics.SLURM_ERRORS.labels(op, "connect").inc()
             raise _Transient(str(exc)) from exc
         except httpx.TransportError as exc:
+            metrics.SLURM_ERRORS.labels(op, "transport").inc()
             if idempotent:
                 raise _Transient(str(exc)) from exc
             raise SlurmUnavailable(
                 f"slurmrestd at {self._settings.url}: {op} may or may not have happened: {exc!r}"
             ) from exc
+        if resp.status_code >= 400:
+            metrics.SLURM_ERRORS.labels(op, f"http_{resp.status_code}").inc()
         if resp.status_code in _RETRY_STATUS and idempotent:
             raise _Transient(f"HTTP {resp.status_code}")
         return resp

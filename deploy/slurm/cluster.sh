@@ -4,6 +4,7 @@
 #   cluster.sh down VERSION   stop every process it started, unmount what it mounted
 #   cluster.sh env VERSION    print the environment the tests and the bridge read
 #   cluster.sh rootfs VERSION  build the cached chroot if needed and print its path
+#   cluster.sh rest stop|start VERSION   stop or start slurmrestd alone (outage tests)
 #   cluster.sh exec VERSION CMD...   run an admin tool (squeue, scontrol, sbatch) in it
 # VERSION is 24.11 (Debian trixie) or 26.05 (Debian sid).  Both can run at once.
 set -euo pipefail
@@ -107,10 +108,7 @@ cmd_up() {
       mkdir -p "$ROOT/var/spool/slurmd/node$k"
       in_root slurmd -N "node$k"
     done
-    local sflags=(); [[ "$VERSION" == 24.11 ]] && sflags=(-s openapi/slurmctld)
-    setsid chroot "$ROOT" env SLURM_JWT=daemon slurmrestd -u slurmrest -g slurmrest \
-      -a rest_auth/jwt "${sflags[@]}" "127.0.0.1:$REST_PORT" \
-      >"$ROOT/var/log/slurm/slurmrestd.log" 2>&1 < /dev/null &
+    start_rest
     for _ in $(seq 1 120); do
       if rest_alive && [[ "$(in_root sinfo -h -o '%D %t' 2>/dev/null | awk '$2=="idle"{n+=$1} END{print n+0}')" == "${NODES:-4}" ]]; then
         break
@@ -127,6 +125,33 @@ cmd_up() {
   echo "REST URL:   $URL"
   echo "token file: $RUN/token (user slurm)"
   echo "env file:   $RUN/env"
+}
+
+start_rest() {
+  local sflags=(); [[ "$VERSION" == 24.11 ]] && sflags=(-s openapi/slurmctld)
+  setsid chroot "$ROOT" env SLURM_JWT=daemon slurmrestd -u slurmrest -g slurmrest \
+    -a rest_auth/jwt "${sflags[@]}" "127.0.0.1:$REST_PORT" \
+    >>"$ROOT/var/log/slurm/slurmrestd.log" 2>&1 < /dev/null &
+}
+
+# `rest stop|start VERSION`: take slurmrestd alone away and back (outage tests).
+cmd_rest() {
+  select_version "$2"
+  case "$1" in
+    stop)
+      local p
+      for p in $(chroot_pids); do
+        [[ "$(cat "/proc/$p/comm" 2>/dev/null)" == slurmrestd ]] && kill "$p"
+      done
+      for _ in $(seq 1 40); do rest_alive || return 0; sleep 0.25; done
+      die "slurmrestd still answers on $URL" ;;
+    start)
+      rest_alive && return 0
+      start_rest
+      for _ in $(seq 1 60); do rest_alive && return 0; sleep 0.25; done
+      die "slurmrestd did not come back on $URL" ;;
+    *) die "usage: $0 rest stop|start VERSION" ;;
+  esac
 }
 
 chroot_pids() {
@@ -165,5 +190,6 @@ cmd_exec() { select_version "$1"; shift; exec chroot "$ROOT" "$@"; }
 case "${1:-}" in
   up|down|env|rootfs) "cmd_$1" "${2:-}" ;;
   exec) shift; cmd_exec "$@" ;;
+  rest) cmd_rest "${2:-}" "${3:-}" ;;
   *) echo "usage: $0 up|down|env|rootfs VERSION | exec VERSION CMD..." >&2; exit 2 ;;
 esac

@@ -6,12 +6,7 @@ from lightkube.core.exceptions import ApiError
 
 from bridge import keys
 from tests.e2e.helpers import pod_manifest
-from tests.fixtures.bridge import (
-    ALLOWED_ACCOUNTS,
-    RESTRICTED_NS,
-    BridgeStack,
-    make_e2e_namespace,
-)
+from tests.fixtures.bridge import ALLOWED_ACCOUNTS, BridgeStack, make_e2e_namespace
 from tests.fixtures.kube import delete_namespace
 
 pytestmark = pytest.mark.e2e
@@ -31,8 +26,7 @@ async def test_spoofed_bridge_annotation_is_rejected(
 async def test_account_outside_namespace_policy_is_rejected(
     bridge_stack: BridgeStack, kube: AsyncClient
 ) -> None:
-    await delete_namespace(kube, RESTRICTED_NS)
-    ns = await make_e2e_namespace(kube, "", name=RESTRICTED_NS)
+    ns = await make_e2e_namespace(kube, "", name=bridge_stack.restricted_ns)
     try:
         pod = pod_manifest("chem", annotations={keys.ACCOUNT: "chemistry"})
         with pytest.raises(ApiError) as err:

@@ -371,6 +371,7 @@ def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
         "pods/binding": ["create"],
         "pods/eviction": ["create"],
         "nodes": ["get", "list", "watch", "patch"],
+        "nodes/status": ["patch"],
         "namespaces": ["get", "list", "watch"],
         "events": ["create"],
     })

@@ -92,6 +92,7 @@ ports, the bridge identity the webhook trusts).
 {{- $owned := dict
       "slurm" (dict "token_file" (printf "%s/%s" (include "slurmbridge.tokenDir" .) .Values.slurm.jwt.key))
       "extender" (dict "host" "0.0.0.0" "port" (int .Values.extender.port))
+      "controllers" (dict "lease_namespace" .Release.Namespace)
       "admission" (dict
         "bridge_namespace" .Release.Namespace
         "bridge_service_account" (include "slurmbridge.extender.serviceAccount" .)

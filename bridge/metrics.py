@@ -1,0 +1,42 @@
+"""Prometheus metrics, served at the extender's ``/metrics``."""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+SLURM_REQUEST_SECONDS = Histogram(
+    "slurmbridge_slurm_request_seconds",
+    "slurmrestd request latency by operation (each HTTP attempt)",
+    ["operation"],
+    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+SLURM_ERRORS = Counter(
+    "slurmbridge_slurm_errors_total",
+    "slurmrestd failures by operation and kind",
+    ["operation", "kind"],
+)
+FILTER_DECISIONS = Counter(
+    "slurmbridge_filter_total",
+    "extender filter answers: allocated (node kept), waiting (Slurm pending), refused",
+    ["outcome"],
+)
+PODS_BOUND = Counter("slurmbridge_pods_bound_total", "pods bound where Slurm allocated")
+BIND_FAILURES = Counter("slurmbridge_bind_failures_total", "binds refused or failed")
+POD_TO_BIND_SECONDS = Histogram(
+    "slurmbridge_pod_to_bind_seconds",
+    "time from pod creation to its Binding",
+    buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600),
+)
+PLACEHOLDER_JOBS = Gauge(
+    "slurmbridge_placeholder_jobs",
+    "placeholder jobs this process tracks, by Slurm state",
+    ["state"],
+)
+RECONCILES = Counter(
+    "slurmbridge_reconcile_total",
+    "controller passes by controller and outcome",
+    ["controller", "outcome"],
+)
+CONTROLLER_ACTIONS = Counter(
+    "slurmbridge_controller_actions_total",
+    "what the controllers did: cancel, evict, drain, resume, taint",
+    ["action"],
+)

@@ -1,0 +1,159 @@
+"""Correct under failure: slurmrestd outages, SIGKILLed bridges, leader handover."""
+
+import asyncio
+import random
+import signal
+import subprocess
+from dataclasses import replace
+
+import httpx
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from bridge.slurm.client import SlurmClient
+from tests.e2e.helpers import pod_manifest, slurm_idle, wait_bound
+from tests.fixtures.bridge import (
+    BRIDGE_NS,
+    BridgeProcess,
+    BridgeStack,
+    free_port,
+    make_e2e_namespace,
+)
+from tests.fixtures.kube import set_pod_phase, wait_for
+from tests.fixtures.slurm import CLUSTER_SH
+
+pytestmark = pytest.mark.e2e
+
+
+async def _pods(kube: AsyncClient, ns: str) -> list[Pod]:
+    return [p async for p in kube.list(Pod, namespace=ns)]
+
+
+def _rest(stack: BridgeStack, action: str) -> None:
+    if stack.slurm.version not in ("24.11", "26.05"):
+        pytest.fail("the outage test stops slurmrestd: it needs a local cluster (cluster.sh)")
+    subprocess.run(["bash", str(CLUSTER_SH), "rest", action, stack.slurm.version],
+                   check=True, capture_output=True, timeout=60)
+
+
+async def test_slurmrestd_outage_evicts_nothing_and_scheduling_resumes(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    ns = await make_e2e_namespace(kube, "outage")
+    e2e_namespaces.append(ns)
+    for i in range(4):
+        await kube.create(pod_manifest(f"before-{i}"), namespace=ns)
+    for i in range(4):
+        await set_pod_phase(kube, await wait_bound(kube, ns, f"before-{i}"), "Running")
+    _rest(bridge_stack, "stop")
+    try:
+        for i in range(2):
+            await kube.create(pod_manifest(f"during-{i}"), namespace=ns)
+        await asyncio.sleep(30)
+        pods = {p.metadata.name: p for p in await _pods(kube, ns) if p.metadata and p.metadata.name}
+        for i in range(4):
+            pod = pods[f"before-{i}"]
+            assert pod.metadata and not pod.metadata.deletionTimestamp, "evicted during outage"
+            assert pod.status and pod.status.phase == "Running"
+        assert not any(pods[f"during-{i}"].spec.nodeName for i in range(2))  # type: ignore[union-attr]
+    finally:
+        _rest(bridge_stack, "start")
+    for i in range(2):
+        await wait_bound(kube, ns, f"during-{i}", timeout=60)
+
+
+async def test_sigkill_at_random_moments_leaves_one_job_per_pod(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    ns = await make_e2e_namespace(kube, "crash")
+    e2e_namespaces.append(ns)
+    await slurm_idle(bridge_stack.slurm)
+    rng = random.Random(20261129)
+    created = 0
+    for _ in range(10):
+        for _ in range(5):
+            await kube.create(pod_manifest(f"p{created}"), namespace=ns)
+            created += 1
+        await asyncio.sleep(rng.uniform(0.2, 2.5))
+        bridge_stack.extender.kill(signal.SIGKILL)
+        bridge_stack.extender.start()
+    assert created == 50
+
+    async def all_bound() -> bool:
+        return sum(1 for p in await _pods(kube, ns) if p.spec and p.spec.nodeName) == 50
+
+    await wait_for(all_bound, 240, interval=1, what="all 50 pods bound")
+    pods = {p.metadata.uid: p for p in await _pods(kube, ns) if p.metadata and p.metadata.uid}
+
+    async with SlurmClient(bridge_stack.slurm.settings()) as slurm:
+        async def clean() -> bool:
+            listing = await slurm.list_jobs()
+            assert listing is not None
+            live = [j for j in listing.jobs if j.pod_uid and j.state.is_live
+                    and j.name.startswith(f"k8s:{ns}/")]
+            owners = [j.pod_uid for j in live]
+            duplicates = len(owners) - len(set(owners))
+            leaked = [j.job_id for j in live if j.pod_uid not in pods]
+            return duplicates == 0 and not leaked and len(live) == 50
+
+        # duplicates from a crash mid-submit go at the next resync (30 s), orphans after 20 s
+        await wait_for(clean, 90, interval=2, what="no duplicate or leaked jobs")
+        for uid, pod in pods.items():
+            assert pod.metadata and pod.spec
+            job = await slurm.get_job(int((pod.metadata.annotations or {})[keys.JOB_ID]))
+            assert job.pod_uid == uid and job.state.is_live
+            assert job.allocation is not None
+            assert bridge_stack.slurm_node_of(pod.spec.nodeName or "") in job.allocation.nodes
+
+
+async def _holder(kube: AsyncClient) -> str:
+    lease = await kube.get(Lease, "slurmbridge-controllers", namespace=BRIDGE_NS)
+    return (lease.spec.holderIdentity or "") if lease.spec else ""
+
+
+def _reconciles(port: int) -> float:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics/", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+        if line.startswith("slurmbridge_reconcile_total{")
+    )
+
+
+async def test_only_the_leader_acts_and_a_new_one_takes_over(
+    bridge_stack: BridgeStack, kube: AsyncClient
+) -> None:
+    first = bridge_stack.extender
+    assert first.proc is not None
+    await wait_for(lambda: _holder(kube), 20, what="a lease holder")
+    assert (await _holder(kube)).endswith(f"_{first.proc.pid}")
+    port = free_port()
+    second = replace(
+        first, env={**first.env, "SLURMBRIDGE_EXTENDER__PORT": str(port)},
+        log_file=first.log_file.with_suffix(".second.log"),
+        health_url=f"http://127.0.0.1:{port}/healthz", proc=None,
+    )
+    second.start()
+    try:
+        await asyncio.sleep(5)
+        assert _reconciles(port) == 0, "a follower reconciled"
+        assert (await _holder(kube)).endswith(f"_{first.proc.pid}")
+        first.kill(signal.SIGKILL)
+        killed = asyncio.get_running_loop().time()
+        assert second.proc is not None
+        await wait_for(
+            lambda: _holder_is(kube, second), 30, interval=0.25, what="the second replica leading"
+        )
+        handover = asyncio.get_running_loop().time() - killed
+        lease_seconds = int(first.env.get("SLURMBRIDGE_CONTROLLERS__LEASE_SECONDS", "15"))
+        assert handover <= lease_seconds + lease_seconds / 3 + 1
+        await wait_for(lambda: _reconciles(port) > 0, 10, what="the new leader reconciling")
+    finally:
+        second.kill(signal.SIGKILL)
+        first.start()
+
+
+async def _holder_is(kube: AsyncClient, proc: BridgeProcess) -> bool:
+    return proc.proc is not None and (await _holder(kube)).endswith(f"_{proc.proc.pid}")

@@ -1,0 +1,98 @@
+"""Node health crosses over both ways, each side carrying the other's reason."""
+
+import asyncio
+from typing import Any
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+from bridge import keys
+from tests.fixtures.bridge import BridgeStack
+from tests.fixtures.kube import wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+async def _node(kube: AsyncClient, name: str) -> Node:
+    return await kube.get(Node, name)
+
+
+def _taints(node: Node) -> dict[str, Any]:
+    return {t.key: t for t in (node.spec.taints if node.spec else None) or []}
+
+
+def _condition(node: Node) -> Any:
+    conditions = (node.status.conditions if node.status else None) or []
+    return next((c for c in conditions if c.type == keys.NODE_CONDITION_SLURM), None)
+
+
+def _drain_reason(stack: BridgeStack, slurm_node: str) -> str:
+    return stack.slurm.admin("sinfo", "-h", "-R", "-o", "%E", "-n", slurm_node).strip()
+
+
+async def _cordon(kube: AsyncClient, name: str, cordoned: bool) -> None:
+    await kube.patch(Node, name, {"spec": {"unschedulable": cordoned}},
+                     patch_type=PatchType.MERGE)
+
+
+async def test_slurm_drain_taints_the_node_with_the_reason(
+    bridge_stack: BridgeStack, kube: AsyncClient
+) -> None:
+    slurm = bridge_stack.slurm
+    slurm.admin("scontrol", "update", "nodename=node3", "state=drain", "reason=maint")
+    try:
+        async def tainted() -> Node | None:
+            node = await _node(kube, "kube-node3")
+            cond = _condition(node)
+            ok = keys.UNAVAILABLE_TAINT in _taints(node) and cond and cond.status == "False"
+            return node if ok else None
+
+        node = await wait_for(tainted, 15, what="slurm-unavailable taint on kube-node3")
+        assert "maint" in _condition(node).message
+        assert _taints(node)[keys.UNAVAILABLE_TAINT].effect == "NoSchedule"
+    finally:
+        slurm.admin("scontrol", "update", "nodename=node3", "state=resume")
+
+    async def untainted() -> bool:
+        node = await _node(kube, "kube-node3")
+        cond = _condition(node)
+        return keys.UNAVAILABLE_TAINT not in _taints(node) and cond and cond.status == "True"
+
+    await wait_for(untainted, 15, what="taint removed after resume")
+    assert keys.MANAGED_TAINT in _taints(await _node(kube, "kube-node3"))
+
+
+async def test_cordon_drains_in_slurm_and_uncordon_resumes(
+    bridge_stack: BridgeStack, kube: AsyncClient
+) -> None:
+    await _cordon(kube, "kube-node4", True)
+    try:
+        reason = await wait_for(
+            lambda: _drain_reason(bridge_stack, "node4").startswith(keys.DRAIN_REASON_PREFIX)
+            and _drain_reason(bridge_stack, "node4"),
+            15, what="a slurmbridge drain on node4",
+        )
+        assert "cordoned" in reason
+    finally:
+        await _cordon(kube, "kube-node4", False)
+    await wait_for(lambda: not _drain_reason(bridge_stack, "node4"), 15,
+                   what="node4 resumed after uncordon")
+
+
+async def test_an_admins_drain_is_never_undone(
+    bridge_stack: BridgeStack, kube: AsyncClient
+) -> None:
+    slurm = bridge_stack.slurm
+    slurm.admin("scontrol", "update", "nodename=node2", "state=drain", "reason=admin: bad dimm")
+    try:
+        await _cordon(kube, "kube-node2", True)
+        await asyncio.sleep(4)  # several controller periods (1 s each)
+        assert _drain_reason(bridge_stack, "node2") == "admin: bad dimm"
+        await _cordon(kube, "kube-node2", False)
+        await asyncio.sleep(4)
+        assert _drain_reason(bridge_stack, "node2") == "admin: bad dimm"
+    finally:
+        await _cordon(kube, "kube-node2", False)
+        slurm.admin("scontrol", "update", "nodename=node2", "state=resume")
