@@ -13,6 +13,7 @@ from bridge.controllers.leader import LeaderElector
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
 from bridge.kube.client import kube_client
+from bridge.kube.pods import set_slurm_condition
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.notifier import PodNotifier
@@ -24,6 +25,8 @@ from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import SlurmJob
 
 log = structlog.get_logger(__name__)
+
+REQUEUE_DELAY_SECONDS = 2.0
 
 
 class Bridge:
@@ -66,8 +69,29 @@ class Bridge:
             asyncio.create_task(self.poller.run(), name="poller"),
             asyncio.create_task(self._node_loop(), name="nodes"),
         ]
+        self._tasks.append(asyncio.create_task(self._requeue_waiting(), name="requeue"))
         if self.settings.controllers.enabled:
             self._tasks.append(asyncio.create_task(self.elector.run(self._lead), name="leader"))
+
+    async def _requeue_waiting(self) -> None:
+        """kube-scheduler parks pods whose filter failed while we were down: nudge them back.
+
+        Runs once, shortly after start so that the HTTP server is listening by then.
+        """
+        await asyncio.sleep(REQUEUE_DELAY_SECONDS)
+        try:
+            async for pod in self.kube.list(
+                Pod, namespace="*",
+                fields={"spec.schedulerName": keys.SCHEDULER_NAME, "spec.nodeName": ""},
+            ):
+                meta = pod.metadata
+                if meta and meta.name and meta.namespace and not meta.deletionTimestamp:
+                    await set_slurm_condition(
+                        self.kube, meta.namespace, meta.name, allocated=False,
+                        reason="BridgeStarted", message="slurmbridge (re)started: scheduling again",
+                    )
+        except Exception as exc:  # best effort: kube-scheduler retries on its own later
+            log.warning("requeue.failed", error=repr(exc))
 
     async def _lead(self) -> None:
         """The controllers' loop, run only while this process holds the lease."""

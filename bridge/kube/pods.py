@@ -4,6 +4,7 @@ import re
 from datetime import UTC, datetime
 from typing import Protocol
 
+import msgspec
 import structlog
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -94,6 +95,10 @@ async def bind(client: AsyncClient, namespace: str, name: str, uid: str, node: s
         if exc.status.code == 409:
             raise AlreadyBound(f"pod {namespace}/{name}: {exc.status.message}") from exc
         raise
+    except msgspec.ValidationError:
+        # The apiserver answers a successful binding with a Status, not a Binding; the
+        # client's decoder then complains.  Errors raised before decoding, so this is 2xx.
+        pass
 
 
 def _camel(text: str) -> str:
