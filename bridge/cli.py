@@ -14,6 +14,7 @@ from admission.scope import kube_namespace_labels
 from bridge import logs
 from bridge import status as status_view
 from bridge.config import CONFIG_FILE_ENV, Settings
+from bridge.config_reference import markdown
 from bridge.kube.client import kube_client
 from bridge.runtime import Bridge
 from bridge.slurm.client import SlurmClient
@@ -83,6 +84,12 @@ def status(config: Path | None, output: str) -> None:
         click.echo(json.dumps(status_view.as_dicts(rows), indent=2))
     else:
         click.echo(status_view.render_table(rows))
+
+
+@main.command("config-reference")
+def config_reference() -> None:
+    """Print the configuration reference (Markdown) generated from the settings models."""
+    click.echo(markdown(), nl=False)
 
 
 if __name__ == "__main__":
