@@ -15,6 +15,7 @@ from bridge import logs
 from bridge import status as status_view
 from bridge.config import CONFIG_FILE_ENV, Settings
 from bridge.config_reference import markdown
+from bridge.doctor import run as run_doctor
 from bridge.kube.client import kube_client
 from bridge.runtime import Bridge
 from bridge.slurm.client import SlurmClient
@@ -84,6 +85,18 @@ def status(config: Path | None, output: str) -> None:
         click.echo(json.dumps(status_view.as_dicts(rows), indent=2))
     else:
         click.echo(status_view.render_table(rows))
+
+
+@main.command()
+@click.pass_obj
+def doctor(config: Path | None) -> None:
+    """Check slurmrestd, the token, the apiserver permissions and the wiring."""
+    settings = load_settings(config)
+    checks = asyncio.run(run_doctor(settings, kube_client(settings.kube.kubeconfig)))
+    for check in checks:
+        click.echo(check.line())
+    if not all(c.ok for c in checks):
+        raise SystemExit(1)
 
 
 @main.command("config-reference")

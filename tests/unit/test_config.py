@@ -37,5 +37,5 @@ def test_a_typo_fails_with_the_settings_name(
 
 def test_missing_config_file_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CONFIG_FILE_ENV, "/nonexistent/settings.yaml")
-    with pytest.raises(ValueError, match="/nonexistent/settings.yaml"):
+    with pytest.raises(ValueError, match=r"/nonexistent/settings\.yaml"):
         Settings()
