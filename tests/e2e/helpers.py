@@ -1,6 +1,5 @@
 """Small helpers shared by the end-to-end tests: pod manifests and Slurm's own view."""
 
-import re
 from typing import Any
 
 from lightkube import AsyncClient
@@ -10,8 +9,6 @@ from bridge import keys
 from bridge.slurm.allocation import expand_nodes, gpu_indices
 from tests.fixtures.kube import wait_for
 from tests.fixtures.slurm import SlurmTarget
-
-_DETAIL = re.compile(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\d+ GRES=(\S*)")
 
 
 def pod_manifest(
@@ -64,7 +61,7 @@ def slurm_job_view(slurm: SlurmTarget, job_id: int | str) -> dict[str, Any]:
     line = slurm.admin("scontrol", "show", "job", "-d", "-o", str(job_id)).strip()
     fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
     gpus: dict[str, tuple[int, ...]] = {}
-    for nodes, gres in _DETAIL.findall(line):
+    for nodes, gres in GRES_DETAIL.findall(line):
         for node in expand_nodes(nodes):
             gpus[node] = gpu_indices(gres) if gres else ()
     return {
@@ -75,20 +72,6 @@ def slurm_job_view(slurm: SlurmTarget, job_id: int | str) -> dict[str, Any]:
         "gpus": gpus,
         "reason": fields.get("Reason", ""),
     }
-
-
-def gpu_holders(slurm: SlurmTarget) -> dict[tuple[str, int], list[str]]:
-    """(Slurm node, GPU index) → running job ids, from `scontrol show job -d -o`."""
-    holders: dict[tuple[str, int], list[str]] = {}
-    for line in slurm.admin("scontrol", "show", "job", "-d", "-o").splitlines():
-        if "JobState=RUNNING" not in line:
-            continue
-        job_id = line.split()[0].removeprefix("JobId=")
-        for nodes, gres in _DETAIL.findall(line):
-            for node in expand_nodes(nodes):
-                for idx in gpu_indices(gres) if gres else ():
-                    holders.setdefault((node, idx), []).append(job_id)
-    return holders
 
 
 async def pod_events(kube: AsyncClient, ns: str, name: str) -> list[tuple[str, str]]:

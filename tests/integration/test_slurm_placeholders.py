@@ -3,20 +3,17 @@
 import asyncio
 import re
 import uuid
-from collections import defaultdict
 
 import pytest
 
 from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
-from bridge.slurm.allocation import expand_nodes, gpu_indices
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState, SlurmJob
-from tests.fixtures.slurm import SlurmTarget
+from tests.fixtures.slurm import SlurmTarget, gpu_holders
 
 pytestmark = pytest.mark.integration
 
-_DETAIL = re.compile(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\d+ GRES=(\S*)")
 
 
 def _request(pod: str, **kw: object) -> JobRequest:
@@ -29,20 +26,6 @@ async def _wait_running(client: SlurmClient, job_id: int) -> SlurmJob:
         while (job := await client.get_job(job_id)).state is not JobState.RUNNING:
             await asyncio.sleep(0.5)
     return job
-
-
-def _gpu_holders(slurm: SlurmTarget) -> dict[tuple[str, int], list[str]]:
-    """(node, gpu index) → job ids holding it, from `scontrol show job -d -o`."""
-    holders: dict[tuple[str, int], list[str]] = defaultdict(list)
-    for line in slurm.admin("scontrol", "show", "job", "-d", "-o").splitlines():
-        if "JobState=RUNNING" not in line:
-            continue
-        job_id = line.split()[0].removeprefix("JobId=")
-        for nodes, gres in _DETAIL.findall(line):
-            for node in expand_nodes(nodes):
-                for idx in gpu_indices(gres) if gres else ():
-                    holders[(node, idx)].append(job_id)
-    return holders
 
 
 def _squeue(slurm: SlurmTarget) -> dict[str, list[str]]:
@@ -84,7 +67,7 @@ async def test_placeholders_show_in_admin_tools_without_gpu_collisions(
         assert f"Nodes={node} " in detail
         idx = ",".join(map(str, gpu_job.allocation.gpu_ids[node]))
         assert re.search(rf"GRES=gpu:2\(IDX:({idx}|{idx.replace(',', '-')})\)", detail)
-        holders = _gpu_holders(slurm)
+        holders = gpu_holders(slurm)
         shared = {k: v for k, v in holders.items() if len(v) > 1}
         assert not shared, f"GPU indices held by two jobs: {shared}"
         assert {j for v in holders.values() for j in v} >= {*native, str(gpu_job.job_id)}
