@@ -8,7 +8,7 @@ from lightkube.resources.core_v1 import Event, Pod
 from bridge import keys
 from bridge.slurm.allocation import expand_nodes, gpu_indices
 from tests.fixtures.kube import wait_for
-from tests.fixtures.slurm import SlurmTarget
+from tests.fixtures.slurm import GRES_DETAIL, SlurmTarget
 
 
 def pod_manifest(

@@ -8,7 +8,6 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from tests.e2e.helpers import (
-    gpu_holders,
     pod_events,
     pod_manifest,
     slurm_idle,
@@ -16,6 +15,7 @@ from tests.e2e.helpers import (
 )
 from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
 from tests.fixtures.kube import wait_for
+from tests.fixtures.slurm import gpu_holders
 
 pytestmark = pytest.mark.e2e
 
