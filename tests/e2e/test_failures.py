@@ -127,8 +127,8 @@ async def test_only_the_leader_acts_and_a_new_one_takes_over(
 ) -> None:
     first = bridge_stack.extender
     assert first.proc is not None
-    await wait_for(lambda: _holder(kube), 20, what="a lease holder")
-    assert (await _holder(kube)).endswith(f"_{first.proc.pid}")
+    # After earlier restarts a dead identity may hold the lease until it expires.
+    await wait_for(lambda: _holder_is(kube, first), 30, what="the stack's extender leading")
     port = free_port()
     second = replace(
         first, env={**first.env, "SLURMBRIDGE_EXTENDER__PORT": str(port)},
