@@ -1,0 +1,243 @@
+"""The real environment for B1, B2 and B5: the project's local Slurm and control plane.
+
+Everything comes from the test harness (tests/fixtures): ``_local_target`` runs
+``deploy/slurm/cluster.sh up`` (a no-op when already up), ``run_controlplane("up")``
+joins or starts ``deploy/k8s/controlplane.sh`` as a holder, ``start_stack`` starts the
+extender, the webhook and the bridge's kube-scheduler as subprocesses.  These benchmarks
+want an otherwise idle machine: ``start_stack`` cancels every job of users slurm and root,
+and B1 may restart Slurm with bigger nodes (restoring the default shape afterwards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from lightkube import AsyncClient, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import PatchType
+
+from bridge.config import SlurmSettings
+from bridge.slurm.client import SlurmClient
+from tests.fixtures.bridge import BridgeStack, start_stack, stop_stack
+from tests.fixtures.kube import (
+    FIELD_MANAGER,
+    ControlPlane,
+    delete_namespace,
+    k8s_bin_dir,
+    missing_binaries,
+    node_status,
+    parse_env,
+    run_controlplane,
+)
+from tests.fixtures.slurm import CLUSTER_SH, SlurmTarget, _external_target, _local_target
+
+HarnessFailure: type[BaseException] = pytest.fail.Exception  # the harness reports via pytest.fail
+
+
+class SetupError(RuntimeError):
+    """The environment could not be set up; the message says what to do."""
+
+
+def slurm_target(version: str) -> SlurmTarget:
+    try:
+        return _external_target() or _local_target(version)
+    except HarnessFailure as exc:
+        raise SetupError(str(exc)) from None
+
+
+def _cluster(*args: str, env: dict[str, str] | None = None) -> None:
+    done = subprocess.run(
+        ["bash", str(CLUSTER_SH), *args], capture_output=True, text=True, timeout=1200,
+        check=False, env={**os.environ, **(env or {})},
+    )
+    if done.returncode != 0:
+        raise SetupError(f"cluster.sh {' '.join(args)} failed: {done.stderr[-2000:]}")
+
+
+async def slurm_cpus(slurm: SlurmTarget) -> list[int]:
+    async with SlurmClient(slurm.settings()) as client:
+        return [n.cpus for n in await client.list_nodes()]
+
+
+@contextlib.contextmanager
+def slurm_with_cpus(version: str, total_cpus: int, per_node: int) -> Iterator[SlurmTarget]:
+    """The local Slurm with at least ``total_cpus`` CPUs; restarted with ``per_node`` if needed.
+
+    The default shape (4 x 64 CPUs) is put back afterwards, so the test suite finds what it
+    expects.  An external Slurm (SLURMBRIDGE_TEST_SLURM_URL) is never restarted.
+    """
+    slurm = slurm_target(version)
+    have = asyncio.run(slurm_cpus(slurm))
+    if sum(have) >= total_cpus:
+        yield slurm
+        return
+    if slurm.version == "external" or os.environ.get("SLURMBRIDGE_TEST_SLURM_URL"):
+        raise SetupError(f"the external Slurm has {sum(have)} CPUs; this benchmark needs "
+                         f"{total_cpus}")
+    print(f"  Slurm {version} has {sum(have)} CPUs, need {total_cpus}: restarting it with "
+          f"CPUS={per_node} per node (the default shape is restored afterwards)", flush=True)
+    _cluster("down", version)
+    try:
+        _cluster("up", version, env={"CPUS": str(per_node)})
+        slurm = slurm_target(version)
+        yield slurm
+    finally:
+        _cluster("down", version)
+        _cluster("up", version)
+
+
+@contextlib.contextmanager
+def control_plane() -> Iterator[ControlPlane]:
+    missing = missing_binaries()
+    if missing:
+        raise SetupError(f"Kubernetes binaries missing ({', '.join(map(str, missing))}): "
+                         f"build them with deploy/k8s/build.sh (into {k8s_bin_dir()})")
+    try:
+        env = parse_env(run_controlplane("up"))
+    except HarnessFailure as exc:
+        raise SetupError(str(exc)) from None
+    try:
+        yield ControlPlane(
+            kubeconfig=Path(env["KUBECONFIG"]),
+            server=env["SLURMBRIDGE_KUBE_SERVER"],
+            ca_file=Path(env["SLURMBRIDGE_KUBE_CA"]),
+            bin_dir=Path(env["SLURMBRIDGE_KUBE_BIN"]),
+        )
+    finally:
+        if os.environ.get("SLURMBRIDGE_KEEP_CLUSTER") != "1":
+            with contextlib.suppress(HarnessFailure):
+                run_controlplane("release", str(os.getpid()))
+
+
+def kube_client(cp: ControlPlane) -> AsyncClient:
+    return AsyncClient(
+        KubeConfig.from_file(cp.kubeconfig), field_manager=FIELD_MANAGER, trust_env=False
+    )
+
+
+@contextlib.asynccontextmanager
+async def bridge_stack(
+    slurm: SlurmTarget, cp: ControlPlane, kube: AsyncClient, work: Path
+) -> AsyncIterator[BridgeStack]:
+    try:
+        stack = await start_stack(slurm, cp, kube, work)
+    except HarnessFailure as exc:
+        raise SetupError(str(exc)) from None
+    try:
+        yield stack
+    finally:
+        with contextlib.suppress(Exception, HarnessFailure):
+            await stop_stack(stack, kube)
+
+
+def extender_port(stack: BridgeStack) -> int:
+    match = re.search(r":(\d+)/", stack.extender.health_url)
+    assert match is not None
+    return int(match.group(1))
+
+
+def extender_config(port: int) -> dict[str, Any]:
+    """The extender stanza start_stack gives the bridge's kube-scheduler."""
+    return {
+        "urlPrefix": f"http://127.0.0.1:{port}",
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "bindVerb": "bind",
+        "weight": 1,
+        "nodeCacheCapable": True,
+        "enableHTTPS": False,
+        "httpTimeout": "10s",
+    }
+
+
+async def resize_nodes(
+    kube: AsyncClient, names: list[str], *, cpu: str, memory: str, pods: str
+) -> None:
+    """Give the (kubelet-less) Nodes a new capacity, as a kubelet would report it."""
+    for name in names:
+        await kube.patch(
+            Node.Status, name, {"status": node_status(cpu, memory, 8, pods=pods)},
+            patch_type=PatchType.MERGE,
+        )
+
+
+async def create_pods(kube: AsyncClient, ns: str, pods: list[Pod], parallel: int) -> None:
+    slots = asyncio.Semaphore(parallel)
+
+    async def one(pod: Pod) -> None:
+        async with slots:
+            await kube.create(pod, namespace=ns)
+
+    await asyncio.gather(*(one(p) for p in pods))
+
+
+async def count_bound(kube: AsyncClient, ns: str) -> tuple[int, int]:
+    total = bound = 0
+    async for pod in kube.list(Pod, namespace=ns):
+        total += 1
+        if pod.spec is not None and pod.spec.nodeName:
+            bound += 1
+    return total, bound
+
+
+async def wait_all_bound(
+    kube: AsyncClient, ns: str, n: int, t0: float, timeout: float  # noqa: ASYNC109
+) -> float:
+    """Seconds from ``t0`` (perf_counter) until ``n`` pods of ``ns`` have a node."""
+    deadline = time.perf_counter() + timeout
+    while True:
+        _, bound = await count_bound(kube, ns)
+        if bound >= n:
+            return time.perf_counter() - t0
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"{bound}/{n} pods bound in {ns} after {timeout:.0f} s")
+        await asyncio.sleep(0.25)
+
+
+async def drop_namespace(kube: AsyncClient, ns: str) -> None:
+    with contextlib.suppress(ApiError):
+        await delete_namespace(kube, ns)
+
+
+async def wait_slurm_quiet(slurm: SlurmTarget, timeout: float = 300) -> None:  # noqa: ASYNC109
+    """Until no job is RUNNING, PENDING or COMPLETING (earlier rounds' jobs gone)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        live = await asyncio.to_thread(
+            slurm.admin, "squeue", "-h", "-t", "RUNNING,PENDING,COMPLETING", "-o", "%i"
+        )
+        if not live.strip():
+            return
+        await asyncio.sleep(1)
+    raise TimeoutError("Slurm still has live jobs")
+
+
+def cancel_jobs(slurm: SlurmTarget, ids: list[int]) -> None:
+    for k in range(0, len(ids), 500):
+        slurm.admin("scancel", *map(str, ids[k : k + 500]), check=False)
+
+
+def slurm_settings(slurm: SlurmTarget, **overrides: object) -> SlurmSettings:
+    return slurm.settings(**overrides)
+
+
+_COUNT = re.compile(
+    r'^slurmbridge_slurm_request_seconds_count\{operation="([^"]+)"\}\s+([0-9.eE+]+)$', re.M
+)
+
+
+def slurm_requests(port: int) -> dict[str, float]:
+    """The extender's cumulative slurmrestd request count per operation (from /metrics/)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics/", timeout=10).text
+    return {op: float(v) for op, v in _COUNT.findall(text)}
