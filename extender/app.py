@@ -14,7 +14,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import Pod
+from prometheus_client import make_asgi_app
 
+from bridge import metrics
 from bridge.binding.binder import BindError
 from bridge.placement.owner import pod_ref
 from bridge.placement.placer import PlacementError
@@ -65,6 +67,7 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
                 await bridge.stop()
 
     app = FastAPI(title="slurmbridge scheduler extender", lifespan=lifespan)
+    app.mount("/metrics", make_asgi_app())
 
     @app.exception_handler(RequestValidationError)
     async def bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -105,12 +108,15 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
         try:
             await bridge.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except (BindError, PlacementError, SlurmError) as exc:
+            metrics.BIND_FAILURES.inc()
             pod = f"{args.pod_namespace}/{args.pod_name}"
             log.warning("extender.bind_refused", pod=pod, error=str(exc))
             return ExtenderBindingResult(error=str(exc))
         except ApiError as exc:
+            metrics.BIND_FAILURES.inc()
             return ExtenderBindingResult(error=f"apiserver: {exc.status.message}")
         except Exception as exc:  # the apiserver unreachable, or a bug: answer, don't 500
+            metrics.BIND_FAILURES.inc()
             log.exception("extender.bind_failed", pod=f"{args.pod_namespace}/{args.pod_name}")
             return ExtenderBindingResult(error=f"bind failed: {exc!r}")
         return ExtenderBindingResult()
