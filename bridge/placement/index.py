@@ -29,6 +29,8 @@ class JobIndex:
         self._by_uid: dict[str, SlurmJob] = {}
         self._by_id: dict[int, SlurmJob] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._submitted: set[int] = set()  # jobs submitted while a resync lists
+        self._resyncing = False
 
     def by_uid(self, pod_uid: str) -> SlurmJob | None:
         return self._by_uid.get(pod_uid)
@@ -67,16 +69,28 @@ class JobIndex:
             if known is not None and known.state.is_live:
                 return known
             job_id = await self._client.submit(req)
+            if self._resyncing:
+                self._submitted.add(job_id)
             job = await self._client.get_job(job_id)
             self.record(job)
             return job
 
     async def resync(self) -> list[int]:
         """Rebuild from a full listing; cancel duplicate live jobs. Returns cancelled ids."""
-        listing = await self._client.list_jobs()
+        self._resyncing = True
+        try:
+            listing = await self._client.list_jobs()
+        finally:
+            self._resyncing = False
         assert listing is not None  # without ``since`` Slurm always answers in full
+        # Jobs submitted while the listing was under way may be missing from it: keep them.
+        listed = {j.job_id for j in listing.jobs}
+        newer = [self._by_id[i] for i in self._submitted - listed if i in self._by_id]
+        self._submitted.clear()
         self._by_uid.clear()
         self._by_id.clear()
+        for job in newer:
+            self.record(job)
         cancelled = []
         for uid, jobs in _live_by_uid(listing.jobs).items():
             if len(jobs) > 1:

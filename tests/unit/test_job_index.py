@@ -1,0 +1,67 @@
+"""JobIndex invariants against a fake Slurm client (the real one is in tests/integration)."""
+
+import asyncio
+from typing import Any, cast
+
+from bridge.jobs.request import JobRequest
+from bridge.placement.index import JobIndex
+from bridge.slurm.client import JobListing, SlurmClient
+from bridge.slurm.types import JobState, SlurmJob
+
+
+class FakeSlurm:
+    """Just enough of SlurmClient: submit, get_job, list_jobs (which can be held), cancel."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, SlurmJob] = {}
+        self.cancelled: list[int] = []
+        self.hold_listing: asyncio.Event | None = None
+        self.listing_started = asyncio.Event()
+
+    async def submit(self, req: JobRequest) -> int:
+        job_id = len(self.jobs) + 1
+        self.jobs[job_id] = SlurmJob(job_id, req.name, JobState.PENDING, "None", req.pod_uid, None)
+        return job_id
+
+    async def get_job(self, job_id: int) -> SlurmJob:
+        return self.jobs[job_id]
+
+    async def list_jobs(self, since: int | None = None) -> JobListing:
+        snapshot = list(self.jobs.values())
+        self.listing_started.set()
+        if self.hold_listing is not None:
+            await self.hold_listing.wait()
+        return JobListing(jobs=snapshot, last_update=1)
+
+    async def cancel(self, job_id: int) -> None:
+        self.cancelled.append(job_id)
+
+
+def _index(fake: FakeSlurm) -> JobIndex:
+    return JobIndex(cast(SlurmClient, cast(Any, fake)))
+
+
+async def test_a_submit_during_resync_is_not_forgotten() -> None:
+    """A resync's listing may predate a submit; forgetting it would submit the pod twice."""
+    fake = FakeSlurm()
+    fake.hold_listing = asyncio.Event()
+    index = _index(fake)
+    resync = asyncio.create_task(index.resync())
+    await fake.listing_started.wait()
+    job = await index.ensure(JobRequest(name="k8s:ns/p", pod_uid="uid-1"))
+    fake.hold_listing.set()
+    assert await resync == []
+    assert index.by_uid("uid-1") == job
+    again = await index.ensure(JobRequest(name="k8s:ns/p", pod_uid="uid-1"))
+    assert again.job_id == job.job_id and len(fake.jobs) == 1
+
+
+async def test_resync_keeps_one_live_job_per_owner() -> None:
+    fake = FakeSlurm()
+    for _ in range(3):
+        await fake.submit(JobRequest(name="k8s:ns/p", pod_uid="uid-2"))
+    index = _index(fake)
+    cancelled = await index.resync()
+    assert sorted(cancelled) == [2, 3]
+    kept = index.by_uid("uid-2")
+    assert kept is not None and kept.job_id == 1
