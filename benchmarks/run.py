@@ -1,0 +1,156 @@
+"""One command for the benchmarks: ``python -m benchmarks.run [--only B3,B4] [--repeats N]``.
+
+Prints a table and writes benchmarks/RESULTS.md.  B3 and B4 run in-process (no Slurm, no
+Kubernetes); B1, B2 and B5 use the project's local Slurm and control plane.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks import report
+from benchmarks.common import BENCH_DIR, FAILED, MEASURED, Outcome, machine_facts, now_iso
+
+TITLES = {
+    "B1": "end to end: 500 single-CPU pods bound through kube-scheduler + extender + Slurm, "
+          "vs Slurm alone (500 placeholder jobs via slurmrestd) and the default kube-scheduler "
+          "(500 plain pods), pods/s and ratios; target bridge >= 0.5x the slower",
+    "B2": "slurmrestd requests/s issued by the bridge with 100, then 1,000 pods pending; "
+          "target flat",
+    "B3": "extender filter p50/p99 at 100 concurrent requests, 10,000 jobs indexed, vs a "
+          "bare FastAPI handler; target p99 <= 5 ms and <= 3x bare",
+    "B4": "bridge RSS with 10,000 tracked pods and jobs; target <= 250 MB",
+    "B5": "bytes and time per Slurm poll cycle with 10,000 jobs in Slurm, full listing vs "
+          "incremental",
+}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="slurmbridge benchmarks: prints a table, writes benchmarks/RESULTS.md.",
+    )
+    p.add_argument("--only", default="B1,B2,B3,B4,B5",
+                   help="comma-separated benchmarks to run (default: all)")
+    p.add_argument("--repeats", type=int, default=3, help="repeats per benchmark (median)")
+    p.add_argument("--results", type=Path, default=BENCH_DIR / "RESULTS.md")
+    p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument("--slurm-version", default="26.05")
+    g = p.add_argument_group("B3/B4 (in-process)")
+    g.add_argument("--jobs", type=int, default=10_000, help="jobs indexed / pods tracked")
+    g.add_argument("--nodes", type=int, default=16, help="candidate nodes per filter")
+    g.add_argument("--concurrency", type=int, default=100)
+    g.add_argument("--requests", type=int, default=20_000, help="timed requests per side")
+    g.add_argument("--profile", choices=["auto", "always", "never"], default="auto",
+                   help="profile the bridge server (auto: when a B3 target is missed)")
+    g = p.add_argument_group("B1 (end to end)")
+    g.add_argument("--pods", type=int, default=500)
+    g.add_argument("--kube-qps", type=float, default=50,
+                   help="clientConnection.qps of both kube-schedulers")
+    g.add_argument("--kube-burst", type=int, default=100,
+                   help="clientConnection.burst of both kube-schedulers")
+    g.add_argument("--cpus-per-node", type=int, default=128,
+                   help="Slurm CPUs per node if Slurm is too small for --pods")
+    g = p.add_argument_group("B2 (Slurm load)")
+    g.add_argument("--levels", default="100,1000", help="pending pods, comma-separated")
+    g.add_argument("--window", type=float, default=60.0, help="seconds counted per level")
+    g = p.add_argument_group("B5 (poll cost)")
+    g.add_argument("--slurm-jobs", type=int, default=10_000)
+    g.add_argument("--samples", type=int, default=5, help="samples per repeat")
+    args = p.parse_args(argv)
+    args.only = [b.strip().upper() for b in args.only.split(",") if b.strip()]
+    unknown = set(args.only) - set(TITLES)
+    if unknown:
+        p.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
+    return args
+
+
+def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
+    """Imported lazily: B1/B2/B5 pull in the test harness, B3/B4 do not need it."""
+
+    def b1() -> Outcome:
+        from benchmarks import b1_end_to_end as m  # noqa: PLC0415
+
+        return m.run(m.Config(
+            repeats=args.repeats, pods=args.pods, slurm_version=args.slurm_version,
+            kube_qps=args.kube_qps, kube_burst=args.kube_burst,
+            cpus_per_node=args.cpus_per_node,
+        ))
+
+    def b2() -> Outcome:
+        from benchmarks import b2_slurm_load as m  # noqa: PLC0415
+
+        levels = tuple(int(x) for x in args.levels.split(","))
+        return m.run(m.Config(repeats=args.repeats, levels=levels, window=args.window,
+                              slurm_version=args.slurm_version))
+
+    def b3() -> Outcome:
+        from benchmarks import b3_filter_latency as m  # noqa: PLC0415
+
+        profile = {"auto": None, "always": True, "never": False}[args.profile]
+        return m.run(m.Config(
+            repeats=args.repeats, jobs=args.jobs, nodes=args.nodes,
+            concurrency=args.concurrency, requests=args.requests, profile=profile,
+        ))
+
+    def b4() -> Outcome:
+        from benchmarks import b4_memory as m  # noqa: PLC0415
+
+        return m.run(m.Config(repeats=args.repeats, jobs=args.jobs, nodes=args.nodes))
+
+    def b5() -> Outcome:
+        from benchmarks import b5_poll_cost as m  # noqa: PLC0415
+
+        return m.run(m.Config(repeats=args.repeats, jobs=args.slurm_jobs, samples=args.samples,
+                              slurm_version=args.slurm_version))
+
+    return {"B1": b1, "B2": b2, "B3": b3, "B4": b4, "B5": b5}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    command = "python -m benchmarks.run " + shlex.join(sys.argv[1:] if argv is None else argv)
+    machine = machine_facts()
+    print("machine: " + "; ".join(f"{k} {v}" for k, v in machine.items()), flush=True)
+    results_json = args.results.with_name("results.json")
+    stored = report.load(results_json)
+    ran: list[Outcome] = []
+    for bench, job in runners(args).items():
+        if bench not in args.only:
+            continue
+        print(f"{bench}: {TITLES[bench]}", flush=True)
+        started = time.monotonic()
+        try:
+            outcome = job()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the harness reports setup trouble via pytest.fail
+            traceback.print_exc()
+            outcome = Outcome(bench=bench, title=TITLES[bench], status=FAILED,
+                              error=f"{type(exc).__name__}: {str(exc)[:500]}")
+        outcome.command, outcome.date, outcome.machine = command, now_iso(), machine
+        print(f"{bench}: {outcome.status} in {time.monotonic() - started:.0f} s", flush=True)
+        ran.append(outcome)
+        if outcome.status == MEASURED or bench not in stored:
+            stored[bench] = outcome
+        elif outcome.status == FAILED:
+            stored[bench].error = outcome.error if stored[bench].status != MEASURED else ""
+    print()
+    print(report.table(ran))
+    if not args.no_write:
+        report.save(results_json, stored)
+        args.results.write_text(report.markdown(stored, TITLES))
+        print(f"\nwrote {args.results}")
+    return 0 if all(o.status == MEASURED for o in ran) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
