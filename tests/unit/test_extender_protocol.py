@@ -99,7 +99,7 @@ raw = st.binary(max_size=64) | json_values.map(lambda v: json.dumps(v).encode())
 )
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
 @given(verb=st.sampled_from(["filter", "prioritize", "bind"]), body=raw)
 async def test_random_bodies_never_get_a_5xx(
     client: httpx.AsyncClient, verb: str, body: bytes
