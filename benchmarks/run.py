@@ -41,6 +41,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3, help="repeats per benchmark (median)")
     p.add_argument("--results", type=Path, default=BENCH_DIR / "RESULTS.md")
     p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument("--render", action="store_true",
+                   help="run nothing: rewrite RESULTS.md from benchmarks/results.json")
     p.add_argument("--slurm-version", default="26.05")
     g = p.add_argument_group("B3/B4 (in-process)")
     g.add_argument("--jobs", type=int, default=10_000, help="jobs indexed / pods tracked")
@@ -117,6 +119,11 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.render:
+        stored = report.load(args.results.with_name("results.json"))
+        args.results.write_text(report.markdown(stored, TITLES))
+        print(report.table([stored[b] for b in report.ORDER if b in stored]))
+        return 0
     command = "python -m benchmarks.run " + shlex.join(sys.argv[1:] if argv is None else argv)
     machine = machine_facts()
     print("machine: " + "; ".join(f"{k} {v}" for k, v in machine.items()), flush=True)
