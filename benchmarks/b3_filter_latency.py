@@ -334,9 +334,9 @@ def profile_summary(path: Path, top: int = 14) -> str:
     found: dict[str, tuple[float, int]] = {}
     for (filename, _, func), (_, nc, _, ct, _) in raw.items():
         for (suffix, name), label in wanted.items():
-            if func == name and filename.endswith(suffix) and nc:
-                if ct / nc > found.get(label, (0.0, 0))[0]:
-                    found[label] = (ct / nc, nc)
+            if (func == name and filename.endswith(suffix) and nc
+                    and ct / nc > found.get(label, (0.0, 0))[0]):
+                found[label] = (ct / nc, nc)
     for label in wanted.values():
         if label in found:
             per_call, nc = found[label]
