@@ -29,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
@@ -41,6 +41,7 @@ from bridge.jobs.translate import job_request_for_pod
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
 from tests.fixtures.kube import (
+    ControlPlane,
     create_namespace,
     scheduler_config,
     start_scheduler,
@@ -67,7 +68,7 @@ class Config:
 
 
 def manifest(name: str, scheduler: str) -> Pod:
-    return Pod.from_dict({
+    return cast(Pod, Pod.from_dict({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": {"app": "bench-b1"}},
         "spec": {
@@ -81,7 +82,7 @@ def manifest(name: str, scheduler: str) -> Pod:
                              "effect": "NoSchedule"}],
             "terminationGracePeriodSeconds": 0,
         },
-    })
+    }))
 
 
 async def slurm_alone(slurm: SlurmTarget, cfg: Config) -> float:
@@ -140,7 +141,7 @@ def run(cfg: Config) -> Outcome:
         return asyncio.run(_run(cfg, slurm, cp, per_node))
 
 
-async def _run(cfg: Config, slurm: SlurmTarget, cp: live.ControlPlane, per_node: int) -> Outcome:
+async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int) -> Outcome:
     kube = live.kube_client(cp)
     work = Path(tempfile.mkdtemp(prefix="slurmbridge-b1-"))
     alone = Figure(f"Slurm alone: {cfg.pods} jobs allocated", "pods/s")

@@ -20,6 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from lightkube.resources.core_v1 import Pod
 
@@ -29,7 +30,7 @@ from bridge import keys
 from bridge.jobs.request import JobRequest
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
-from tests.fixtures.kube import create_namespace, unique_name
+from tests.fixtures.kube import ControlPlane, create_namespace, unique_name
 from tests.fixtures.slurm import SlurmTarget
 
 FLAT = 1.2
@@ -47,7 +48,7 @@ class Config:
 
 
 def manifest(name: str) -> Pod:
-    return Pod.from_dict({
+    return cast(Pod, Pod.from_dict({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": {"app": "bench-b2"}},
         "spec": {
@@ -61,7 +62,7 @@ def manifest(name: str) -> Pod:
                              "effect": "NoSchedule"}],
             "terminationGracePeriodSeconds": 0,
         },
-    })
+    }))
 
 
 async def block_nodes(slurm: SlurmTarget) -> list[int]:
@@ -111,7 +112,7 @@ def run(cfg: Config) -> Outcome:
         return asyncio.run(_run(cfg, slurm, cp))
 
 
-async def _run(cfg: Config, slurm: SlurmTarget, cp: live.ControlPlane) -> Outcome:
+async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane) -> Outcome:
     kube = live.kube_client(cp)
     figs = {n: Figure(f"slurmrestd requests/s with {n:,} pods pending", "req/s")
             for n in cfg.levels}

@@ -259,7 +259,7 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
             chunked = True
     if not chunked:
         return status, await reader.readexactly(length)
-    parts = []
+    parts: list[bytes] = []
     while True:
         size = int((await reader.readuntil(b"\r\n")).strip(), 16)
         chunk = await reader.readexactly(size + 2)

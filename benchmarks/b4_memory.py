@@ -23,6 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from benchmarks.common import Figure, Outcome, at_most, fmt, rss_kb
 
@@ -64,7 +65,8 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
     async def filters() -> int:
         kept = 0
         for i in range(jobs):
-            verdict = await bridge.placer.filter(Pod.from_dict(synthetic.pod(i)), candidates)
+            pod = cast(Pod, Pod.from_dict(synthetic.pod(i)))
+            verdict = await bridge.placer.filter(pod, candidates)
             kept += len(verdict.keep)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:

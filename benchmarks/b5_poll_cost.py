@@ -112,6 +112,7 @@ async def measure(slurm: SlurmTarget, cfg: Config, figs: dict[str, Figure]) -> d
         await poller.poll_once()  # first cycle refreshes every job not yet seen: not typical
         sizes: dict[str, list[float]] = {k: [] for k in figs}
         requests: list[int] = []
+        listed = 0
         for _ in range(cfg.samples):
             mark = len(counting.log)
             t0 = time.perf_counter()
@@ -119,6 +120,7 @@ async def measure(slurm: SlurmTarget, cfg: Config, figs: dict[str, Figure]) -> d
             sizes["full_s"].append(time.perf_counter() - t0)
             sizes["full_mb"].append(counting.since(mark)[1] / 1e6)
             assert listing is not None
+            listed = len(listing.jobs)
             mark = len(counting.log)
             t0 = time.perf_counter()
             await client.list_jobs(since=listing.last_update)
@@ -143,7 +145,7 @@ async def measure(slurm: SlurmTarget, cfg: Config, figs: dict[str, Figure]) -> d
             (sorted(sizes["full_mb"])[cfg.samples // 2] * 1e3)
             / sorted(sizes["cycle_kb"])[cfg.samples // 2]
         )
-        return {"tracked": len(index.jobs()), "listed": len(listing.jobs),
+        return {"tracked": len(index.jobs()), "listed": listed,
                 "requests_per_cycle": sorted(requests)[len(requests) // 2]}
 
 

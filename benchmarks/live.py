@@ -177,7 +177,7 @@ async def create_pods(kube: AsyncClient, ns: str, pods: list[Pod], parallel: int
 
     async def one(pod: Pod) -> None:
         async with slots:
-            await kube.create(pod, namespace=ns)
+            await kube.create(pod, namespace=ns)  # type: ignore[call-overload]  # lightkube overloads
 
     await asyncio.gather(*(one(p) for p in pods))
 

@@ -50,7 +50,7 @@ def node_of(i: int, nodes: int) -> int:
 def job(i: int, nodes: int) -> SlurmJob:
     """A running placeholder job holding one node (and, for every fourth, one GPU)."""
     node = slurm_node(node_of(i, nodes))
-    gpus = {node: (i % 8,)} if i % 4 == 0 else {}
+    gpus: dict[str, tuple[int, ...]] = {node: (i % 8,)} if i % 4 == 0 else {}
     return SlurmJob(
         job_id=JOB_ID_BASE + i,
         name=f"k8s:{NAMESPACE}/pod-{i}",
