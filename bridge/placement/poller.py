@@ -53,11 +53,15 @@ class Poller:
 
     async def poll_once(self) -> None:
         tracked = {j.job_id: j for j in self._index.jobs() if j.state.is_live}
+        if tracked:
+            await self._refresh_tracked(tracked)
+        live = [j for j in self._index.jobs() if j.state.is_live]
         for state in JobState:
-            count = sum(1 for j in tracked.values() if j.state is state)
-            metrics.PLACEHOLDER_JOBS.labels(state.value).set(count)
-        if not tracked:
-            return
+            metrics.PLACEHOLDER_JOBS.labels(state.value).set(
+                sum(1 for j in live if j.state is state)
+            )
+
+    async def _refresh_tracked(self, tracked: dict[int, SlurmJob]) -> None:
         states = await self._client.job_states()
         stale = [j for i, j in tracked.items() if states.get(i) != j.state]
         stale_ids = {j.job_id for j in stale}
@@ -81,6 +85,16 @@ class Poller:
                 batch.append(job)
         return batch
 
+    async def resync(self) -> None:
+        """Rebuild the index from a full listing; changes it reveals are reported too."""
+        before = {j.job_id: j for j in self._index.jobs() if j.state.is_live}
+        cancelled = await self._index.resync()
+        log.info("poller.resynced", jobs=len(self._index.jobs()), cancelled=cancelled)
+        for job_id, old in before.items():
+            new = self._index.by_id(job_id)
+            if new is not None and _changed(old, new):
+                await self._on_change(old, new)
+
     async def _refresh(self, before: SlurmJob) -> None:
         async with self._fetch_slots:
             try:
@@ -90,9 +104,7 @@ class Poller:
                 return
         self._misses.pop(before.job_id, None)
         self._index.record(after)
-        if (after.state, after.reason, after.allocation) != (
-            before.state, before.reason, before.allocation,
-        ):
+        if _changed(before, after):
             await self._on_change(before, after)
 
     def _note_missing(self, job: SlurmJob) -> None:
@@ -111,9 +123,8 @@ class Poller:
         while True:
             try:
                 if loop.time() >= next_resync:
-                    cancelled = await self._index.resync()
+                    await self.resync()
                     next_resync = loop.time() + self.resync_interval
-                    log.info("poller.resynced", jobs=len(self._index.jobs()), cancelled=cancelled)
                 await self.poll_once()
                 recovered, self.healthy = not self.healthy, True
                 delay = self.interval
@@ -124,3 +135,9 @@ class Poller:
                 delay = min(delay * 2, 30.0)
                 log.warning("poller.slurm_error", error=str(exc), retry_in=delay)
             await asyncio.sleep(delay)
+
+
+def _changed(before: SlurmJob, after: SlurmJob) -> bool:
+    return (after.state, after.reason, after.allocation) != (
+        before.state, before.reason, before.allocation,
+    )

@@ -5,8 +5,9 @@ from typing import Any, cast
 
 from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
+from bridge.placement.poller import Poller
 from bridge.slurm.client import JobListing, SlurmClient
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.types import Allocation, JobState, SlurmJob
 
 
 class FakeSlurm:
@@ -65,3 +66,20 @@ async def test_resync_keeps_one_live_job_per_owner() -> None:
     assert sorted(cancelled) == [2, 3]
     kept = index.by_uid("uid-2")
     assert kept is not None and kept.job_id == 1
+
+
+async def test_a_change_seen_only_by_a_resync_is_reported() -> None:
+    """The poller's resync must not swallow PENDING → RUNNING: waiting pods are requeued on it."""
+    fake = FakeSlurm()
+    index = _index(fake)
+    job = await index.ensure(JobRequest(name="k8s:ns/p", pod_uid="uid-3"))
+    fake.jobs[job.job_id] = SlurmJob(
+        job.job_id, job.name, JobState.RUNNING, "None", "uid-3", Allocation(("node1",))
+    )
+    seen: list[tuple[JobState, JobState]] = []
+
+    async def on_change(before: SlurmJob, after: SlurmJob) -> None:
+        seen.append((before.state, after.state))
+
+    await Poller(cast(SlurmClient, cast(Any, fake)), index, on_change).resync()
+    assert seen == [(JobState.PENDING, JobState.RUNNING)]
