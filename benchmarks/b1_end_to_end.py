@@ -40,6 +40,7 @@ from bridge import keys
 from bridge.jobs.translate import job_request_for_pod
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
+from tests.fixtures.bridge import extender_config
 from tests.fixtures.kube import (
     ControlPlane,
     create_namespace,
@@ -163,7 +164,7 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int)
             bridge_sched = unique_name("bench-bridge", max_len=30)
             await asyncio.to_thread(start_scheduler, bridge_sched, scheduler_config(
                 keys.SCHEDULER_NAME, percentageOfNodesToScore=100,
-                extenders=[live.extender_config(live.extender_port(stack))],
+                extenders=[extender_config(live.extender_port(stack))],
                 clientConnection=client_conn,
             ), work)
             await asyncio.to_thread(stop_scheduler, stack.scheduler_name)

@@ -18,7 +18,6 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -145,20 +144,6 @@ def extender_port(stack: BridgeStack) -> int:
     match = re.search(r":(\d+)/", stack.extender.health_url)
     assert match is not None
     return int(match.group(1))
-
-
-def extender_config(port: int) -> dict[str, Any]:
-    """The extender stanza start_stack gives the bridge's kube-scheduler."""
-    return {
-        "urlPrefix": f"http://127.0.0.1:{port}",
-        "filterVerb": "filter",
-        "prioritizeVerb": "prioritize",
-        "bindVerb": "bind",
-        "weight": 1,
-        "nodeCacheCapable": True,
-        "enableHTTPS": False,
-        "httpTimeout": "10s",
-    }
 
 
 async def resize_nodes(
