@@ -21,7 +21,14 @@ from lightkube.resources.core_v1 import Pod
 from bridge import keys
 from tests.e2e.helpers import pod_manifest
 from tests.fixtures.bridge import make_e2e_namespace, start_stack
-from tests.fixtures.kube import ControlPlane, cache_dir, parse_env, run_controlplane, wait_for
+from tests.fixtures.kube import (
+    ControlPlane,
+    cache_dir,
+    delete_namespace,
+    parse_env,
+    run_controlplane,
+    wait_for,
+)
 from tests.fixtures.slurm import _local_target
 
 STATE = cache_dir() / "demo"
@@ -50,6 +57,7 @@ async def up() -> None:
         "-w", "node1", "-o", "/dev/null", "--wrap", "sleep 3600",
     ).strip()
     print(f"native sbatch job {native}: 4 GPUs on node1")
+    await delete_namespace(kube, NAMESPACE)  # a previous demo's pods
     await make_e2e_namespace(kube, NAMESPACE, name=NAMESPACE, enrolled=True)
     group = {keys.GROUP: "allreduce", keys.GROUP_SIZE: "2"}
     pods = [
