@@ -107,6 +107,8 @@ class Lifecycle:
         metrics.CONTROLLER_ACTIONS.labels("cancel").inc()
         await self._slurm.cancel(job.job_id)
         self._orphan_since.pop(job.job_id, None)
+        if job.pod_uid:
+            self._registry.forget_owner(job.pod_uid)
         try:
             self._index.record(await self._slurm.get_job(job.job_id))
         except SlurmJobNotFound:

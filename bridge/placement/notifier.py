@@ -70,9 +70,6 @@ class PodNotifier:
                 reason="SlurmReachable", message="slurmrestd answers again: retrying",
             ))
 
-    def forget(self, pod_uid: str) -> None:
-        self._seen.pop(pod_uid, None)
-
     async def drain(self) -> None:
         """Wait for pending writes (tests, shutdown)."""
         while self._tasks:

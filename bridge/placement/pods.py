@@ -44,6 +44,7 @@ class PodRegistry:
         return list(self._by_owner.get(owner, {}).values())
 
     def forget_owner(self, owner: str) -> None:
+        """The owner's job is gone for good: nothing left to requeue or reserve."""
         self._by_owner.pop(owner, None)
         self._group_nodes.pop(owner, None)
 
