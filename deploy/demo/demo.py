@@ -19,7 +19,7 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from tests.e2e.helpers import pod_manifest
+from tests.e2e.helpers import create_pod, pod_manifest
 from tests.fixtures.bridge import make_e2e_namespace, start_stack
 from tests.fixtures.kube import (
     ControlPlane,
@@ -67,7 +67,7 @@ async def up() -> None:
         pod_manifest("worker-1", cpu="4", gpus=1, labels=group),
     ]
     for pod in pods:
-        await kube.create(pod, namespace=NAMESPACE)
+        await create_pod(kube, NAMESPACE, pod)
 
     async def all_bound() -> bool:
         listed = [p async for p in kube.list(Pod, namespace=NAMESPACE)]

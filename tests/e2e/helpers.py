@@ -1,6 +1,6 @@
 """Small helpers shared by the end-to-end tests: pod manifests and Slurm's own view."""
 
-from typing import Any
+from typing import Any, cast
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event, Pod
@@ -31,11 +31,18 @@ def pod_manifest(
     }
     if scheduler:
         spec["schedulerName"] = keys.SCHEDULER_NAME
-    return Pod.from_dict({
+    return cast(Pod, Pod.from_dict({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
         "spec": spec,
-    })
+    }))
+
+
+async def create_pod(kube: AsyncClient, namespace: str, pod: Pod) -> Pod:
+    """Create ``pod`` in ``namespace`` (the manifest itself names none)."""
+    assert pod.metadata is not None
+    pod.metadata.namespace = namespace
+    return await kube.create(pod)
 
 
 async def wait_bound(kube: AsyncClient, ns: str, name: str, timeout: float = 90) -> Pod:  # noqa: ASYNC109

@@ -5,7 +5,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
 from bridge import keys
-from tests.e2e.helpers import pod_manifest
+from tests.e2e.helpers import create_pod, pod_manifest
 from tests.fixtures.bridge import ALLOWED_ACCOUNTS, BridgeStack, make_e2e_namespace
 from tests.fixtures.kube import delete_namespace
 
@@ -19,8 +19,8 @@ async def test_spoofed_bridge_annotation_is_rejected(
     e2e_namespaces.append(ns)
     pod = pod_manifest("spoof", annotations={keys.GPU_IDS: "0,1,2,3"})
     with pytest.raises(ApiError) as err:
-        await kube.create(pod, namespace=ns)
-    assert keys.GPU_IDS in err.value.status.message
+        await create_pod(kube, ns, pod)
+    assert keys.GPU_IDS in str(err.value.status.message)
 
 
 async def test_account_outside_namespace_policy_is_rejected(
@@ -30,10 +30,10 @@ async def test_account_outside_namespace_policy_is_rejected(
     try:
         pod = pod_manifest("chem", annotations={keys.ACCOUNT: "chemistry"})
         with pytest.raises(ApiError) as err:
-            await kube.create(pod, namespace=ns)
-        message = err.value.status.message
+            await create_pod(kube, ns, pod)
+        message = str(err.value.status.message)
         assert "chemistry" in message and ALLOWED_ACCOUNTS[0] in message
         allowed = pod_manifest("phys", annotations={keys.ACCOUNT: ALLOWED_ACCOUNTS[0]})
-        await kube.create(allowed, namespace=ns)
+        await create_pod(kube, ns, allowed)
     finally:
         await delete_namespace(kube, ns)

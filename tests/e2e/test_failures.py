@@ -14,7 +14,7 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from bridge.slurm.client import SlurmClient
-from tests.e2e.helpers import pod_manifest, slurm_idle, wait_bound
+from tests.e2e.helpers import create_pod, pod_manifest, slurm_idle, wait_bound
 from tests.fixtures.bridge import (
     BRIDGE_NS,
     BridgeProcess,
@@ -45,13 +45,13 @@ async def test_slurmrestd_outage_evicts_nothing_and_scheduling_resumes(
     ns = await make_e2e_namespace(kube, "outage")
     e2e_namespaces.append(ns)
     for i in range(4):
-        await kube.create(pod_manifest(f"before-{i}"), namespace=ns)
+        await create_pod(kube, ns, pod_manifest(f"before-{i}"))
     for i in range(4):
         await set_pod_phase(kube, await wait_bound(kube, ns, f"before-{i}"), "Running")
     _rest(bridge_stack, "stop")
     try:
         for i in range(2):
-            await kube.create(pod_manifest(f"during-{i}"), namespace=ns)
+            await create_pod(kube, ns, pod_manifest(f"during-{i}"))
         await asyncio.sleep(30)
         pods = {p.metadata.name: p for p in await _pods(kube, ns) if p.metadata and p.metadata.name}
         for i in range(4):
@@ -75,7 +75,7 @@ async def test_sigkill_at_random_moments_leaves_one_job_per_pod(
     created = 0
     for _ in range(10):
         for _ in range(5):
-            await kube.create(pod_manifest(f"p{created}"), namespace=ns)
+            await create_pod(kube, ns, pod_manifest(f"p{created}"))
             created += 1
         await asyncio.sleep(rng.uniform(0.2, 2.5))
         bridge_stack.extender.kill(signal.SIGKILL)

@@ -7,7 +7,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from tests.e2e.helpers import pod_manifest, slurm_idle, slurm_job_view, wait_bound
+from tests.e2e.helpers import create_pod, pod_manifest, slurm_idle, slurm_job_view, wait_bound
 from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
@@ -29,7 +29,7 @@ async def test_four_pod_group_binds_all_or_none(
     try:
         for i in range(4):
             pod = pod_manifest(f"worker-{i}", cpu="48", labels=labels)
-            await kube.create(pod, namespace=ns)
+            await create_pod(kube, ns, pod)
         await asyncio.sleep(8)
         pods = [await kube.get(Pod, f"worker-{i}", namespace=ns) for i in range(4)]
         assert not [p for p in pods if p.spec and p.spec.nodeName], "bound before allocation"

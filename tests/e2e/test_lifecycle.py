@@ -8,7 +8,14 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from tests.e2e.helpers import pod_events, pod_manifest, slurm_idle, slurm_job_view, wait_bound
+from tests.e2e.helpers import (
+    create_pod,
+    pod_events,
+    pod_manifest,
+    slurm_idle,
+    slurm_job_view,
+    wait_bound,
+)
 from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
 from tests.fixtures.kube import set_pod_phase, wait_for
 
@@ -27,7 +34,7 @@ async def test_scancel_evicts_the_pod_with_the_reason(
 ) -> None:
     ns = await make_e2e_namespace(kube, "scancel")
     e2e_namespaces.append(ns)
-    await kube.create(pod_manifest("victim"), namespace=ns)
+    await create_pod(kube, ns, pod_manifest("victim"))
     pod = await wait_bound(kube, ns, "victim")
     await set_pod_phase(kube, pod, "Running")
     job_id = (pod.metadata.annotations or {})[keys.JOB_ID] if pod.metadata else ""
@@ -56,7 +63,7 @@ async def test_finished_pod_releases_its_job(
 ) -> None:
     ns = await make_e2e_namespace(kube, "finish")
     e2e_namespaces.append(ns)
-    await kube.create(pod_manifest("done", gpus=1), namespace=ns)
+    await create_pod(kube, ns, pod_manifest("done", gpus=1))
     pod = await wait_bound(kube, ns, "done")
     job_id = (pod.metadata.annotations or {})[keys.JOB_ID] if pod.metadata else ""
     await set_pod_phase(kube, pod, "Running")
@@ -79,7 +86,7 @@ async def test_deleting_a_pending_pod_cancels_its_job(
         for k in range(1, 5)
     ]
     try:
-        await kube.create(pod_manifest("waits", gpus=1), namespace=ns)
+        await create_pod(kube, ns, pod_manifest("waits", gpus=1))
         await _pending_pod_deleted(bridge_stack, kube, ns)
     finally:
         bridge_stack.slurm.admin("scancel", *blockers)

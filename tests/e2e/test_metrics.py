@@ -4,7 +4,7 @@ import httpx
 import pytest
 from lightkube import AsyncClient
 
-from tests.e2e.helpers import pod_manifest, wait_bound
+from tests.e2e.helpers import create_pod, pod_manifest, wait_bound
 from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
@@ -31,7 +31,7 @@ async def test_metrics_count_the_pods_of_a_run(
     e2e_namespaces.append(ns)
     before = _scrape(bridge_stack)
     for i in range(3):
-        await kube.create(pod_manifest(f"m{i}", gpus=1), namespace=ns)
+        await create_pod(kube, ns, pod_manifest(f"m{i}", gpus=1))
     for i in range(3):
         await wait_bound(kube, ns, f"m{i}")
     after = _scrape(bridge_stack)

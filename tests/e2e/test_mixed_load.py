@@ -8,6 +8,7 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from tests.e2e.helpers import (
+    create_pod,
     pod_events,
     pod_manifest,
     slurm_idle,
@@ -51,9 +52,9 @@ async def test_mixed_load_never_shares_a_gpu_and_pending_pods_say_why(
         # 32 GPUs in all: native jobs take 20, so only 6 of the 10 two-GPU pods fit
         # (CPUs are plentiful: GPUs are the only thing that runs out).
         for i in range(GPU_PODS):
-            await kube.create(pod_manifest(f"gpu-{i}", cpu="1", gpus=2), namespace=ns)
+            await create_pod(kube, ns, pod_manifest(f"gpu-{i}", cpu="1", gpus=2))
         for i in range(CPU_PODS):
-            await kube.create(pod_manifest(f"cpu-{i}", cpu="2"), namespace=ns)
+            await create_pod(kube, ns, pod_manifest(f"cpu-{i}", cpu="2"))
 
         samples = 0
         async def settled() -> bool:
@@ -70,13 +71,14 @@ async def test_mixed_load_never_shares_a_gpu_and_pending_pods_say_why(
         waiting = sorted(f"gpu-{i}" for i in range(GPU_PODS) if f"gpu-{i}" not in bound)
         assert len(waiting) == 4
         for name in waiting:
-            events = await wait_for(
-                lambda n=name: pod_events(kube, ns, n), 30, what=f"events of {name}"
-            )
-            assert any(
-                r == "SlurmPending" and ("reason Resources" in m or "reason Priority" in m)
-                for r, m in events
-            ), events
+
+            async def says_why(pod: str = name) -> bool:
+                return any(
+                    r == "SlurmPending" and ("reason Resources" in m or "reason Priority" in m)
+                    for r, m in await pod_events(kube, ns, pod)
+                )
+
+            await wait_for(says_why, 30, what=f"Slurm's pending reason in the events of {name}")
             pod = await kube.get(Pod, name, namespace=ns)
             conditions = {c.type: c for c in (pod.status.conditions or [])} if pod.status else {}
             assert conditions[keys.POD_CONDITION_SLURM].status == "False"

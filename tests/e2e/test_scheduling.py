@@ -4,7 +4,7 @@ import pytest
 from lightkube import AsyncClient
 
 from bridge import keys
-from tests.e2e.helpers import pod_manifest, slurm_job_view, wait_bound
+from tests.e2e.helpers import create_pod, pod_manifest, slurm_job_view, wait_bound
 from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
@@ -16,10 +16,9 @@ async def test_pods_appear_in_squeue_and_bind_where_slurm_allocated(
     plain = await make_e2e_namespace(kube, "plain")
     enrolled = await make_e2e_namespace(kube, "enrolled", enrolled=True)
     e2e_namespaces += [plain, enrolled]
-    await kube.create(pod_manifest("named", cpu="2", memory="2Gi"), namespace=plain)
-    await kube.create(
-        pod_manifest("unnamed", scheduler=False, cpu="4", memory="8Gi", gpus=2), namespace=enrolled
-    )
+    await create_pod(kube, plain, pod_manifest("named", cpu="2", memory="2Gi"))
+    unnamed = pod_manifest("unnamed", scheduler=False, cpu="4", memory="8Gi", gpus=2)
+    await create_pod(kube, enrolled, unnamed)
     for ns, name, gpus in ((plain, "named", 0), (enrolled, "unnamed", 2)):
         pod = await wait_bound(kube, ns, name)
         assert pod.spec is not None and pod.metadata is not None
