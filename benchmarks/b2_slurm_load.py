@@ -79,7 +79,7 @@ async def block_nodes(slurm: SlurmTarget) -> list[int]:
         ]
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            states = await client.job_states(ids)
+            states = await client.job_states()
             if all(states.get(i) is JobState.RUNNING for i in ids):
                 return ids
             await asyncio.sleep(0.5)

@@ -101,7 +101,9 @@ cmd_up() {
     mount_once bind /dev "$ROOT/dev"
     cp /etc/hosts "$ROOT/etc/hosts"
     NODES="${NODES:-4}" in_root /usr/local/sbin/slurmbridge-recipe configure "sb${VERSION/./}" "$BASE"
-    rm -rf "$ROOT"/var/spool/slurmctld/* "$ROOT"/var/spool/slurmd/* "$ROOT"/var/log/slurm/*
+    # Stale sockets and pid files from a killed run make the new daemons refuse to start.
+    rm -rf "$ROOT"/var/spool/slurmctld/* "$ROOT"/var/spool/slurmd/* "$ROOT"/var/log/slurm/* \
+      "$ROOT"/run/slurm/* "$ROOT"/run/slurmctld/*
     log "starting slurmctld (port $BASE) and ${NODES:-4} slurmd"
     in_root slurmctld -c
     for k in $(seq 1 "${NODES:-4}"); do
