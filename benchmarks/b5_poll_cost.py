@@ -140,7 +140,8 @@ async def measure(slurm: SlurmTarget, cfg: Config, figs: dict[str, Figure]) -> d
             requests.append(n)
             await asyncio.sleep(1)
         for key, values in sizes.items():
-            figs[key].samples.append(sorted(values)[len(values) // 2])
+            if values:  # "ratio" is derived below, not sampled
+                figs[key].samples.append(sorted(values)[len(values) // 2])
         figs["ratio"].samples.append(
             (sorted(sizes["full_mb"])[cfg.samples // 2] * 1e3)
             / sorted(sizes["cycle_kb"])[cfg.samples // 2]
