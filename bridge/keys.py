@@ -30,7 +30,9 @@ GPUS: Final = PREFIX + "gpus"
 JOB_ID: Final = PREFIX + "job-id"
 SLURM_NODE: Final = PREFIX + "slurm-node"
 GPU_IDS: Final = PREFIX + "gpu-ids"
-BRIDGE_OWNED_ANNOTATIONS: Final = (JOB_ID, SLURM_NODE, GPU_IDS)
+# "<replica>@<epoch seconds>" while a replica submits the pod's job (placement/claims.py).
+SUBMITTING: Final = PREFIX + "submitting"
+BRIDGE_OWNED_ANNOTATIONS: Final = (JOB_ID, SLURM_NODE, GPU_IDS, SUBMITTING)
 
 # Pod labels for pod groups (one Slurm job of n nodes).
 GROUP: Final = PREFIX + "group"

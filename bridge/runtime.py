@@ -14,6 +14,7 @@ from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
 from bridge.kube.client import kube_client
 from bridge.kube.pods import set_slurm_condition
+from bridge.placement.claims import PodClaims
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.notifier import PodNotifier
@@ -38,7 +39,15 @@ class Bridge:
         self.nodes = NodeMap()
         self.pods = PodRegistry()
         self.notifier = PodNotifier(self.kube, self.pods)
-        self.placer = Placer(self.index, self.nodes, self.pods, self.notifier.job_known)
+        c = settings.controllers
+        self.elector = LeaderElector(
+            self.kube, namespace=c.lease_namespace, name=c.lease_name,
+            identity=c.identity, lease_seconds=c.lease_seconds,
+        )
+        self.placer = Placer(
+            self.index, self.nodes, self.pods, self.notifier.job_known,
+            claims=PodClaims(self.kube, self.elector.identity),
+        )
         self.binder = Binder(self.kube, self.placer)
         p = settings.placement
         self.poller = Poller(
@@ -48,15 +57,10 @@ class Bridge:
             reasons_per_cycle=p.reasons_per_cycle,
             on_recovered=self.notifier.slurm_recovered,
         )
-        c = settings.controllers
         self.lifecycle = Lifecycle(
             self.kube, self.slurm, self.index, self.pods, orphan_grace=c.orphan_grace_seconds
         )
         self.nodesync = NodeSync(self.kube, self.slurm, self.nodes)
-        self.elector = LeaderElector(
-            self.kube, namespace=c.lease_namespace, name=c.lease_name,
-            identity=c.identity, lease_seconds=c.lease_seconds,
-        )
         self._tasks: list[asyncio.Task[None]] = []
 
     async def _job_changed(self, before: SlurmJob, after: SlurmJob) -> None:

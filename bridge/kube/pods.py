@@ -1,6 +1,7 @@
 """Pod writes: annotations, the Slurm condition, events and the Binding."""
 
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -33,7 +34,10 @@ class AlreadyBound(Exception):
     """The pod is bound already (HTTP 409): someone else's bind won."""
 
 
-async def annotate(client: AsyncClient, namespace: str, name: str, values: dict[str, str]) -> None:
+async def annotate(
+    client: AsyncClient, namespace: str, name: str, values: Mapping[str, str | None]
+) -> None:
+    """Merge annotations into the pod; a None value removes that annotation."""
     await client.patch(
         Pod, name, {"metadata": {"annotations": values}},
         namespace=namespace, patch_type=PatchType.MERGE,

@@ -40,11 +40,13 @@ class PodNotifier:
         meta = pod.metadata or ObjectMeta()
         assert meta.uid and meta.namespace and meta.name
         key = PodKey(meta.namespace, meta.name, meta.uid)
-        if key.uid not in self._seen and (meta.annotations or {}).get(keys.JOB_ID) != str(
-            job.job_id
-        ):
+        annotations = meta.annotations or {}
+        if key.uid not in self._seen and (
+            annotations.get(keys.JOB_ID) != str(job.job_id) or keys.SUBMITTING in annotations
+        ):  # the job id replaces the submit claim (claims.py)
             self._spawn(kpods.annotate(
-                self._kube, key.namespace, key.name, {keys.JOB_ID: str(job.job_id)}
+                self._kube, key.namespace, key.name,
+                {keys.JOB_ID: str(job.job_id), keys.SUBMITTING: None},
             ))
         self._update(key, job)
 

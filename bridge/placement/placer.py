@@ -14,6 +14,7 @@ from lightkube.models.core_v1 import Pod
 from bridge import keys, metrics
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.translate import job_request_for_pod
+from bridge.placement.claims import ClaimLost, PodClaims
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.owner import GROUP_PREFIX, owner_key, pod_ref
@@ -66,11 +67,13 @@ class Placer:
         nodes: NodeMap,
         pods: PodRegistry,
         on_job_known: OnJobKnown | None = None,
+        claims: PodClaims | None = None,
     ) -> None:
         self._index = index
         self._nodes = nodes
         self._pods = pods
         self._on_job_known = on_job_known
+        self._claims = claims
 
     async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
         try:
@@ -112,6 +115,11 @@ class Placer:
             if not submit:
                 raise PlacementError(f"no Slurm job for pod {pod_ref(pod)}")
             request = dataclasses.replace(job_request_for_pod(pod), pod_uid=owner)
+            if self._claims is not None and not owner.startswith(GROUP_PREFIX):
+                try:
+                    await self._claims.claim(pod)
+                except ClaimLost as exc:
+                    raise PlacementError(f"waiting: {exc}") from exc
             job = await self._index.ensure(request)
         if self._on_job_known is not None:
             await self._on_job_known(pod, job)

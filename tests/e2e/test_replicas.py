@@ -1,0 +1,47 @@
+"""Two extender replicas seeing the same new pod at once submit one Slurm job, not two."""
+
+import asyncio
+
+import pytest
+from lightkube import AsyncClient
+
+from bridge.placement.claims import PodClaims
+from bridge.placement.index import JobIndex
+from bridge.placement.nodes import NodeMap
+from bridge.placement.placer import Placer
+from bridge.placement.pods import PodRegistry
+from bridge.slurm.client import SlurmClient
+from tests.e2e.helpers import create_pod, pod_manifest
+from tests.fixtures.bridge import make_e2e_namespace
+from tests.fixtures.kube import ControlPlane
+from tests.fixtures.slurm import SlurmTarget
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_two_replicas_racing_on_one_pod_submit_one_job(
+    slurm: SlurmTarget, control_plane: ControlPlane, kube: AsyncClient,
+    e2e_namespaces: list[str],
+) -> None:
+    ns = await make_e2e_namespace(kube, "replicas")
+    e2e_namespaces.append(ns)
+    # No scheduler runs under this name: only the two replicas below ever look at the pod.
+    manifest = pod_manifest("raced", scheduler=False)
+    assert manifest.spec is not None
+    manifest.spec.schedulerName = "nobody"
+    pod = await create_pod(kube, ns, manifest)
+    assert pod.metadata is not None
+    async with SlurmClient(slurm.settings()) as one, SlurmClient(slurm.settings()) as two:
+        replicas = [
+            Placer(JobIndex(client), NodeMap(), PodRegistry(), claims=PodClaims(kube, name))
+            for name, client in (("replica-a", one), ("replica-b", two))
+        ]
+        verdicts = await asyncio.gather(*(r.filter(pod, ["kube-node1"]) for r in replicas))
+    name = f"k8s:{ns}/raced"
+    try:
+        lost = [v.message for v in verdicts if "is submitting this pod's job" in v.message]
+        assert len(lost) == 1, [v.message for v in verdicts]
+        queue = slurm.admin("squeue", "-h", "-o", "%j")
+        assert queue.splitlines().count(name) == 1, queue
+    finally:
+        slurm.admin("scancel", "--name", name)
