@@ -120,6 +120,8 @@ class Placer:
                     await self._claims.claim(pod)
                 except ClaimLost as exc:
                     raise PlacementError(f"waiting: {exc}") from exc
+                except Exception as exc:  # apiserver unreachable: submit nothing unclaimed
+                    raise PlacementError(f"waiting: cannot claim the pod: {exc!r}") from exc
             job = await self._index.ensure(request)
         if self._on_job_known is not None:
             await self._on_job_known(pod, job)
