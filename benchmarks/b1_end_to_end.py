@@ -29,10 +29,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Pod
 
 from benchmarks import live
 from benchmarks.common import Figure, Outcome, at_least, fmt
@@ -68,26 +67,8 @@ class Config:
     timeout: float = 900
 
 
-def manifest(name: str, scheduler: str) -> Pod:
-    return cast(Pod, Pod.from_dict({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": "bench-b1"}},
-        "spec": {
-            "schedulerName": scheduler,
-            "containers": [{
-                "name": "main", "image": "busybox", "command": ["sleep", "3600"],
-                "resources": {"requests": {"cpu": "1", "memory": "512Mi"},
-                              "limits": {"cpu": "1", "memory": "512Mi"}},
-            }],
-            "tolerations": [{"key": keys.MANAGED_TAINT, "operator": "Exists",
-                             "effect": "NoSchedule"}],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }))
-
-
 async def slurm_alone(slurm: SlurmTarget, cfg: Config) -> float:
-    pod = manifest("slurm-alone", keys.SCHEDULER_NAME)
+    pod = live.bench_pod("slurm-alone", keys.SCHEDULER_NAME, "bench-b1")
     pod.metadata = ObjectMeta(name="slurm-alone", namespace="bench", uid="unused")
     request = dataclasses.replace(job_request_for_pod(pod), pod_uid="")  # native to the bridge
     settings = slurm.settings(max_connections=cfg.submit_parallel)
@@ -122,7 +103,7 @@ async def pods_bound(
     ns = unique_name(f"bench-b1-{label}")
     await create_namespace(kube, ns)
     try:
-        pods = [manifest(f"p{i:04d}", scheduler) for i in range(cfg.pods)]
+        pods = [live.bench_pod(f"p{i:04d}", scheduler, "bench-b1") for i in range(cfg.pods)]
         t0 = time.perf_counter()
         await live.create_pods(kube, ns, pods, cfg.create_parallel)
         return await live.wait_all_bound(kube, ns, cfg.pods, t0, cfg.timeout)

@@ -20,9 +20,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
-
-from lightkube.resources.core_v1 import Pod
 
 from benchmarks import live
 from benchmarks.common import Figure, Outcome, at_most, fmt
@@ -45,24 +42,6 @@ class Config:
     slurm_version: str = "26.05"
     create_parallel: int = 50
     timeout: float = 900
-
-
-def manifest(name: str) -> Pod:
-    return cast(Pod, Pod.from_dict({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": "bench-b2"}},
-        "spec": {
-            "schedulerName": keys.SCHEDULER_NAME,
-            "containers": [{
-                "name": "main", "image": "busybox", "command": ["sleep", "3600"],
-                "resources": {"requests": {"cpu": "1", "memory": "512Mi"},
-                              "limits": {"cpu": "1", "memory": "512Mi"}},
-            }],
-            "tolerations": [{"key": keys.MANAGED_TAINT, "operator": "Exists",
-                             "effect": "NoSchedule"}],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }))
 
 
 async def block_nodes(slurm: SlurmTarget) -> list[int]:
@@ -131,7 +110,10 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane) -> Outcome:
                     rates: dict[int, float] = {}
                     for level in cfg.levels:
                         before = live.slurm_requests(port).get("submit", 0)
-                        pods = [manifest(f"p{i:04d}") for i in range(made, level)]
+                        pods = [
+                            live.bench_pod(f"p{i:04d}", keys.SCHEDULER_NAME, "bench-b2")
+                            for i in range(made, level)
+                        ]
                         await live.create_pods(kube, ns, pods, cfg.create_parallel)
                         await wait_submitted(port, before, level - made, cfg.timeout)
                         made = level

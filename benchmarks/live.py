@@ -18,6 +18,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import pytest
@@ -26,6 +27,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
+from bridge import keys
 from bridge.config import SlurmSettings
 from bridge.slurm.client import SlurmClient
 from tests.fixtures.bridge import BridgeStack, start_stack, stop_stack
@@ -155,6 +157,25 @@ async def resize_nodes(
             Node.Status, name, {"status": node_status(cpu, memory, 8, pods=pods)},
             patch_type=PatchType.MERGE,
         )
+
+
+def bench_pod(name: str, scheduler: str, app: str) -> Pod:
+    """A 1-CPU pod that tolerates the managed taint (bench pods skip the webhook)."""
+    return cast(Pod, Pod.from_dict({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": app}},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{
+                "name": "main", "image": "busybox", "command": ["sleep", "3600"],
+                "resources": {"requests": {"cpu": "1", "memory": "512Mi"},
+                              "limits": {"cpu": "1", "memory": "512Mi"}},
+            }],
+            "tolerations": [{"key": keys.MANAGED_TAINT, "operator": "Exists",
+                             "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }))
 
 
 async def create_pods(kube: AsyncClient, ns: str, pods: list[Pod], parallel: int) -> None:
