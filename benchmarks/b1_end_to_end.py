@@ -39,7 +39,7 @@ from bridge import keys
 from bridge.jobs.translate import job_request_for_pod
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
-from tests.fixtures.bridge import extender_config
+from tests.fixtures.bridge import replace_scheduler
 from tests.fixtures.kube import (
     ControlPlane,
     create_namespace,
@@ -67,7 +67,7 @@ class Config:
     timeout: float = 900
 
 
-async def slurm_alone(slurm: SlurmTarget, cfg: Config) -> float:
+async def slurm_alone(slurm: SlurmTarget, cfg: Config) -> tuple[float, dict[str, float]]:
     pod = live.bench_pod("slurm-alone", keys.SCHEDULER_NAME, "bench-b1")
     pod.metadata = ObjectMeta(name="slurm-alone", namespace="bench", uid="unused")
     request = dataclasses.replace(job_request_for_pod(pod), pod_uid="")  # native to the bridge
@@ -80,6 +80,7 @@ async def slurm_alone(slurm: SlurmTarget, cfg: Config) -> float:
             async with slots:
                 return await client.submit(request)
 
+        cpu0 = live.cpu_seconds()
         t0 = time.perf_counter()
         ids = await asyncio.gather(*(submit() for _ in range(cfg.pods)))
         try:
@@ -88,7 +89,7 @@ async def slurm_alone(slurm: SlurmTarget, cfg: Config) -> float:
                 states = await client.job_states()
                 running = sum(1 for i in ids if states.get(i) is JobState.RUNNING)
                 if running == len(ids):
-                    return time.perf_counter() - t0
+                    return time.perf_counter() - t0, live.cpu_since(cpu0)
                 if time.perf_counter() > deadline:
                     raise TimeoutError(f"Slurm alone: {running}/{len(ids)} running")
                 await asyncio.sleep(0.2)
@@ -99,20 +100,47 @@ async def slurm_alone(slurm: SlurmTarget, cfg: Config) -> float:
 
 async def pods_bound(
     kube: Any, slurm: SlurmTarget, scheduler: str, cfg: Config, label: str
-) -> float:
+) -> tuple[float, dict[str, float]]:
     ns = unique_name(f"bench-b1-{label}")
     await create_namespace(kube, ns)
     try:
         pods = [live.bench_pod(f"p{i:04d}", scheduler, "bench-b1") for i in range(cfg.pods)]
+        cpu0 = live.cpu_seconds()
         t0 = time.perf_counter()
         await live.create_pods(kube, ns, pods, cfg.create_parallel)
-        return await live.wait_all_bound(kube, ns, cfg.pods, t0, cfg.timeout)
+        print(f"  B1 {label}: {cfg.pods} pods created in {time.perf_counter() - t0:.1f} s",
+              flush=True)
+        took = await live.wait_all_bound(kube, ns, cfg.pods, t0, cfg.timeout)
+        return took, live.cpu_since(cpu0)
     finally:
         await live.drop_namespace(kube, ns)
         if scheduler == keys.SCHEDULER_NAME:  # the lifecycle controller cancels; make sure
             await asyncio.sleep(3)
             await asyncio.to_thread(slurm.admin, "scancel", "-u", slurm.user, check=False)
             await live.wait_slurm_quiet(slurm)
+
+
+def bridge_work(before: dict[str, float], after: dict[str, float]) -> str:
+    """Calls and mean latency per extender verb and slurmrestd operation, between two scrapes."""
+    def delta(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    parts = []
+    for outcome in ("allocated", "waiting", "refused"):
+        n = delta(f"slurmbridge_filter_total{{outcome={outcome}}}")
+        parts.append(f"filter {outcome} {n:.0f}")
+    calls = delta("slurmbridge_filter_seconds_count{}")
+    if calls:
+        mean = delta("slurmbridge_filter_seconds_sum{}") / calls * 1000
+        parts.append(f"filter mean {mean:.1f} ms")
+    prefix = "slurmbridge_slurm_request_seconds_count{operation="
+    for key in sorted(k for k in after if k.startswith(prefix)):
+        n = delta(key)
+        if n:
+            op = key[len(prefix):-1]
+            mean = delta(key.replace("_count{", "_sum{")) / n * 1000
+            parts.append(f"slurm {op} {n:.0f} x {mean:.1f} ms")
+    return "; ".join(parts)
 
 
 def run(cfg: Config) -> Outcome:
@@ -135,6 +163,8 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int)
     seconds: dict[str, list[float]] = {"a": [], "b": [], "bridge": []}
     client_conn = {"qps": cfg.kube_qps, "burst": cfg.kube_burst}
     started: list[str] = []
+    spent = ""
+    cpu: dict[str, dict[str, float]] = {}
     try:
         async with live.bridge_stack(slurm, cp, kube, work) as stack:
             await live.resize_nodes(
@@ -142,24 +172,23 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int)
                 pods=str(cfg.pods_per_node),
             )
             # Replace start_stack's scheduler by one whose client limits are explicit.
-            bridge_sched = unique_name("bench-bridge", max_len=30)
-            await asyncio.to_thread(start_scheduler, bridge_sched, scheduler_config(
-                keys.SCHEDULER_NAME, percentageOfNodesToScore=100,
-                extenders=[extender_config(live.extender_port(stack))],
-                clientConnection=client_conn,
-            ), work)
-            await asyncio.to_thread(stop_scheduler, stack.scheduler_name)
-            stack.scheduler_name = bridge_sched  # stop_stack stops this one
+            await asyncio.to_thread(replace_scheduler, stack, clientConnection=client_conn)
             default_sched = unique_name("bench-default", max_len=30)
             await asyncio.to_thread(start_scheduler, default_sched, scheduler_config(
                 DEFAULT_PROFILE, percentageOfNodesToScore=100, clientConnection=client_conn,
             ), work)
             started.append(default_sched)
             await live.wait_slurm_quiet(slurm)
+            port = stack.extender_port
             for rep in range(cfg.repeats):
-                a = await slurm_alone(slurm, cfg)
-                b = await pods_bound(kube, slurm, DEFAULT_PROFILE, cfg, "default")
-                c = await pods_bound(kube, slurm, keys.SCHEDULER_NAME, cfg, "bridge")
+                a, cpu["a"] = await slurm_alone(slurm, cfg)
+                b, cpu["b"] = await pods_bound(kube, slurm, DEFAULT_PROFILE, cfg, "default")
+                before = await asyncio.to_thread(live.metric_samples, port)
+                c, cpu["bridge"] = await pods_bound(
+                    kube, slurm, keys.SCHEDULER_NAME, cfg, "bridge"
+                )
+                after = await asyncio.to_thread(live.metric_samples, port)
+                spent = bridge_work(before, after)
                 for key, value in (("a", a), ("b", b), ("bridge", c)):
                     seconds[key].append(value)
                 alone.samples.append(cfg.pods / a)
@@ -169,7 +198,9 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int)
                 r_default.samples.append(b / c)
                 r_slower.samples.append(max(a, b) / c)
                 print(f"  B1 repeat {rep + 1}/{cfg.repeats}: Slurm alone {a:.1f} s, default "
-                      f"scheduler {b:.1f} s, bridge {c:.1f} s", flush=True)
+                      f"scheduler {b:.1f} s, bridge {c:.1f} s\n    bridge: {spent}", flush=True)
+                for k, v in cpu.items():
+                    print(f"    CPU {k}: {live.format_cpu(v)}", flush=True)
     finally:
         for name in started:
             await asyncio.to_thread(stop_scheduler, name)
@@ -186,6 +217,10 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int)
         + ", ".join(f"{k} {fmt(sorted(v)[len(v) // 2])} s" for k, v in seconds.items() if v),
         "Pods are created with "
         f"{cfg.create_parallel} requests in flight; the clock starts before the first create.",
+        f"What the bridge did during its last repeat (from its /metrics): {spent}.",
+        "CPU seconds used by each kind of process while the clock ran (last repeat; the "
+        "machine has 2 CPUs, so CPU-seconds above 2 x the wall time cannot be): "
+        + "; ".join(f"{k}: {live.format_cpu(v)}" for k, v in cpu.items()),
     ]
     return Outcome(
         bench="B1", title="end to end: pods bound per second",

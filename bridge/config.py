@@ -50,6 +50,17 @@ class PlacementSettings(BaseModel):
         5, ge=0, description="pending jobs whose Slurm reason is re-read each poll"
     )
     node_refresh_seconds: float = Field(15.0, gt=0, description="Kubernetes Node list refresh")
+    notify_quiet_seconds: float = Field(
+        5.0, ge=0,
+        description="a pod's Slurm status (event, condition) is first shown after this: "
+        "jobs Slurm starts sooner are never reported as pending",
+    )
+    submit_on_create: bool = Field(
+        True,
+        description="submit a pod's job when the pod appears (leader only), before "
+        "kube-scheduler's first filter; off: filter submits",
+    )
+    submit_workers: int = Field(8, ge=1, description="parallel submissions of submit_on_create")
 
 
 class ControllerSettings(BaseModel):

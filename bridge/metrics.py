@@ -18,6 +18,11 @@ FILTER_DECISIONS = Counter(
     "extender filter answers: allocated (node kept), waiting (Slurm pending), refused",
     ["outcome"],
 )
+FILTER_SECONDS = Histogram(
+    "slurmbridge_filter_seconds",
+    "extender filter latency (kube-scheduler waits for it in every scheduling cycle)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
 PODS_BOUND = Counter("slurmbridge_pods_bound_total", "pods bound where Slurm allocated")
 BIND_FAILURES = Counter("slurmbridge_bind_failures_total", "binds refused or failed")
 POD_TO_BIND_SECONDS = Histogram(

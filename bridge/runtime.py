@@ -16,6 +16,7 @@ from bridge.kube.client import kube_client
 from bridge.kube.pods import set_slurm_condition
 from bridge.placement.claims import PodClaims
 from bridge.placement.index import JobIndex
+from bridge.placement.intake import Intake
 from bridge.placement.nodes import NodeMap
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.owner import owner_key
@@ -38,7 +39,9 @@ class Bridge:
         self.index = JobIndex(self.slurm)
         self.nodes = NodeMap()
         self.pods = PodRegistry()
-        self.notifier = PodNotifier(self.kube, self.pods)
+        self.notifier = PodNotifier(
+            self.kube, self.pods, quiet_seconds=settings.placement.notify_quiet_seconds
+        )
         c = settings.controllers
         self.elector = LeaderElector(
             self.kube, namespace=c.lease_namespace, name=c.lease_name,
@@ -50,6 +53,7 @@ class Bridge:
         )
         self.binder = Binder(self.kube, self.placer)
         p = settings.placement
+        self.intake = Intake(self.kube, self.placer, workers=p.submit_workers)
         self.poller = Poller(
             self.slurm, self.index, self._job_changed,
             interval=p.poll_interval_seconds,
@@ -98,7 +102,13 @@ class Bridge:
             log.warning("requeue.failed", error=repr(exc))
 
     async def _lead(self) -> None:
-        """The controllers' loop, run only while this process holds the lease."""
+        """What only the lease holder runs: early submission and the controllers."""
+        async with asyncio.TaskGroup() as tasks:
+            if self.settings.placement.submit_on_create:
+                tasks.create_task(self.intake.run(), name="intake")
+            tasks.create_task(self._reconcile(), name="controllers")
+
+    async def _reconcile(self) -> None:
         while True:
             if self.poller.healthy:  # act on nothing uncertain: Slurm's view must be fresh
                 for name, step in (("lifecycle", self.lifecycle), ("nodesync", self.nodesync)):

@@ -4,6 +4,7 @@ Bad bodies get a 400 naming the problem; Slurm or Kubernetes trouble is
 reported per pod in the protocol's own fields, never as a 5xx.
 """
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -79,10 +80,16 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
 
     @app.post("/filter", response_model_by_alias=True)
     async def filter_(args: ExtenderArgs) -> ExtenderFilterResult:
+        started = time.perf_counter()
         pod = _pod(args)
         candidates = args.candidates()
         verdict = await bridge.placer.filter(pod, candidates)
-        log.debug("extender.filter", pod=pod_ref(pod), keep=verdict.keep, why=verdict.message)
+        elapsed = time.perf_counter() - started
+        metrics.FILTER_SECONDS.observe(elapsed)
+        log.debug(
+            "extender.filter", pod=pod_ref(pod), keep=verdict.keep, why=verdict.message,
+            ms=round(elapsed * 1000, 2),
+        )
         if args.node_names is None and args.nodes is not None:
             kept = [n for n in args.nodes.items if _name(n) in verdict.keep]
             return ExtenderFilterResult(

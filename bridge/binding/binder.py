@@ -1,8 +1,8 @@
 """Bind a pod where Slurm put it, and nowhere else.
 
-The annotations (job id, Slurm node, GPU indices) are written before the
-Binding exists, so a container that starts on the node always finds its GPU
-indices through the downward API.
+The annotations (job id, Slurm node, GPU indices) travel in the Binding, which
+the apiserver applies in one write with the node name, so a container that
+starts on the node always finds its GPU indices through the downward API.
 """
 
 from datetime import UTC, datetime
@@ -42,13 +42,15 @@ class Binder:
                 f"refusing to bind {namespace}/{name} to {node}: Slurm job "
                 f"{placement.job_id} holds {placement.kube_node} for it"
             )
-        await kpods.annotate(self._kube, namespace, name, placement.annotations())
         try:
-            await kpods.bind(self._kube, namespace, name, uid, node)
+            await kpods.bind(
+                self._kube, namespace, name, uid, node, annotations=placement.annotations()
+            )
         except kpods.AlreadyBound:
             current = await self._kube.get(Pod, name, namespace=namespace)
             if not (current.spec and current.spec.nodeName == node):
                 raise BindError(f"pod {namespace}/{name} was bound elsewhere meanwhile") from None
+        self._placer.bound(uid)
         metrics.PODS_BOUND.inc()
         created = pod.metadata.creationTimestamp
         if created is not None:

@@ -87,10 +87,19 @@ async def record_event(
         log.warning("kube.event_failed", pod=f"{pod.namespace}/{pod.name}", error=str(exc))
 
 
-async def bind(client: AsyncClient, namespace: str, name: str, uid: str, node: str) -> None:
-    """Create the Binding, with the pod UID as precondition (a recreated pod is not bound)."""
+async def bind(
+    client: AsyncClient, namespace: str, name: str, uid: str, node: str,
+    *, annotations: Mapping[str, str] | None = None,
+) -> None:
+    """Create the Binding, with the pod UID as precondition (a recreated pod is not bound).
+
+    The apiserver copies the Binding's annotations onto the pod in the same write, so
+    the pod never runs without them.
+    """
     binding = Pod.Binding(
-        metadata=ObjectMeta(name=name, namespace=namespace, uid=uid),
+        metadata=ObjectMeta(
+            name=name, namespace=namespace, uid=uid, annotations=dict(annotations or {})
+        ),
         target=ObjectReference(kind="Node", name=node, apiVersion="v1"),
     )
     try:

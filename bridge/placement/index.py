@@ -71,7 +71,12 @@ class JobIndex:
             job_id = await self._client.submit(req)
             if self._resyncing:
                 self._submitted.add(job_id)
-            job = await self._client.get_job(job_id)
+            # Not read back: slurmctld schedules after it answers, so a read now would say
+            # PENDING anyway; the poller reads the job when its state changes.
+            job = SlurmJob(
+                job_id, req.name, JobState.PENDING, "None", req.pod_uid, None,
+                partition=req.partition or "",
+            )
             self.record(job)
             return job
 

@@ -1,7 +1,11 @@
 """Tell the pod's owner what Slurm is doing, and nudge kube-scheduler on allocation.
 
-Writes happen in background tasks so the extender's filter answers at once;
-each pod is written to only when its job's (id, state, reason) changes.
+Writes happen in background tasks so the extender's filter answers at once.
+Every write costs the apiserver, so a pod is written to only when it matters:
+its job's status is first shown after ``quiet_seconds`` (a job Slurm starts
+at once is never reported as pending), later changes at once; an allocation
+is announced only to a pod kube-scheduler parked after a "waiting" filter
+(the write is what requeues it) or one already showing a pending status.
 """
 
 import asyncio
@@ -28,11 +32,27 @@ def describe(job: SlurmJob) -> str:
     return f"waiting for Slurm job {job.job_id} ({job.state}, reason {job.reason})"
 
 
+Status = tuple[int, JobState, str]
+
+
+def _status(job: SlurmJob) -> Status:
+    return (job.job_id, job.state, job.reason)
+
+
+def _allocated(job: SlurmJob) -> bool:
+    return job.allocation is not None and job.state is not JobState.PENDING
+
+
 class PodNotifier:
-    def __init__(self, kube: AsyncClient, registry: PodRegistry) -> None:
+    def __init__(
+        self, kube: AsyncClient, registry: PodRegistry, *, quiet_seconds: float = 5.0
+    ) -> None:
         self._kube = kube
         self._registry = registry
-        self._seen: dict[str, tuple[int, JobState, str]] = {}
+        self._quiet = quiet_seconds
+        self._seen: dict[str, Status] = {}  # pod uid -> its job's last known status
+        self._latest: dict[str, SlurmJob] = {}  # pod uid -> that job, until first shown
+        self._shown: dict[str, Status] = {}  # pod uid -> status written on the pod
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def job_known(self, pod: Pod, job: SlurmJob) -> None:
@@ -58,11 +78,29 @@ class PodNotifier:
             self._update(key, job)
 
     def _update(self, key: PodKey, job: SlurmJob) -> None:
-        status = (job.job_id, job.state, job.reason)
+        status = _status(job)
         if self._seen.get(key.uid) == status:
             return
+        first = key.uid not in self._seen
         self._seen[key.uid] = status
-        self._spawn(self._publish(key, job))
+        if first:
+            self._latest[key.uid] = job
+            self._spawn(self._after_quiet(key))
+        elif key.uid in self._latest:
+            self._latest[key.uid] = job
+            if _allocated(job) and self._registry.parked(key.uid):
+                self._spawn(self._publish(key, job))
+        elif key.uid in self._shown or (_allocated(job) and self._registry.parked(key.uid)):
+            self._spawn(self._publish(key, job))
+
+    async def _after_quiet(self, key: PodKey) -> None:
+        await asyncio.sleep(self._quiet)
+        job = self._latest.pop(key.uid, None)
+        if job is None or self._shown.get(key.uid) == _status(job):
+            return
+        if _allocated(job) and not self._registry.parked(key.uid):
+            return  # kube-scheduler has it in its active queue (or bound it): nothing to say
+        await self._publish(key, job)
 
     async def slurm_recovered(self) -> None:
         """slurmrestd answers again: nudge the pods it turned away, instead of their backoff."""
@@ -78,6 +116,9 @@ class PodNotifier:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def _publish(self, key: PodKey, job: SlurmJob) -> None:
+        self._shown[key.uid] = _status(job)
+        if _allocated(job):
+            self._registry.unpark(key.uid)
         await kpods.record_event(
             self._kube, key,
             "SlurmPending" if job.state is JobState.PENDING else "SlurmAllocated",
@@ -86,7 +127,7 @@ class PodNotifier:
         await self._condition(key, job)
 
     async def _condition(self, key: PodKey, job: SlurmJob) -> None:
-        allocated = job.state is not JobState.PENDING and job.allocation is not None
+        allocated = _allocated(job)
         await kpods.set_slurm_condition(
             self._kube, key.namespace, key.name,
             allocated=allocated,

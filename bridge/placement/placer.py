@@ -4,6 +4,7 @@ Slurm decides; this module only translates its answer.  No Slurm listing
 happens here: known jobs come from the index, new ones are submitted once.
 """
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -74,12 +75,15 @@ class Placer:
         self._pods = pods
         self._on_job_known = on_job_known
         self._claims = claims
+        self._submitting: dict[str, asyncio.Future[SlurmJob]] = {}
 
     async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
         try:
             job = await self._job_for(pod)
             placement = self._placement(pod, job)
         except (PlacementError, InvalidPodRequest, SlurmError) as exc:
+            assert pod.metadata is not None and pod.metadata.uid
+            self._pods.park(pod.metadata.uid)
             if isinstance(exc, SlurmError):
                 self._pods.note_slurm_trouble(pod)
             waiting = isinstance(exc, PlacementError) and str(exc).startswith("waiting")
@@ -103,6 +107,14 @@ class Placer:
         """Where a pod that passed filter must bind (raises PlacementError otherwise)."""
         return self._placement(pod, await self._job_for(pod, submit=False))
 
+    def bound(self, pod_uid: str) -> None:
+        """The pod is on its node: no requeue nudge is owed to it any more."""
+        self._pods.unpark(pod_uid)
+
+    async def prepare(self, pod: Pod) -> SlurmJob:
+        """Submit (or adopt) the pod's job ahead of kube-scheduler's first filter."""
+        return await self._job_for(pod)
+
     async def _job_for(self, pod: Pod, *, submit: bool = True) -> SlurmJob:
         owner = self._pods.remember(pod)
         job = self._index.by_uid(owner) or await self._adopt_annotated(pod)
@@ -114,18 +126,35 @@ class Placer:
                 )
             if not submit:
                 raise PlacementError(f"no Slurm job for pod {pod_ref(pod)}")
-            request = dataclasses.replace(job_request_for_pod(pod), pod_uid=owner)
-            if self._claims is not None and not owner.startswith(GROUP_PREFIX):
-                try:
-                    await self._claims.claim(pod)
-                except ClaimLost as exc:
-                    raise PlacementError(f"waiting: {exc}") from exc
-                except Exception as exc:  # apiserver unreachable: submit nothing unclaimed
-                    raise PlacementError(f"waiting: cannot claim the pod: {exc!r}") from exc
-            job = await self._index.ensure(request)
+            job = await self._submit_once(pod, owner)
         if self._on_job_known is not None:
             await self._on_job_known(pod, job)
         return job
+
+    async def _submit_once(self, pod: Pod, owner: str) -> SlurmJob:
+        """Claim and submit; callers racing on one owner (intake, filter) share one attempt."""
+        attempt = self._submitting.get(owner)
+        if attempt is None:
+            attempt = asyncio.ensure_future(self._claim_and_submit(pod, owner))
+            self._submitting[owner] = attempt
+            attempt.add_done_callback(lambda done: self._submitted(owner, done))
+        return await asyncio.shield(attempt)
+
+    def _submitted(self, owner: str, attempt: "asyncio.Future[SlurmJob]") -> None:
+        del self._submitting[owner]
+        if not attempt.cancelled():
+            attempt.exception()  # retrieved: every waiter has seen it, or none is left
+
+    async def _claim_and_submit(self, pod: Pod, owner: str) -> SlurmJob:
+        request = dataclasses.replace(job_request_for_pod(pod), pod_uid=owner)
+        if self._claims is not None and not owner.startswith(GROUP_PREFIX):
+            try:
+                await self._claims.claim(pod)
+            except ClaimLost as exc:
+                raise PlacementError(f"waiting: {exc}") from exc
+            except Exception as exc:  # apiserver unreachable: submit nothing unclaimed
+                raise PlacementError(f"waiting: cannot claim the pod: {exc!r}") from exc
+        return await self._index.ensure(request)
 
     async def _adopt_annotated(self, pod: Pod) -> SlurmJob | None:
         """A job another replica (or this one before a restart) recorded on the pod."""

@@ -23,6 +23,8 @@ class PodRegistry:
         self._group_nodes: dict[str, dict[str, str]] = {}
         # pods refused because Slurm could not be asked: requeued when it answers again
         self._slurm_trouble: dict[str, PodKey] = {}
+        # pods whose filter answered "waiting": kube-scheduler parked them until they change
+        self._parked: set[str] = set()
 
     def remember(self, pod: Pod) -> str:
         key = owner_key(pod)
@@ -40,12 +42,23 @@ class PodRegistry:
         taken, self._slurm_trouble = list(self._slurm_trouble.values()), {}
         return taken
 
+    def park(self, pod_uid: str) -> None:
+        self._parked.add(pod_uid)
+
+    def parked(self, pod_uid: str) -> bool:
+        """kube-scheduler set this pod aside after a "waiting" filter and needs a nudge."""
+        return pod_uid in self._parked
+
+    def unpark(self, pod_uid: str) -> None:
+        self._parked.discard(pod_uid)
+
     def pods_of(self, owner: str) -> list[PodKey]:
         return list(self._by_owner.get(owner, {}).values())
 
     def forget_owner(self, owner: str) -> None:
         """The owner's job is gone for good: nothing left to requeue or reserve."""
-        self._by_owner.pop(owner, None)
+        for pod_uid in self._by_owner.pop(owner, {}):
+            self._parked.discard(pod_uid)
         self._group_nodes.pop(owner, None)
 
     def group_node(self, owner: str, pod_uid: str, allocated: tuple[str, ...]) -> str | None:

@@ -111,9 +111,15 @@ cmd_up() {
       in_root slurmd -N "node$k"
     done
     start_rest
-    for _ in $(seq 1 120); do
+    for i in $(seq 1 120); do
       if rest_alive && [[ "$(in_root sinfo -h -o '%D %t' 2>/dev/null | awk '$2=="idle"{n+=$1} END{print n+0}')" == "${NODES:-4}" ]]; then
         break
+      fi
+      if (( i % 20 == 0 )); then  # a slurmd that died at start (seen once under load): again
+        for node in $(in_root sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 ~ /\*$/ {print $1}'); do
+          log "restarting slurmd for $node (not responding)"
+          in_root slurmd -N "$node" || true
+        done
       fi
       sleep 0.5
     done

@@ -3,8 +3,14 @@
 import asyncio
 from typing import Any, cast
 
+from lightkube.models.core_v1 import Pod
+
 from bridge.jobs.request import JobRequest
+from bridge.placement.claims import PodClaims
 from bridge.placement.index import JobIndex
+from bridge.placement.nodes import NodeMap
+from bridge.placement.placer import Placer
+from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.slurm.client import JobListing, SlurmClient
 from bridge.slurm.types import Allocation, JobState, SlurmJob
@@ -83,3 +89,27 @@ async def test_a_change_seen_only_by_a_resync_is_reported() -> None:
 
     await Poller(cast(SlurmClient, cast(Any, fake)), index, on_change).resync()
     assert seen == [(JobState.PENDING, JobState.RUNNING)]
+
+
+class CountingClaims:
+    def __init__(self) -> None:
+        self.claims = 0
+
+    async def claim(self, pod: Pod) -> None:
+        self.claims += 1
+        await asyncio.sleep(0.01)  # an apiserver round trip: the other caller arrives meanwhile
+
+
+async def test_intake_and_filter_racing_on_one_pod_claim_and_submit_once() -> None:
+    fake, claims = FakeSlurm(), CountingClaims()
+    placer = Placer(
+        _index(fake), NodeMap(), PodRegistry(), claims=cast(PodClaims, cast(Any, claims))
+    )
+    pod = cast(Pod, Pod.from_dict({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-9"},
+        "spec": {"schedulerName": "slurmbridge", "containers": [
+            {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]},
+    }))
+    early, verdict = await asyncio.gather(placer.prepare(pod), placer.filter(pod, ["kube-node1"]))
+    assert claims.claims == 1 and len(fake.jobs) == 1
+    assert verdict.keep == [] and f"Slurm job {early.job_id}" in verdict.message

@@ -1,0 +1,92 @@
+"""What the notifier writes on a pod, and when (a fake apiserver records the writes)."""
+
+import asyncio
+from typing import Any, cast
+
+from lightkube import AsyncClient
+from lightkube.models.core_v1 import Pod
+from lightkube.resources.core_v1 import Event
+
+from bridge import keys
+from bridge.placement.notifier import PodNotifier
+from bridge.placement.pods import PodRegistry
+from bridge.slurm.types import Allocation, JobState, SlurmJob
+
+QUIET = 0.05
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str]] = []  # (what, detail)
+
+    async def patch(self, res: Any, name: str, obj: dict[str, Any], **_: Any) -> None:
+        if "status" in obj:
+            condition = obj["status"]["conditions"][0]
+            self.writes.append(("condition", condition["status"]))
+        else:
+            self.writes.append(("annotate", ",".join(obj["metadata"]["annotations"])))
+
+    async def create(self, obj: Any, **_: Any) -> None:
+        assert isinstance(obj, Event)
+        self.writes.append(("event", obj.reason or ""))
+
+
+def _pod(uid: str = "uid-1", annotations: dict[str, str] | None = None) -> Pod:
+    return cast(Pod, Pod.from_dict({
+        "metadata": {"name": "p", "namespace": "ns", "uid": uid,
+                     "annotations": annotations or {}},
+    }))
+
+
+PENDING = SlurmJob(7, "k8s:ns/p", JobState.PENDING, "Resources", "uid-1", None)
+RUNNING = SlurmJob(7, "k8s:ns/p", JobState.RUNNING, "None", "uid-1", Allocation(("node1",)))
+
+
+def _notifier() -> tuple[PodNotifier, FakeKube, PodRegistry]:
+    kube, registry = FakeKube(), PodRegistry()
+    notifier = PodNotifier(cast(AsyncClient, kube), registry, quiet_seconds=QUIET)
+    return notifier, kube, registry
+
+
+async def _settle(notifier: PodNotifier) -> None:
+    await asyncio.sleep(QUIET * 3)
+    await notifier.drain()
+
+
+async def test_a_job_slurm_starts_at_once_costs_only_the_job_id_annotation() -> None:
+    notifier, kube, registry = _notifier()
+    pod = _pod(annotations={keys.SUBMITTING: "replica@1"})
+    registry.remember(pod)
+    await notifier.job_known(pod, PENDING)
+    await notifier.job_changed(RUNNING)
+    await _settle(notifier)
+    assert kube.writes == [("annotate", f"{keys.JOB_ID},{keys.SUBMITTING}")]
+
+
+async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
+    notifier, kube, registry = _notifier()
+    pod = _pod(annotations={keys.JOB_ID: "7"})
+    registry.remember(pod)
+    await notifier.job_known(pod, PENDING)
+    registry.park("uid-1")  # filter answered "waiting": kube-scheduler set the pod aside
+    await notifier.job_changed(RUNNING)
+    await asyncio.sleep(0)
+    await notifier.drain()  # before the quiet period is over
+    assert kube.writes == [("event", "SlurmAllocated"), ("condition", "True")]
+    assert not registry.parked("uid-1")
+    await _settle(notifier)
+    assert len(kube.writes) == 2  # nothing more once the quiet period ends
+
+
+async def test_a_job_that_keeps_pending_is_shown_after_the_quiet_period() -> None:
+    notifier, kube, registry = _notifier()
+    pod = _pod(annotations={keys.JOB_ID: "7"})
+    registry.remember(pod)
+    await notifier.job_known(pod, PENDING)
+    await asyncio.sleep(0)
+    assert kube.writes == []
+    await _settle(notifier)
+    assert kube.writes == [("event", "SlurmPending"), ("condition", "False")]
+    await notifier.job_changed(RUNNING)  # shown as pending, so its allocation is shown too
+    await notifier.drain()
+    assert kube.writes[2:] == [("event", "SlurmAllocated"), ("condition", "True")]
