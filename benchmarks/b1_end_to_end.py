@@ -36,6 +36,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from benchmarks import live
 from benchmarks.common import Figure, Outcome, at_least, fmt
 from bridge import keys
+from bridge.config import Settings
 from bridge.jobs.translate import job_request_for_pod
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
@@ -51,6 +52,15 @@ from tests.fixtures.kube import (
 from tests.fixtures.slurm import SlurmTarget
 
 DEFAULT_PROFILE = "bench-default"
+# The bridge as shipped: start_stack's fast test timings (1 s polls, a resync every 30 s)
+# would put extra full listings of Slurm's queue into the measured window.
+SHIPPED = Settings()
+SHIPPED_TIMINGS = {
+    "SLURMBRIDGE_PLACEMENT__POLL_INTERVAL_SECONDS": str(SHIPPED.placement.poll_interval_seconds),
+    "SLURMBRIDGE_PLACEMENT__RESYNC_INTERVAL_SECONDS":
+        str(SHIPPED.placement.resync_interval_seconds),
+    "SLURMBRIDGE_CONTROLLERS__INTERVAL_SECONDS": str(SHIPPED.controllers.interval_seconds),
+}
 
 
 @dataclass
@@ -99,19 +109,25 @@ async def slurm_alone(slurm: SlurmTarget, cfg: Config) -> tuple[float, dict[str,
 
 
 async def pods_bound(
-    kube: Any, slurm: SlurmTarget, scheduler: str, cfg: Config, label: str
+    kube: Any, slurm: SlurmTarget, cp: ControlPlane, scheduler: str, cfg: Config,
+    *, label: str, requests: dict[str, dict[str, float]],
 ) -> tuple[float, dict[str, float]]:
+    """Seconds until all bound and CPU seconds per process kind; apiserver calls to requests."""
     ns = unique_name(f"bench-b1-{label}")
     await create_namespace(kube, ns)
     try:
         pods = [live.bench_pod(f"p{i:04d}", scheduler, "bench-b1") for i in range(cfg.pods)]
+        calls0 = await asyncio.to_thread(live.apiserver_requests, cp)
         cpu0 = live.cpu_seconds()
         t0 = time.perf_counter()
         await live.create_pods(kube, ns, pods, cfg.create_parallel)
         print(f"  B1 {label}: {cfg.pods} pods created in {time.perf_counter() - t0:.1f} s",
               flush=True)
         took = await live.wait_all_bound(kube, ns, cfg.pods, t0, cfg.timeout)
-        return took, live.cpu_since(cpu0)
+        used = live.cpu_since(cpu0)
+        calls = await asyncio.to_thread(live.apiserver_requests, cp)
+        requests[label] = live.counts_since(calls0, calls)
+        return took, used
     finally:
         await live.drop_namespace(kube, ns)
         if scheduler == keys.SCHEDULER_NAME:  # the lifecycle controller cancels; make sure
@@ -165,8 +181,9 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int)
     started: list[str] = []
     spent = ""
     cpu: dict[str, dict[str, float]] = {}
+    requests: dict[str, dict[str, float]] = {}
     try:
-        async with live.bridge_stack(slurm, cp, kube, work) as stack:
+        async with live.bridge_stack(slurm, cp, kube, work, SHIPPED_TIMINGS) as stack:
             await live.resize_nodes(
                 kube, list(stack.kube_nodes), cpu=str(per_node), memory="256Gi",
                 pods=str(cfg.pods_per_node),
@@ -182,10 +199,12 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int)
             port = stack.extender_port
             for rep in range(cfg.repeats):
                 a, cpu["a"] = await slurm_alone(slurm, cfg)
-                b, cpu["b"] = await pods_bound(kube, slurm, DEFAULT_PROFILE, cfg, "default")
+                b, cpu["b"] = await pods_bound(
+                    kube, slurm, cp, DEFAULT_PROFILE, cfg, label="default", requests=requests
+                )
                 before = await asyncio.to_thread(live.metric_samples, port)
                 c, cpu["bridge"] = await pods_bound(
-                    kube, slurm, keys.SCHEDULER_NAME, cfg, "bridge"
+                    kube, slurm, cp, keys.SCHEDULER_NAME, cfg, label="bridge", requests=requests
                 )
                 after = await asyncio.to_thread(live.metric_samples, port)
                 spent = bridge_work(before, after)
@@ -201,6 +220,8 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int)
                       f"scheduler {b:.1f} s, bridge {c:.1f} s\n    bridge: {spent}", flush=True)
                 for k, v in cpu.items():
                     print(f"    CPU {k}: {live.format_cpu(v)}", flush=True)
+                for k, n in requests.items():
+                    print(f"    apiserver requests, {k}: {live.format_counts(n)}", flush=True)
     finally:
         for name in started:
             await asyncio.to_thread(stop_scheduler, name)
@@ -221,6 +242,8 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int)
         "CPU seconds used by each kind of process while the clock ran (last repeat; the "
         "machine has 2 CPUs, so CPU-seconds above 2 x the wall time cannot be): "
         + "; ".join(f"{k}: {live.format_cpu(v)}" for k, v in cpu.items()),
+        "apiserver requests while the clock ran (last repeat; its own counters, 10 or more): "
+        + "; ".join(f"{k}: {live.format_counts(v)}" for k, v in requests.items()),
     ]
     return Outcome(
         bench="B1", title="end to end: pods bound per second",

@@ -129,10 +129,11 @@ def kube_client(cp: ControlPlane) -> AsyncClient:
 
 @contextlib.asynccontextmanager
 async def bridge_stack(
-    slurm: SlurmTarget, cp: ControlPlane, kube: AsyncClient, work: Path
+    slurm: SlurmTarget, cp: ControlPlane, kube: AsyncClient, work: Path,
+    settings: dict[str, str] | None = None,
 ) -> AsyncIterator[BridgeStack]:
     try:
-        stack = await start_stack(slurm, cp, kube, work)
+        stack = await start_stack(slurm, cp, kube, work, settings=settings)
     except HarnessFailure as exc:
         raise SetupError(str(exc)) from None
     try:
@@ -216,6 +217,33 @@ def cpu_seconds() -> dict[str, float]:
         name = _process_kind(int(stat.parent.name), [c.decode(errors="replace") for c in cmdline])
         out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return out
+
+
+def apiserver_requests(cp: ControlPlane) -> dict[str, float]:
+    """The apiserver's own request counters (``apiserver_request_total``) by verb and resource."""
+    text = cp.kubectl("get", "--raw", "/metrics").stdout
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            what = f"{labels.get('verb', '')} {labels.get('resource', '')}"
+            if labels.get("subresource"):
+                what += f"/{labels['subresource']}"
+            out[what] = out.get(what, 0.0) + sample.value
+    return out
+
+
+def counts_since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+
+
+def format_counts(counts: dict[str, float], at_least: float = 10) -> str:
+    top = sorted(counts.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v:.0f}" for k, v in top if v >= at_least)
 
 
 def cpu_since(before: dict[str, float]) -> dict[str, float]:

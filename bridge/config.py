@@ -51,7 +51,7 @@ class PlacementSettings(BaseModel):
     )
     node_refresh_seconds: float = Field(15.0, gt=0, description="Kubernetes Node list refresh")
     notify_quiet_seconds: float = Field(
-        5.0, ge=0,
+        10.0, ge=0,
         description="a pod's Slurm status (event, condition) is first shown after this: "
         "jobs Slurm starts sooner are never reported as pending",
     )

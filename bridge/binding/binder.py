@@ -13,7 +13,7 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import metrics
 from bridge.kube import pods as kpods
-from bridge.placement.placer import Placer
+from bridge.placement.placer import Placement, Placer
 
 log = structlog.get_logger(__name__)
 
@@ -28,15 +28,10 @@ class Binder:
         self._placer = placer
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        pod = await self._kube.get(Pod, name, namespace=namespace)
-        assert pod.metadata is not None
-        if pod.metadata.uid != uid:
-            raise BindError(f"pod {namespace}/{name} was recreated (uid {pod.metadata.uid})")
-        if pod.spec and pod.spec.nodeName:
-            if pod.spec.nodeName == node:
-                return
-            raise BindError(f"pod {namespace}/{name} is already bound to {pod.spec.nodeName}")
-        placement = await self._placer.placement_for(pod)
+        known = self._placer.known_placement(uid)  # filter just saw the pod: no read needed
+        placement = known or await self._placement_read(namespace, name, uid, node)
+        if placement is None:
+            return  # bound to this node already
         if placement.kube_node != node:
             raise BindError(
                 f"refusing to bind {namespace}/{name} to {node}: Slurm job "
@@ -46,16 +41,33 @@ class Binder:
             await kpods.bind(
                 self._kube, namespace, name, uid, node, annotations=placement.annotations()
             )
-        except kpods.AlreadyBound:
+        except kpods.AlreadyBound:  # bound meanwhile, or recreated (the UID precondition)
             current = await self._kube.get(Pod, name, namespace=namespace)
+            if current.metadata is None or current.metadata.uid != uid:
+                raise BindError(f"pod {namespace}/{name} was recreated") from None
             if not (current.spec and current.spec.nodeName == node):
                 raise BindError(f"pod {namespace}/{name} was bound elsewhere meanwhile") from None
         self._placer.bound(uid)
         metrics.PODS_BOUND.inc()
-        created = pod.metadata.creationTimestamp
+        created = self._placer.created_at(uid)
         if created is not None:
             metrics.POD_TO_BIND_SECONDS.observe((datetime.now(UTC) - created).total_seconds())
         log.info(
             "bind.done", pod=f"{namespace}/{name}", node=node,
             job_id=placement.job_id, gpu_ids=placement.gpu_ids,
         )
+
+    async def _placement_read(
+        self, namespace: str, name: str, uid: str, node: str
+    ) -> Placement | None:
+        """The placement from a fresh read of the pod (after a restart, or another replica's
+        filter); None when it is bound to ``node`` already."""
+        pod = await self._kube.get(Pod, name, namespace=namespace)
+        assert pod.metadata is not None
+        if pod.metadata.uid != uid:
+            raise BindError(f"pod {namespace}/{name} was recreated (uid {pod.metadata.uid})")
+        if pod.spec and pod.spec.nodeName:
+            if pod.spec.nodeName == node:
+                return None
+            raise BindError(f"pod {namespace}/{name} is already bound to {pod.spec.nodeName}")
+        return await self._placer.placement_for(pod)

@@ -2,10 +2,11 @@
 
 Writes happen in background tasks so the extender's filter answers at once.
 Every write costs the apiserver, so a pod is written to only when it matters:
-its job's status is first shown after ``quiet_seconds`` (a job Slurm starts
-at once is never reported as pending), later changes at once; an allocation
-is announced only to a pod kube-scheduler parked after a "waiting" filter
-(the write is what requeues it) or one already showing a pending status.
+a job still pending after ``quiet_seconds`` is shown (event and condition),
+later changes of a shown job at once; a pod kube-scheduler parked after a
+"waiting" filter gets the condition alone when its job is allocated (the
+write is what requeues it).  kube-scheduler's own FailedScheduling events
+already carry filter's "waiting for Slurm job N (reason)" message.
 """
 
 import asyncio
@@ -45,7 +46,7 @@ def _allocated(job: SlurmJob) -> bool:
 
 class PodNotifier:
     def __init__(
-        self, kube: AsyncClient, registry: PodRegistry, *, quiet_seconds: float = 5.0
+        self, kube: AsyncClient, registry: PodRegistry, *, quiet_seconds: float = 10.0
     ) -> None:
         self._kube = kube
         self._registry = registry
@@ -84,23 +85,22 @@ class PodNotifier:
         first = key.uid not in self._seen
         self._seen[key.uid] = status
         if first:
-            self._latest[key.uid] = job
             self._spawn(self._after_quiet(key))
-        elif key.uid in self._latest:
+        if key.uid in self._latest or first:
             self._latest[key.uid] = job
-            if _allocated(job) and self._registry.parked(key.uid):
-                self._spawn(self._publish(key, job))
-        elif key.uid in self._shown or (_allocated(job) and self._registry.parked(key.uid)):
-            self._spawn(self._publish(key, job))
+        if key.uid in self._shown:
+            self._spawn(self._show(key, job))
+        elif _allocated(job) and self._registry.parked(key.uid):
+            self._spawn(self._nudge(key, job))
 
     async def _after_quiet(self, key: PodKey) -> None:
         await asyncio.sleep(self._quiet)
         job = self._latest.pop(key.uid, None)
-        if job is None or self._shown.get(key.uid) == _status(job):
+        if job is None or key.uid in self._shown:
             return
-        if _allocated(job) and not self._registry.parked(key.uid):
-            return  # kube-scheduler has it in its active queue (or bound it): nothing to say
-        await self._publish(key, job)
+        if _allocated(job):
+            return  # kube-scheduler has the pod queued (or bound it, or was nudged)
+        await self._show(key, job)
 
     async def slurm_recovered(self) -> None:
         """slurmrestd answers again: nudge the pods it turned away, instead of their backoff."""
@@ -115,19 +115,21 @@ class PodNotifier:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _publish(self, key: PodKey, job: SlurmJob) -> None:
+    async def _show(self, key: PodKey, job: SlurmJob) -> None:
+        """Event and condition: the pod's owner follows the job from here on."""
         self._shown[key.uid] = _status(job)
-        if _allocated(job):
-            self._registry.unpark(key.uid)
         await kpods.record_event(
             self._kube, key,
             "SlurmPending" if job.state is JobState.PENDING else "SlurmAllocated",
             describe(job),
         )
-        await self._condition(key, job)
+        await self._nudge(key, job)
 
-    async def _condition(self, key: PodKey, job: SlurmJob) -> None:
+    async def _nudge(self, key: PodKey, job: SlurmJob) -> None:
+        """The condition alone; its change makes kube-scheduler requeue a parked pod."""
         allocated = _allocated(job)
+        if allocated:
+            self._registry.unpark(key.uid)
         await kpods.set_slurm_condition(
             self._kube, key.namespace, key.name,
             allocated=allocated,

@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import structlog
 from lightkube.models.core_v1 import Pod
@@ -107,6 +108,9 @@ class Placer:
         """Where a pod that passed filter must bind (raises PlacementError otherwise)."""
         return self._placement(pod, await self._job_for(pod, submit=False))
 
+    def created_at(self, pod_uid: str) -> datetime | None:
+        return self._pods.created_at(pod_uid)
+
     def bound(self, pod_uid: str) -> None:
         """The pod is on its node: no requeue nudge is owed to it any more."""
         self._pods.unpark(pod_uid)
@@ -167,16 +171,26 @@ class Placer:
             return None
         return job if job.pod_uid == owner_key(pod) else None
 
+    def known_placement(self, pod_uid: str) -> Placement | None:
+        """Where a pod filter has seen must bind, from memory alone (None: ask the apiserver)."""
+        owner = self._pods.owner_of(pod_uid)
+        job = self._index.by_uid(owner) if owner is not None else None
+        if owner is None or job is None or not job.state.is_live:
+            return None
+        return self._placement_of(owner, pod_uid, job)
+
     def _placement(self, pod: Pod, job: SlurmJob) -> Placement:
+        assert pod.metadata is not None and pod.metadata.uid
+        return self._placement_of(owner_key(pod), pod.metadata.uid, job)
+
+    def _placement_of(self, owner: str, pod_uid: str, job: SlurmJob) -> Placement:
         if job.allocation is None or not job.allocation.nodes:
             raise PlacementError(
                 f"waiting for Slurm job {job.job_id} ({job.state}, reason {job.reason})"
             )
-        owner = owner_key(pod)
         allocated = job.allocation.nodes
         if owner.startswith(GROUP_PREFIX):
-            assert pod.metadata is not None and pod.metadata.uid
-            slurm_node = self._pods.group_node(owner, pod.metadata.uid, allocated)
+            slurm_node = self._pods.group_node(owner, pod_uid, allocated)
             if slurm_node is None:
                 raise PlacementError(
                     f"every node of Slurm job {job.job_id} ({','.join(allocated)}) is taken by "

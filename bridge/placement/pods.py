@@ -1,6 +1,7 @@
 """Which pods wait on which placeholder job, and which node each group member gets."""
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from lightkube.models.core_v1 import Pod
 
@@ -19,6 +20,8 @@ class PodRegistry:
 
     def __init__(self) -> None:
         self._by_owner: dict[str, dict[str, PodKey]] = {}
+        self._owner_of: dict[str, str] = {}  # pod uid → owner
+        self._created: dict[str, datetime] = {}  # pod uid → creationTimestamp (bind latency)
         # group owner → pod uid → Slurm node reserved for it
         self._group_nodes: dict[str, dict[str, str]] = {}
         # pods refused because Slurm could not be asked: requeued when it answers again
@@ -31,7 +34,16 @@ class PodRegistry:
         meta = pod.metadata
         assert meta is not None and meta.uid and meta.name and meta.namespace
         self._by_owner.setdefault(key, {})[meta.uid] = PodKey(meta.namespace, meta.name, meta.uid)
+        self._owner_of[meta.uid] = key
+        if meta.creationTimestamp is not None:
+            self._created[meta.uid] = meta.creationTimestamp
         return key
+
+    def created_at(self, pod_uid: str) -> datetime | None:
+        return self._created.get(pod_uid)
+
+    def owner_of(self, pod_uid: str) -> str | None:
+        return self._owner_of.get(pod_uid)
 
     def note_slurm_trouble(self, pod: Pod) -> None:
         meta = pod.metadata
@@ -59,6 +71,8 @@ class PodRegistry:
         """The owner's job is gone for good: nothing left to requeue or reserve."""
         for pod_uid in self._by_owner.pop(owner, {}):
             self._parked.discard(pod_uid)
+            self._owner_of.pop(pod_uid, None)
+            self._created.pop(pod_uid, None)
         self._group_nodes.pop(owner, None)
 
     def group_node(self, owner: str, pod_uid: str, allocated: tuple[str, ...]) -> str | None:
