@@ -43,6 +43,12 @@ class KubeSettings(BaseModel):
 
 class PlacementSettings(BaseModel):
     poll_interval_seconds: float = Field(2.0, gt=0, description="cheap Slurm state poll")
+    fast_poll_interval_seconds: float = Field(
+        0.5, gt=0, description="the poll's period for fast_poll_window_seconds after a submit"
+    )
+    fast_poll_window_seconds: float = Field(
+        10.0, ge=0, description="how long after a submit the fast poll lasts"
+    )
     resync_interval_seconds: float = Field(
         300.0, gt=0, description="full Slurm job listing (rebuilds the index, cancels duplicates)"
     )
@@ -60,7 +66,7 @@ class PlacementSettings(BaseModel):
         description="submit a pod's job when the pod appears (leader only), before "
         "kube-scheduler's first filter; off: filter submits",
     )
-    submit_workers: int = Field(8, ge=1, description="parallel submissions of submit_on_create")
+    submit_workers: int = Field(16, ge=1, description="parallel submissions of submit_on_create")
 
 
 class ControllerSettings(BaseModel):

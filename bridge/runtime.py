@@ -57,6 +57,8 @@ class Bridge:
         self.poller = Poller(
             self.slurm, self.index, self._job_changed,
             interval=p.poll_interval_seconds,
+            fast_interval=p.fast_poll_interval_seconds,
+            fast_window=p.fast_poll_window_seconds,
             resync_interval=p.resync_interval_seconds,
             reasons_per_cycle=p.reasons_per_cycle,
             on_recovered=self.notifier.slurm_recovered,

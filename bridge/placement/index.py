@@ -30,6 +30,7 @@ class JobIndex:
         self._by_id: dict[int, SlurmJob] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._submitted: set[int] = set()  # jobs submitted while a resync lists
+        self._last_submit = -float("inf")  # loop time of the latest submit
         self._resyncing = False
 
     def by_uid(self, pod_uid: str) -> SlurmJob | None:
@@ -37,6 +38,10 @@ class JobIndex:
 
     def by_id(self, job_id: int) -> SlurmJob | None:
         return self._by_id.get(job_id)
+
+    def submitted_within(self, seconds: float) -> bool:
+        """Did this process submit a job in the last ``seconds``?"""
+        return asyncio.get_running_loop().time() - self._last_submit <= seconds
 
     def jobs(self) -> list[SlurmJob]:
         return list(self._by_id.values())
@@ -69,6 +74,7 @@ class JobIndex:
             if known is not None and known.state.is_live:
                 return known
             job_id = await self._client.submit(req)
+            self._last_submit = asyncio.get_running_loop().time()
             if self._resyncing:
                 self._submitted.add(job_id)
             # Not read back: slurmctld schedules after it answers, so a read now would say

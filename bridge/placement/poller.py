@@ -2,7 +2,8 @@
 
 Each cycle is one ``GET /jobs/state/`` (ids and states only) plus one
 ``GET /job/<id>`` per tracked job whose state changed, plus a fixed number of
-pending jobs whose reason is refreshed round-robin.  The full listing runs
+pending jobs whose reason is refreshed round-robin.  Cycles come every
+``interval``, or every ``fast_interval`` for ``fast_window`` after a submit.  The full listing runs
 only at start and every ``resync_interval`` (it also cancels duplicates).
 Nothing here grows with the length of the queue except the state list's bytes.
 """
@@ -24,7 +25,7 @@ log = structlog.get_logger(__name__)
 OnChange = Callable[[SlurmJob, SlurmJob], Awaitable[None]]  # (before, after)
 
 MISSES_BEFORE_GONE = 3  # one missing observation is never acted on
-_FETCH_CONCURRENCY = 8
+_FETCH_CONCURRENCY = 16
 
 
 class Poller:
@@ -35,6 +36,8 @@ class Poller:
         on_change: OnChange,
         *,
         interval: float = 2.0,
+        fast_interval: float = 0.5,
+        fast_window: float = 10.0,
         resync_interval: float = 300.0,
         reasons_per_cycle: int = 5,
         on_recovered: Callable[[], Awaitable[None]] | None = None,
@@ -43,6 +46,8 @@ class Poller:
         self._index = index
         self._on_change = on_change
         self.interval = interval
+        self._fast_interval = min(fast_interval, interval)
+        self._fast_window = fast_window
         self.resync_interval = resync_interval
         self._reasons_per_cycle = reasons_per_cycle
         self._reason_queue: deque[int] = deque()
@@ -127,7 +132,7 @@ class Poller:
                     next_resync = loop.time() + self.resync_interval
                 await self.poll_once()
                 recovered, self.healthy = not self.healthy, True
-                delay = self.interval
+                delay = self._next_delay()
                 if recovered and self._on_recovered is not None:
                     await self._on_recovered()
             except SlurmError as exc:
@@ -135,6 +140,13 @@ class Poller:
                 delay = min(delay * 2, 30.0)
                 log.warning("poller.slurm_error", error=str(exc), retry_in=delay)
             await asyncio.sleep(delay)
+
+    def _next_delay(self) -> float:
+        """Poll faster for a while after submitting: Slurm starts most jobs within moments,
+        and every second the index lags, kube-scheduler retries those pods in vain."""
+        if self._index.submitted_within(self._fast_window):
+            return self._fast_interval
+        return self.interval
 
 
 def _changed(before: SlurmJob, after: SlurmJob) -> bool:
