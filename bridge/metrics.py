@@ -23,6 +23,9 @@ FILTER_SECONDS = Histogram(
     "extender filter latency (kube-scheduler waits for it in every scheduling cycle)",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+SLURM_REACHABLE = Gauge(
+    "slurmbridge_slurm_reachable", "1 while the poller's last cycle reached slurmrestd, else 0"
+)
 PODS_BOUND = Counter("slurmbridge_pods_bound_total", "pods bound where Slurm allocated")
 BIND_FAILURES = Counter("slurmbridge_bind_failures_total", "binds refused or failed")
 POD_TO_BIND_SECONDS = Histogram(

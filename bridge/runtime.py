@@ -133,6 +133,12 @@ class Bridge:
 
     @property
     def ready(self) -> bool:
+        """Able to answer filter: the index was built once. Stays true while Slurm is away,
+        so kube-scheduler keeps reaching a replica and pods read why they wait."""
+        return self.poller.synced
+
+    @property
+    def slurm_reachable(self) -> bool:
         return self.poller.healthy
 
     async def _refresh_nodes(self) -> None:

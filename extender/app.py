@@ -134,8 +134,11 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
+        slurm = "reachable" if bridge.slurm_reachable else "unreachable"
         if bridge.ready:
-            return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "waiting for Slurm"}, status_code=503)
+            return JSONResponse({"status": "ready", "slurm": slurm})
+        return JSONResponse(
+            {"status": "waiting for the first Slurm listing", "slurm": slurm}, status_code=503
+        )
 
     return app

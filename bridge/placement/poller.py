@@ -53,7 +53,8 @@ class Poller:
         self._reason_queue: deque[int] = deque()
         self._misses: dict[int, int] = {}
         self._fetch_slots = asyncio.Semaphore(_FETCH_CONCURRENCY)
-        self.healthy = False
+        self.healthy = False  # the last cycle reached Slurm
+        self.synced = False  # the index was built from a full listing at least once
         self._on_recovered = on_recovered
 
     async def poll_once(self) -> None:
@@ -132,11 +133,14 @@ class Poller:
                     next_resync = loop.time() + self.resync_interval
                 await self.poll_once()
                 recovered, self.healthy = not self.healthy, True
+                self.synced = True
+                metrics.SLURM_REACHABLE.set(1)
                 delay = self._next_delay()
                 if recovered and self._on_recovered is not None:
                     await self._on_recovered()
             except SlurmError as exc:
                 self.healthy = False
+                metrics.SLURM_REACHABLE.set(0)
                 delay = min(delay * 2, 30.0)
                 log.warning("poller.slurm_error", error=str(exc), retry_in=delay)
             await asyncio.sleep(delay)

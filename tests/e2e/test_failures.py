@@ -59,6 +59,10 @@ async def test_slurmrestd_outage_evicts_nothing_and_scheduling_resumes(
             assert pod.metadata and not pod.metadata.deletionTimestamp, "evicted during outage"
             assert pod.status and pod.status.phase == "Running"
         assert not any(pods[f"during-{i}"].spec.nodeName for i in range(2))  # type: ignore[union-attr]
+        # Still ready (kube-scheduler must keep reaching it), and saying what is wrong.
+        async with httpx.AsyncClient() as http:
+            ready = await http.get(bridge_stack.extender.health_url.replace("/healthz", "/readyz"))
+        assert ready.status_code == 200 and ready.json()["slurm"] == "unreachable"
     finally:
         _rest(bridge_stack, "start")
     for i in range(2):
