@@ -4,8 +4,9 @@ Before submitting, a replica writes ``slurmbridge.io/submitting=<identity>@<time
 with the pod's resourceVersion as precondition: of two replicas racing on
 the same pod version, exactly one write succeeds.  The loser answers
 "waiting" and adopts the job once its id is on the pod.  A claim whose
-holder died is taken over after ``stale_after`` seconds; anything a crash
-still leaves twice is cancelled by the next resync (index.py).
+holder died is taken over after ``stale_after`` seconds, and the taker first
+looks in Slurm for a job the holder may have submitted before dying;
+anything a crash still leaves twice is cancelled by the next resync (index.py).
 """
 
 import time
@@ -20,7 +21,23 @@ from bridge import keys
 
 
 class ClaimLost(Exception):
-    """Another replica submits this pod's job (or the pod changed): answer "waiting"."""
+    """Another replica submits this pod's job: answer "waiting".
+
+    ``retry_in`` is how long until that claim is stale and may be taken over (its
+    holder may have died between claiming and recording the job id).
+    """
+
+    def __init__(self, message: str, retry_in: float) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
+class AlreadySubmitted(Exception):
+    """The pod already names its job (another replica recorded it): adopt, don't submit."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} is recorded on the pod")
+        self.job_id = job_id
 
 
 class _Outdated(Exception):
@@ -33,22 +50,34 @@ class PodClaims:
         self.identity = identity
         self._stale_after = stale_after
 
-    async def claim(self, pod: Pod) -> None:
-        """Claim the pod, re-reading it once if the copy we were given is out of date."""
+    async def claim(self, pod: Pod) -> bool:
+        """Claim the pod, re-reading it once if the copy we were given is out of date.
+
+        True when the claim was taken over from another replica (stale): that replica may
+        have submitted before it died, so the caller looks in Slurm before submitting.
+        """
         try:
-            await self._claim(pod)
+            return await self._claim(pod)
         except _Outdated:
             meta = pod.metadata
             assert meta is not None and meta.name and meta.namespace
             fresh = await self._kube.get(PodResource, meta.name, namespace=meta.namespace)
-            await self._claim(fresh)
+            return await self._claim(fresh)
 
-    async def _claim(self, pod: Pod) -> None:
+    async def _claim(self, pod: Pod) -> bool:
         meta = pod.metadata
         assert meta is not None and meta.name and meta.namespace
-        held = (meta.annotations or {}).get(keys.SUBMITTING)
-        if held and not held.startswith(f"{self.identity}@") and not self._stale(held):
-            raise ClaimLost(f"bridge replica {held.split('@')[0]} is submitting this pod's job")
+        annotations = meta.annotations or {}
+        recorded = annotations.get(keys.JOB_ID, "")
+        if recorded.isdigit():
+            raise AlreadySubmitted(int(recorded))
+        held = annotations.get(keys.SUBMITTING)
+        mine = held is None or held.startswith(f"{self.identity}@")
+        if not mine and not self._stale(held or ""):
+            raise ClaimLost(
+                f"bridge replica {(held or '').split('@')[0]} is submitting this pod's job",
+                retry_in=self._stale_after - self._age(held or ""),
+            )
         patch = {"metadata": {
             "resourceVersion": meta.resourceVersion,
             "annotations": {keys.SUBMITTING: f"{self.identity}@{int(time.time())}"},
@@ -62,7 +91,12 @@ class PodClaims:
             if exc.status.code == 409:
                 raise _Outdated from exc
             raise
+        return not mine
 
     def _stale(self, held: str) -> bool:
+        return self._age(held) > self._stale_after
+
+    @staticmethod
+    def _age(held: str) -> float:
         _, _, stamp = held.rpartition("@")
-        return not stamp.isdigit() or time.time() - int(stamp) > self._stale_after
+        return time.time() - int(stamp) if stamp.isdigit() else float("inf")

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import structlog
 
 from bridge.jobs.request import JobRequest
-from bridge.slurm.client import SlurmClient
+from bridge.slurm.client import JobListing, SlurmClient
 from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -32,6 +32,7 @@ class JobIndex:
         self._submitted: set[int] = set()  # jobs submitted while a resync lists
         self._last_submit = -float("inf")  # loop time of the latest submit
         self._resyncing = False
+        self._listing: asyncio.Future[JobListing | None] | None = None
 
     def by_uid(self, pod_uid: str) -> SlurmJob | None:
         return self._by_uid.get(pod_uid)
@@ -63,6 +64,21 @@ class JobIndex:
     async def adopt(self, job_id: int) -> SlurmJob:
         """Fetch a job we did not submit (named on a pod) and track it."""
         job = self._by_id.get(job_id) or await self._client.get_job(job_id)
+        self.record(job)
+        return job
+
+    async def find_live(self, owner: str) -> SlurmJob | None:
+        """The owner's live job, looked up in a full listing (shared by concurrent callers):
+        for the rare case where another process may have submitted it unseen."""
+        if self._listing is None:
+            self._listing = asyncio.ensure_future(self._client.list_jobs())
+            self._listing.add_done_callback(lambda _: setattr(self, "_listing", None))
+        listing = await asyncio.shield(self._listing)
+        assert listing is not None  # without ``since`` Slurm always answers in full
+        live = _live_by_uid(listing.jobs).get(owner, [])
+        if not live:
+            return None
+        job = _keeper(live)
         self.record(job)
         return job
 

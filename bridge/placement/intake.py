@@ -20,7 +20,7 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.placement.owner import pod_ref
-from bridge.placement.placer import PlacementError, Placer
+from bridge.placement.placer import ClaimedElsewhere, PlacementError, Placer
 from bridge.slurm.errors import SlurmError
 
 log = structlog.get_logger(__name__)
@@ -50,6 +50,7 @@ class Intake:
         self._workers = workers
         self._queue: asyncio.Queue[Pod] = asyncio.Queue()
         self._handled: set[str] = set()  # pod UIDs queued once; dropped when they leave the watch
+        self._retries: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         """Watch forever (restarting after errors); submit with ``workers`` in parallel."""
@@ -77,11 +78,30 @@ class Intake:
                 self._handled.add(uid)
                 self._queue.put_nowait(pod)
 
+    async def _again(self, pod: Pod, delay: float) -> None:
+        """Queue a fresh copy of the pod after ``delay`` if it still has no job."""
+        try:
+            await asyncio.sleep(delay)
+            meta = pod.metadata
+            assert meta is not None and meta.name and meta.namespace
+            fresh = await self._kube.get(PodResource, meta.name, namespace=meta.namespace)
+            if ready_to_submit(fresh):
+                self._queue.put_nowait(fresh)
+        except Exception as exc:  # gone, or the apiserver away: filter covers it
+            log.info("intake.retry_skipped", pod=pod_ref(pod), error=repr(exc))
+
     async def _work(self) -> None:
         while True:
             pod = await self._queue.get()
             try:
                 await self._placer.prepare(pod)
+            except ClaimedElsewhere as exc:
+                # Its holder may have died between claim and job id: look again once the
+                # claim may be taken over (kube-scheduler would wait minutes for the pod).
+                log.info("intake.claimed_elsewhere", pod=pod_ref(pod), retry_in=exc.retry_in)
+                retry = asyncio.create_task(self._again(pod, exc.retry_in + 1))
+                self._retries.add(retry)
+                retry.add_done_callback(self._retries.discard)
             except (PlacementError, InvalidPodRequest, SlurmError) as exc:
                 # filter meets the same problem and tells the pod's owner
                 log.info("intake.deferred", pod=pod_ref(pod), why=str(exc))

@@ -16,7 +16,7 @@ from lightkube.models.core_v1 import Pod
 from bridge import keys, metrics
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.translate import job_request_for_pod
-from bridge.placement.claims import ClaimLost, PodClaims
+from bridge.placement.claims import AlreadySubmitted, ClaimLost, PodClaims
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.owner import GROUP_PREFIX, owner_key, pod_ref
@@ -57,6 +57,14 @@ class Placement:
 
 class PlacementError(Exception):
     """The pod cannot be placed (yet); the message is meant for the pod's owner."""
+
+
+class ClaimedElsewhere(PlacementError):
+    """Another replica's claim holds the pod; it may be taken over in ``retry_in`` seconds."""
+
+    def __init__(self, message: str, retry_in: float) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in
 
 
 OnJobKnown = Callable[[Pod, SlurmJob], Awaitable[None]]
@@ -153,11 +161,17 @@ class Placer:
         request = dataclasses.replace(job_request_for_pod(pod), pod_uid=owner)
         if self._claims is not None and not owner.startswith(GROUP_PREFIX):
             try:
-                await self._claims.claim(pod)
+                took_over = await self._claims.claim(pod)
+            except AlreadySubmitted as exc:
+                return await self._index.adopt(exc.job_id)
             except ClaimLost as exc:
-                raise PlacementError(f"waiting: {exc}") from exc
+                raise ClaimedElsewhere(f"waiting: {exc}", exc.retry_in) from exc
             except Exception as exc:  # apiserver unreachable: submit nothing unclaimed
                 raise PlacementError(f"waiting: cannot claim the pod: {exc!r}") from exc
+            if took_over:  # its holder may have submitted, then died before recording it
+                found = await self._index.find_live(owner)
+                if found is not None:
+                    return found
         return await self._index.ensure(request)
 
     async def _adopt_annotated(self, pod: Pod) -> SlurmJob | None:
