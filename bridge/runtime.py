@@ -29,6 +29,7 @@ from bridge.slurm.types import SlurmJob
 log = structlog.get_logger(__name__)
 
 REQUEUE_DELAY_SECONDS = 2.0
+IDLE_OWNER_SECONDS = 600.0  # a pod not seen for this long, whose job left Slurm, is forgotten
 
 
 class Bridge:
@@ -145,8 +146,15 @@ class Bridge:
         self.nodes.update([n async for n in self.kube.list(Node)])
 
     async def _node_loop(self) -> None:
+        """Refresh the node map; forget pods whose jobs are long gone (memory stays flat)."""
         while True:
             await asyncio.sleep(self.settings.placement.node_refresh_seconds)
+            forgotten = self.pods.prune(
+                lambda owner: self.index.by_uid(owner) is not None, IDLE_OWNER_SECONDS
+            )
+            self.notifier.prune()
+            if forgotten:
+                log.info("placement.pruned", owners=forgotten)
             try:
                 await self._refresh_nodes()
             except Exception as exc:  # the apiserver may be briefly away; keep the old map

@@ -133,6 +133,10 @@ class JobIndex:
         for job in listing.jobs:
             if job.job_id not in cancelled:
                 self.record(job)
+        # Submit locks of owners whose jobs left Slurm's listing: not kept forever.
+        self._locks = {
+            o: lock for o, lock in self._locks.items() if lock.locked() or o in self._by_uid
+        }
         return cancelled
 
 

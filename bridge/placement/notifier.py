@@ -102,6 +102,12 @@ class PodNotifier:
             return  # kube-scheduler has the pod queued (or bound it, or was nudged)
         await self._show(key, job)
 
+    def prune(self) -> None:
+        """Drop what is remembered about pods the registry has forgotten."""
+        for memory in (self._seen, self._shown, self._latest):
+            for uid in [u for u in memory if self._registry.owner_of(u) is None]:
+                del memory[uid]
+
     async def slurm_recovered(self) -> None:
         """slurmrestd answers again: nudge the pods it turned away, instead of their backoff."""
         for key in self._registry.take_slurm_trouble():

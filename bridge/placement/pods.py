@@ -1,5 +1,7 @@
 """Which pods wait on which placeholder job, and which node each group member gets."""
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,6 +30,7 @@ class PodRegistry:
         self._slurm_trouble: dict[str, PodKey] = {}
         # pods whose filter answered "waiting": kube-scheduler parked them until they change
         self._parked: set[str] = set()
+        self._touched: dict[str, float] = {}  # owner → monotonic time it was last remembered
 
     def remember(self, pod: Pod) -> str:
         key = owner_key(pod)
@@ -35,6 +38,7 @@ class PodRegistry:
         assert meta is not None and meta.uid and meta.name and meta.namespace
         self._by_owner.setdefault(key, {})[meta.uid] = PodKey(meta.namespace, meta.name, meta.uid)
         self._owner_of[meta.uid] = key
+        self._touched[key] = time.monotonic()
         if meta.creationTimestamp is not None:
             self._created[meta.uid] = meta.creationTimestamp
         return key
@@ -74,6 +78,17 @@ class PodRegistry:
             self._owner_of.pop(pod_uid, None)
             self._created.pop(pod_uid, None)
         self._group_nodes.pop(owner, None)
+        self._touched.pop(owner, None)
+
+    def prune(self, still_tracked: Callable[[str], bool], idle_seconds: float) -> int:
+        """Forget owners idle for ``idle_seconds`` whose job the index no longer tracks (it
+        ended and left Slurm's listing): a long-running bridge must not grow with every pod
+        it ever saw.  Returns how many were forgotten."""
+        cutoff = time.monotonic() - idle_seconds
+        idle = [o for o, t in self._touched.items() if t <= cutoff and not still_tracked(o)]
+        for owner in idle:
+            self.forget_owner(owner)
+        return len(idle)
 
     def group_node(self, owner: str, pod_uid: str, allocated: tuple[str, ...]) -> str | None:
         """This group member's node: the one reserved for it, else the first unreserved."""

@@ -90,3 +90,21 @@ async def test_a_job_that_keeps_pending_is_shown_after_the_quiet_period() -> Non
     await notifier.job_changed(RUNNING)  # shown as pending, so its allocation is shown too
     await notifier.drain()
     assert kube.writes[2:] == [("event", "SlurmAllocated"), ("condition", "True")]
+
+
+async def test_pods_whose_jobs_are_long_gone_are_forgotten() -> None:
+    """A bridge that runs for months must not grow with every pod it ever saw."""
+    notifier, _, registry = _notifier()
+    gone, waiting = _pod("uid-1"), _pod("uid-2")
+    for pod, job in ((gone, PENDING), (waiting, RUNNING)):
+        owner = registry.remember(pod)
+        await notifier.job_known(pod, job)
+        assert registry.owner_of(owner) == owner
+    tracked = {"uid-2"}  # the index still has uid-2's job; uid-1's left Slurm's listing
+    assert registry.prune(tracked.__contains__, idle_seconds=3600) == 0  # not idle yet
+    assert registry.prune(tracked.__contains__, idle_seconds=0) == 1
+    notifier.prune()
+    assert registry.owner_of("uid-1") is None and registry.pods_of("uid-1") == []
+    assert registry.owner_of("uid-2") == "uid-2"
+    assert set(notifier._seen) == {"uid-2"}
+    await notifier.drain()
