@@ -52,8 +52,8 @@ from tests.fixtures.kube import (
 from tests.fixtures.slurm import SlurmTarget
 
 DEFAULT_PROFILE = "bench-default"
-# The bridge as shipped: start_stack's fast test timings (1 s polls, a resync every 30 s)
-# would put extra full listings of Slurm's queue into the measured window.
+# The bridge as shipped (timings, log level info): start_stack's fast test timings (1 s polls,
+# a resync every 30 s) would put extra full listings of Slurm's queue into the measured window.
 SHIPPED = Settings()
 SHIPPED_TIMINGS = {
     "SLURMBRIDGE_PLACEMENT__POLL_INTERVAL_SECONDS": str(SHIPPED.placement.poll_interval_seconds),
@@ -183,7 +183,9 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int)
     cpu: dict[str, dict[str, float]] = {}
     requests: dict[str, dict[str, float]] = {}
     try:
-        async with live.bridge_stack(slurm, cp, kube, work, SHIPPED_TIMINGS) as stack:
+        async with live.bridge_stack(
+            slurm, cp, kube, work, settings=SHIPPED_TIMINGS, log_level="info"
+        ) as stack:
             await live.resize_nodes(
                 kube, list(stack.kube_nodes), cpu=str(per_node), memory="256Gi",
                 pods=str(cfg.pods_per_node),

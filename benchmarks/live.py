@@ -130,10 +130,10 @@ def kube_client(cp: ControlPlane) -> AsyncClient:
 @contextlib.asynccontextmanager
 async def bridge_stack(
     slurm: SlurmTarget, cp: ControlPlane, kube: AsyncClient, work: Path,
-    settings: dict[str, str] | None = None,
+    *, settings: dict[str, str] | None = None, log_level: str = "debug",
 ) -> AsyncIterator[BridgeStack]:
     try:
-        stack = await start_stack(slurm, cp, kube, work, settings=settings)
+        stack = await start_stack(slurm, cp, kube, work, settings=settings, log_level=log_level)
     except HarnessFailure as exc:
         raise SetupError(str(exc)) from None
     try:
