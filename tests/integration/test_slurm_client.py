@@ -103,13 +103,15 @@ async def test_drain_and_resume_carry_the_reason(
     slurm: SlurmTarget, slurm_client: SlurmClient
 ) -> None:
     node = (await slurm_client.list_nodes())[-1].name
-    await slurm_client.drain(node, "slurmbridge: integration test")
+    # Not "slurmbridge: ...": a running bridge's node controller resumes its own drains.
+    reason = "integration test: drain and resume"
+    await slurm_client.drain(node, reason)
     try:
         drained = next(n for n in await slurm_client.list_nodes() if n.name == node)
         assert "DRAIN" in drained.states and drained.unavailable
-        assert drained.reason == "slurmbridge: integration test"
+        assert drained.reason == reason
         reasons = slurm.admin("sinfo", "-h", "-R", "-o", "%E", "-n", node)
-        assert "slurmbridge: integration test" in reasons
+        assert reason in reasons
     finally:
         await slurm_client.resume(node)
     resumed = next(n for n in await slurm_client.list_nodes() if n.name == node)
