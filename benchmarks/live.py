@@ -247,8 +247,7 @@ def format_counts(counts: dict[str, float], at_least: float = 10) -> str:
 
 
 def cpu_since(before: dict[str, float]) -> dict[str, float]:
-    after = cpu_seconds()
-    return {k: after[k] - before.get(k, 0.0) for k in after if after[k] - before.get(k, 0.0) > 0}
+    return counts_since(before, cpu_seconds())
 
 
 def format_cpu(used: dict[str, float]) -> str:

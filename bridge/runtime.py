@@ -16,7 +16,7 @@ from bridge.kube.client import kube_client
 from bridge.kube.pods import set_slurm_condition
 from bridge.placement.claims import PodClaims
 from bridge.placement.index import JobIndex
-from bridge.placement.intake import Intake
+from bridge.placement.intake import UNBOUND, Intake
 from bridge.placement.nodes import NodeMap
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.owner import owner_key
@@ -93,7 +93,7 @@ class Bridge:
         try:
             async for pod in self.kube.list(
                 Pod, namespace="*",
-                fields={"spec.schedulerName": keys.SCHEDULER_NAME, "spec.nodeName": ""},
+                fields=UNBOUND,
             ):
                 meta = pod.metadata
                 if meta and meta.name and meta.namespace and not meta.deletionTimestamp:

@@ -71,12 +71,12 @@ class PodClaims:
         recorded = annotations.get(keys.JOB_ID, "")
         if recorded.isdigit():
             raise AlreadySubmitted(int(recorded))
-        held = annotations.get(keys.SUBMITTING)
-        mine = held is None or held.startswith(f"{self.identity}@")
-        if not mine and not self._stale(held or ""):
+        held = annotations.get(keys.SUBMITTING, "")
+        mine = not held or held.startswith(f"{self.identity}@")
+        if not mine and not self._stale(held):
             raise ClaimLost(
-                f"bridge replica {(held or '').split('@')[0]} is submitting this pod's job",
-                retry_in=self._stale_after - self._age(held or ""),
+                f"bridge replica {held.split('@')[0]} is submitting this pod's job",
+                retry_in=self._stale_after - self._age(held),
             )
         patch = {"metadata": {
             "resourceVersion": meta.resourceVersion,

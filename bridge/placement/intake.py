@@ -15,6 +15,7 @@ import asyncio
 import structlog
 from lightkube import AsyncClient
 from lightkube.models.core_v1 import Pod
+from lightkube.operators import BinaryOperator, SequenceOperator
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
@@ -26,6 +27,10 @@ from bridge.slurm.errors import SlurmError
 log = structlog.get_logger(__name__)
 
 RETRY_SECONDS = 2.0
+# Field selector: the bridge's pods that no node holds yet.
+UNBOUND: dict[str, str | BinaryOperator | SequenceOperator] = {
+    "spec.schedulerName": keys.SCHEDULER_NAME, "spec.nodeName": "",
+}
 
 
 def ready_to_submit(pod: Pod) -> bool:
@@ -66,8 +71,7 @@ class Intake:
 
     async def _watch(self) -> None:
         async for event, pod in self._kube.watch(
-            PodResource, namespace="*",
-            fields={"spec.schedulerName": keys.SCHEDULER_NAME, "spec.nodeName": ""},
+            PodResource, namespace="*", fields=UNBOUND
         ):
             uid = pod.metadata.uid if pod.metadata else None
             if uid is None:
