@@ -37,13 +37,21 @@ run() {
     mkdir -p "/var/spool/slurmd/node$k"
     slurmd -N "node$k"
   done
+  # slurmrestd unshares its file table and System V IPC namespace; Docker's default seccomp
+  # profile refuses unshare(2) to an unprivileged container, and slurmrestd dies with
+  # "Unable to unshare System V namespace" / "... file descriptors: Operation not permitted".
+  export SLURMRESTD_SECURITY="${SLURMRESTD_SECURITY:-disable_unshare_sysv,disable_unshare_files}"
   # shellcheck disable=SC2086  # SLURMRESTD_FLAGS: extra words, e.g. "-s openapi/slurmctld" (24.11)
   SLURM_JWT=daemon slurmrestd -u slurmrest -g slurmrest -a rest_auth/jwt ${SLURMRESTD_FLAGS:-} \
     "0.0.0.0:$rest_port" >/var/log/slurm/slurmrestd.log 2>&1 </dev/null &
   local rest_pid=$!
   trap 'log stopping; kill "$rest_pid" $(cat /run/slurm/slurmd-*.pid /run/slurmctld/slurmctld.pid 2>/dev/null) 2>/dev/null; exit 0' TERM INT
 
-  for _ in $(seq 1 120); do rest_up && nodes_ready && break; sleep 0.5; done
+  for _ in $(seq 1 120); do
+    rest_up && nodes_ready && break
+    kill -0 "$rest_pid" 2>/dev/null || break   # slurmrestd died at start: say so now
+    sleep 0.5
+  done
   rest_up || { log "slurmrestd did not start:"; tail -n 20 /var/log/slurm/slurmrestd.log >&2; exit 1; }
   nodes_ready || { log "nodes not ready: $(sinfo -h -N -o '%N %t %E')"; tail -n 20 /var/log/slurm/slurmctld.log >&2; exit 1; }
   write_token
