@@ -3,7 +3,7 @@
 #   run          configure (recipe.sh), start slurmctld + NODES slurmd + slurmrestd on
 #                0.0.0.0:PORT_BASE+1, mint a JWT into $TOKEN_DIR/token, re-mint it every
 #                TOKEN_REFRESH seconds, stop the daemons on SIGTERM
-#   healthcheck  slurmrestd answers and every node is idle (or allocated)
+#   healthcheck  slurmrestd answers, every node is idle (or allocated), the token is written
 #   token        print a fresh JWT (lifespan TOKEN_LIFESPAN) for TOKEN_USER
 # Daemons start as cluster.sh starts them in its chroot; only the listen address differs.
 set -euo pipefail
@@ -31,6 +31,7 @@ write_token() {
 run() {
   NODES="$nodes" slurmbridge-recipe configure "${CLUSTER_NAME:-sbdocker}" "$base"
   rm -rf /var/spool/slurmctld/* /var/spool/slurmd/* /var/log/slurm/*
+  rm -f "$token_dir/token"   # left by an earlier container (another JWT key): not healthy yet
   log "starting slurmctld (port $base), $nodes slurmd, slurmrestd (0.0.0.0:$rest_port)"
   slurmctld -c
   for k in $(seq 1 "$nodes"); do
@@ -70,7 +71,7 @@ run() {
 
 case "${1:-run}" in
   run) run ;;
-  healthcheck) rest_up && nodes_ready ;;
+  healthcheck) rest_up && nodes_ready && [[ -s "$token_dir/token" ]] ;;
   token) mint ;;
   *) exec "$@" ;;
 esac
