@@ -2,6 +2,8 @@
 # Build kube-apiserver, kube-scheduler, kubectl (from k8s.io/kubernetes) and
 # helm (from helm.sh/helm/v3) with the Go toolchain, cached by version.  A
 # second run builds nothing.  Prints the bin directory on stdout.
+#   K8S_VERSION=1.36.3 K8S_TOOLS="kubelet kubeadm ..." build.sh    other version / binaries
+# (deploy/kind/node-image.sh builds the kind node's set this way).
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-1.37.2}"
@@ -9,7 +11,10 @@ HELM_VERSION="${HELM_VERSION:-3.22.0}"
 CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 BIN="$CACHE/k8s-$K8S_VERSION/bin"
 HELM_BIN="$CACHE/helm-$HELM_VERSION/bin"
-K8S_TOOLS=(kube-apiserver kube-scheduler kubectl)
+read -r -a K8S_TOOLS <<< "${K8S_TOOLS:-kube-apiserver kube-scheduler kubectl}"
+# Every command any caller builds: tools.go pins them all, so the wrapper module's
+# go.sum stays the same whichever subset one run asks for.
+ALL_TOOLS=(kube-apiserver kube-scheduler kubectl kube-controller-manager kube-proxy kubelet kubeadm)
 export GOFLAGS="${GOFLAGS:--mod=mod}" CGO_ENABLED=0
 export PATH="/usr/local/go/bin:$PATH"
 
@@ -44,7 +49,7 @@ MOD
 write_tools_go() {
   local t want
   want=$'//go:build tools\n\npackage k8sbuild\n\nimport (\n'
-  for t in "${K8S_TOOLS[@]}"; do want+=$'\t_ "k8s.io/kubernetes/cmd/'"$t"$'"\n'; done
+  for t in "${ALL_TOOLS[@]}"; do want+=$'\t_ "k8s.io/kubernetes/cmd/'"$t"$'"\n'; done
   want+=$')\n'
   if [[ ! -f tools.go || "$(cat tools.go; echo x)" != "${want}x" ]]; then
     printf '%s' "$want" > tools.go
@@ -58,10 +63,11 @@ build_k8s_tools() {
   cd "$work"
   [[ -f go.mod ]] || prepare_module
   write_tools_go
-  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#1.} -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=${K8S_VERSION#1.}"
+  local minor="${K8S_VERSION#1.}"; minor="${minor%%.*}"
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
   for t in "$@"; do
     log "building $t v$K8S_VERSION (first run: several minutes each on 2 cores)"
-    go build -trimpath -ldflags "$ldflags" -o "$BIN/$t.tmp" "k8s.io/kubernetes/cmd/$t"
+    nice go build -trimpath -ldflags "$ldflags" -o "$BIN/$t.tmp" "k8s.io/kubernetes/cmd/$t"
     mv "$BIN/$t.tmp" "$BIN/$t"
   done
 }
