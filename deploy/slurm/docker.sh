@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The dockerized Slurm dev cluster (compose.yaml) on a machine without an image registry.
 #   docker.sh up     Docker engine (deploy/docker/engine.sh), the local Debian sid base image
-#                    (base-image.sh), `docker compose` (compose.sh), the Slurm image, then
-#                    `docker compose up --wait`; prints the env of `docker.sh env`.  Idempotent.
+#                    (base-image.sh), `docker compose` (compose.sh), then `docker compose up
+#                    --build --wait`; prints the env of `docker.sh env`.  Idempotent.
 #   docker.sh env    the environment the tests read, as `export` lines:
 #                      eval "$(bash deploy/slurm/docker.sh env)"; python -m pytest tests/integration
 #   docker.sh down   stop and remove the container
@@ -13,7 +13,6 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
-IMAGE=slurmbridge/slurm-dev:sid   # compose.yaml's image
 export SLURMBRIDGE_DOCKER_TOKEN_DIR="${SLURMBRIDGE_DOCKER_TOKEN_DIR:-/tmp/slurmbridge-docker}"
 export SLURMBRIDGE_DOCKER_REST_PORT="${SLURMBRIDGE_DOCKER_REST_PORT:-6820}"
 compose=(docker compose -f "$here/compose.yaml")
@@ -22,18 +21,18 @@ die() { echo "[slurm-docker] error: $*" >&2; exit 1; }
 
 cmd_up() {
   bash "$repo/deploy/docker/engine.sh"
+  # compose.yaml builds the image FROM this (build arg BASE): nothing comes from a registry.
   export SLURMBRIDGE_SLURM_BASE; SLURMBRIDGE_SLURM_BASE="$(bash "$repo/deploy/docker/base-image.sh" sid)"
   bash "$repo/deploy/docker/compose.sh"
-  # The classic builder (no buildx here); its layer cache makes an unchanged rebuild instant,
-  # and `compose up` recreates the container when the image changed.
-  mkdir -p "$CACHE/slurm/docker"
-  local build_log="$CACHE/slurm/docker/build.log"
-  log "building $IMAGE on $SLURMBRIDGE_SLURM_BASE (log: $build_log)"
-  DOCKER_BUILDKIT=0 docker build --build-arg BASE="$SLURMBRIDGE_SLURM_BASE" -t "$IMAGE" "$here" \
-    >"$build_log" 2>&1 || { tail -n 30 "$build_log" >&2; die "docker build failed (log above)"; }
-  mkdir -p "$SLURMBRIDGE_DOCKER_TOKEN_DIR"
-  "${compose[@]}" up -d --wait --wait-timeout 180 >&2 \
-    || { "${compose[@]}" logs --tail 30 >&2; die "the Slurm container did not become healthy (logs above)"; }
+  mkdir -p "$SLURMBRIDGE_DOCKER_TOKEN_DIR" "$CACHE/slurm/docker"
+  local up_log="$CACHE/slurm/docker/up.log"
+  log "docker compose up --build --wait (log: $up_log)"
+  # --build: the engine's build cache makes an unchanged image a no-op, and compose
+  # recreates the container only when the image or the service changed.
+  "${compose[@]}" up -d --build --wait --wait-timeout 180 >"$up_log" 2>&1 || {
+    tail -n 30 "$up_log" >&2; "${compose[@]}" logs --tail 30 >&2 || true
+    die "the Slurm container did not become healthy (output above)"
+  }
   log "Slurm $(slurm_version) is up in container slurmbridge-slurm"
   cmd_env
 }
