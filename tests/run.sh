@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need, starts the real Slurm
-# clusters and Kubernetes control plane they use, then lints and runs pytest.
+# clusters (chroots and the dockerized one) and Kubernetes control plane they use,
+# then lints and runs pytest.
 # Leaves the clusters running for a faster next run unless SLURMBRIDGE_STOP=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,9 +13,14 @@ if [[ -z "${SLURMBRIDGE_TEST_SLURM_URL:-}" ]]; then
   for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh up "$v"; done
 fi
 bash deploy/k8s/controlplane.sh up
+# The dockerized Slurm (deploy/slurm/compose.yaml, Slurm 26.05 in a container, REST on
+# 127.0.0.1:6820): the integration suite runs against it too, ids [slurm-docker-26.05].
+if [[ -z "${SLURMBRIDGE_TEST_SLURM_URL:-}" ]]; then
+  docker_env="$(bash deploy/slurm/docker.sh up)"
+fi
 
 if [[ "${SLURMBRIDGE_STOP:-0}" == 1 ]]; then
-  trap 'bash deploy/k8s/controlplane.sh down; for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh down "$v"; done' EXIT
+  trap 'bash deploy/k8s/controlplane.sh down; for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh down "$v"; done; bash deploy/slurm/docker.sh down' EXIT
 fi
 
 ruff check .
@@ -22,3 +28,6 @@ mypy
 mkdir -p .ci
 # pytest exits 5 when it collected nothing: with `set -e` that fails the run too.
 python -m pytest --junitxml=.ci/junit.xml "$@"
+if [[ -n "${docker_env:-}" ]]; then
+  (eval "$docker_env"; python -m pytest tests/integration --junitxml=.ci/junit-docker.xml)
+fi
