@@ -10,20 +10,43 @@ from pydantic import BaseModel, Field
 
 from bridge import keys
 
-# The user annotations a namespace policy restricts.
-POLICY_ANNOTATIONS = (keys.ACCOUNT, keys.PARTITION, keys.QOS)
+# The user annotations a namespace policy restricts: every one that changes what Slurm grants.
+POLICY_ANNOTATIONS = (
+    keys.ACCOUNT, keys.PARTITION, keys.QOS, keys.RESERVATION, keys.WCKEY, keys.CONSTRAINTS,
+    keys.PRIORITY, keys.TIME_LIMIT, keys.EXCLUSIVE,
+)
 
 
 class NamespacePolicy(BaseModel):
-    """Slurm values a namespace's pods may ask for; an empty list allows anything."""
+    """What a namespace's pods may ask Slurm for.
 
-    accounts: list[str] = Field(default_factory=list)
-    partitions: list[str] = Field(default_factory=list)
-    qos: list[str] = Field(default_factory=list)
+    Accounts, partitions and QOS: an empty list allows any value.  Everything else is
+    refused unless allowed here: if the bridge's Slurm user is privileged, a priority,
+    reservation or unbounded time limit would let any researcher jump the queue.
+    """
+
+    accounts: list[str] = Field(default_factory=list, description="empty: any account")
+    partitions: list[str] = Field(default_factory=list, description="empty: any partition")
+    qos: list[str] = Field(default_factory=list, description="empty: any QOS")
+    reservations: list[str] = Field(
+        default_factory=list, description="reservations pods may name; empty: none"
+    )
+    wckeys: list[str] = Field(default_factory=list, description="wckeys pods may set; empty: none")
+    allow_constraints: bool = Field(False, description="pods may set node feature constraints")
+    allow_exclusive: bool = Field(False, description="pods may ask for whole nodes (exclusive)")
+    max_priority: int | None = Field(
+        None, ge=0, description="highest job priority pods may set; unset: no priority"
+    )
+    max_time_limit_minutes: int | None = Field(
+        None, ge=1, description="longest time-limit annotation pods may set; unset: none"
+    )
 
     def allowed(self, annotation: str) -> list[str]:
-        """The allowed list guarding one user annotation (empty: unrestricted)."""
-        by_key = {keys.ACCOUNT: self.accounts, keys.PARTITION: self.partitions, keys.QOS: self.qos}
+        """The allowed list guarding a list-valued user annotation."""
+        by_key = {
+            keys.ACCOUNT: self.accounts, keys.PARTITION: self.partitions, keys.QOS: self.qos,
+            keys.RESERVATION: self.reservations, keys.WCKEY: self.wckeys,
+        }
         return by_key.get(annotation, [])
 
 
@@ -38,6 +61,11 @@ class AdmissionSettings(BaseModel):
     # A namespace with its own entry uses it whole; the others use ``default_policy``.
     default_policy: NamespacePolicy = Field(default_factory=NamespacePolicy)
     policies: dict[str, NamespacePolicy] = Field(default_factory=dict)
+    exclude_namespaces: list[str] = Field(
+        default_factory=list,
+        description="namespaces the webhooks never see besides kube-system and the bridge's own "
+        "(the chart's webhook.excludeNamespaces): the bridge places no pod from them",
+    )
     namespace_cache_ttl_seconds: float = Field(default=30.0, ge=0)
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
@@ -54,8 +82,14 @@ class AdmissionSettings(BaseModel):
     @property
     def excluded_namespaces(self) -> frozenset[str]:
         """Never in scope: placing these pods through the bridge could deadlock its own start."""
-        return frozenset({"kube-system", self.bridge_namespace})
+        return frozenset({"kube-system", self.bridge_namespace, *self.exclude_namespaces})
 
     def policy_for(self, namespace: str) -> NamespacePolicy:
         """The policy that applies to ``namespace``."""
         return self.policies.get(namespace, self.default_policy)
+
+    def policy_setting(self, namespace: str) -> str:
+        """Where the policy of ``namespace`` is set: what a refusal tells an admin to change."""
+        if namespace in self.policies:
+            return f"admission.policies.{namespace}"
+        return "admission.default_policy"

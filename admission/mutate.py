@@ -19,14 +19,15 @@ TOLERATION: dict[str, str] = {
     "effect": "NoSchedule",
 }
 # apiVersion included: it is what the API server defaults, so a stored pod compares equal.
+# Each variable from its own annotation: CUDA's numbering inside the container is not Slurm's.
 GPU_ENV: list[dict[str, Any]] = [
     {
         "name": name,
         "valueFrom": {
-            "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{keys.GPU_IDS}']"}
+            "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{source}']"}
         },
     }
-    for name in keys.GPU_ENV_VARS
+    for name, source in keys.GPU_ENV_SOURCES.items()
 ]
 _WHOLE_NUMBER = re.compile(r"[0-9]+")
 

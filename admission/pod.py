@@ -43,12 +43,14 @@ class PodSpec(_Open):
     tolerations: list[Toleration] | None = None
     scheduler_name: str | None = Field(default=None, alias="schedulerName")
     node_name: str | None = Field(default=None, alias="nodeName")
+    scheduling_gates: list[dict[str, Any]] | None = Field(default=None, alias="schedulingGates")
 
 
 class ObjectMeta(_Open):
     name: str | None = None
     namespace: str | None = None
     annotations: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
 
 
 class PodShape(_Open):
@@ -69,3 +71,8 @@ class PodShape(_Open):
     def bridge_annotations(self) -> dict[str, str]:
         """The ``slurmbridge.io/*`` annotations, the ones whose changes the webhooks guard."""
         return {k: v for k, v in self.annotations.items() if k.startswith(keys.PREFIX)}
+
+    def bridge_labels(self) -> dict[str, str]:
+        """The ``slurmbridge.io/*`` labels (pod groups): fixed once the pod may have a job."""
+        labels = self.metadata.labels or {}
+        return {k: v for k, v in labels.items() if k.startswith(keys.PREFIX)}

@@ -1,6 +1,6 @@
 """The validating webhook's core: refuse what the bridge cannot honour, saying how to fix it."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -8,6 +8,7 @@ from lightkube.models.core_v1 import Pod
 
 from admission.config import POLICY_ANNOTATIONS, AdmissionSettings
 from admission.pod import PodShape
+from admission.policy import policy_refusal
 from admission.review import AdmissionRequest
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
@@ -32,11 +33,17 @@ def check(
     translate: PodTranslator,
 ) -> Denial | None:
     """The first reason to refuse ``pod`` (CREATE, or UPDATE from ``old``), or None to admit."""
+    if old is None and pod.is_bound and pod.spec.scheduler_name == keys.SCHEDULER_NAME:
+        return Denial(
+            403,
+            f"spec.nodeName is set ({pod.spec.node_name!r}) on a pod with schedulerName "
+            f"{keys.SCHEDULER_NAME}: such a pod skips scheduling and Slurm never allocates it; "
+            "remove spec.nodeName (use a nodeSelector to restrict where Slurm may place it)",
+        )
     before = old.bridge_annotations() if old else {}
     after = pod.bridge_annotations()
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-    by_bridge = request.user_info.username == settings.bridge_user
-    if not by_bridge:
+    if request.user_info.username != settings.bridge_user:
         owned = [k for k in changed if k in keys.BRIDGE_OWNED_ANNOTATIONS]
         if owned:
             return Denial(
@@ -45,53 +52,52 @@ def check(
                 f"({settings.bridge_user}): "
                 + ("remove them from the pod" if old is None else "leave them as they are"),
             )
-        if old is not None and old.is_bound and changed:
-            return Denial(
-                403,
-                f"pod is already placed on {old.spec.node_name!r}: "
-                f"{_names(changed)} can no longer change; delete and recreate "
-                "the pod to change them",
-            )
+    if old is not None:
+        denial = _frozen(pod, old, changed)
+        if denial:
+            return denial
     checked = POLICY_ANNOTATIONS if old is None else [k for k in POLICY_ANNOTATIONS if k in changed]
-    denial = _policy(request.namespace, after, checked, settings)
-    if denial is None and old is None:
-        denial = _translation(request, translate)
-    return denial
+    refusal = policy_refusal(request.namespace, after, settings, checked)
+    if refusal:
+        return Denial(403, refusal)
+    if old is None:
+        return _translation(request, translate)
+    return None
+
+
+def _frozen(pod: PodShape, old: PodShape, changed: list[str]) -> Denial | None:
+    """The bridge's labels and the user annotations are fixed once the pod may have a job.
+
+    The job was asked for with them, and its owner (pod or group) recorded: a later change
+    would make the bridge misjudge whose job it is.  Only a scheduling-gated, unbound pod
+    (neither kube-scheduler nor the bridge looks at it yet) may still change them.
+    """
+    if old.spec.scheduling_gates and not old.is_bound:
+        return None
+    user = [k for k in changed if k not in keys.BRIDGE_OWNED_ANNOTATIONS]
+    labels_before, labels_after = old.bridge_labels(), pod.bridge_labels()
+    labels = sorted(
+        k for k in labels_before.keys() | labels_after.keys()
+        if labels_before.get(k) != labels_after.get(k)
+    )
+    if not (user or labels):
+        return None
+    where = (
+        f"is placed on {old.spec.node_name!r}" if old.is_bound
+        else "may already have its Slurm job"
+    )
+    names = [_names(user)] if user else []
+    if labels:
+        names.append(("label " if len(labels) == 1 else "labels ") + ", ".join(labels))
+    return Denial(
+        403,
+        f"pod {where}: {' and '.join(names)} can no longer change; delete and recreate the "
+        "pod to change them",
+    )
 
 
 def _names(annotations: list[str]) -> str:
     return ("annotation " if len(annotations) == 1 else "annotations ") + ", ".join(annotations)
-
-
-def _policy(
-    namespace: str, annotations: dict[str, str], checked: Sequence[str], settings: AdmissionSettings
-) -> Denial | None:
-    """Account, partition and QOS must be in the namespace's allowed lists.
-
-    An UPDATE checks only changed values, so a policy tightened later does not
-    lock existing pods against unrelated updates (finalizers, labels).  A
-    restricted value left unset is refused: Slurm would pick its own default.
-    """
-    policy = settings.policy_for(namespace)
-    for key in checked:
-        allowed = policy.allowed(key)
-        if not allowed:
-            continue
-        value = annotations.get(key)
-        if value is None:
-            return Denial(
-                403,
-                f"namespace {namespace!r} requires annotation {key}: set it to one of {allowed}",
-            )
-        # Slurm accepts a comma-separated list of partitions: every one must be allowed.
-        refused = [v.strip() for v in value.split(",") if v.strip() not in allowed]
-        if refused:
-            return Denial(
-                403,
-                f"{key}={value!r} is not allowed in namespace {namespace!r}: "
-                f"{', '.join(map(repr, refused))} not in the allowed {allowed}",
-            )
-    return None
 
 
 def _translation(request: AdmissionRequest, translate: PodTranslator) -> Denial | None:

@@ -6,7 +6,7 @@ start-up with the setting's name instead of at the first pod.
 
 import os
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import (
@@ -67,6 +67,12 @@ class PlacementSettings(BaseModel):
         "kube-scheduler's first filter; off: filter submits",
     )
     submit_workers: int = Field(16, ge=1, description="parallel submissions of submit_on_create")
+    cuda_visible_devices: Literal["renumbered", "physical"] = Field(
+        "renumbered",
+        description="CUDA_VISIBLE_DEVICES in pods: renumbered (0..n-1, as the NVIDIA container "
+        "runtime shows a container only its GPUs) or physical (Slurm's indices, for runtimes "
+        "that mount every device unrenumbered, e.g. privileged pods with hostPath /dev)",
+    )
 
 
 class ControllerSettings(BaseModel):

@@ -30,9 +30,12 @@ GPUS: Final = PREFIX + "gpus"
 JOB_ID: Final = PREFIX + "job-id"
 SLURM_NODE: Final = PREFIX + "slurm-node"
 GPU_IDS: Final = PREFIX + "gpu-ids"
+# CUDA_VISIBLE_DEVICES as the container numbers its GPUs: 0..n-1 under the NVIDIA container
+# runtime (it mounts only the GPU_IDS devices), the physical indices where nothing renumbers.
+CUDA_DEVICES: Final = PREFIX + "cuda-visible-devices"
 # "<replica>@<epoch seconds>" while a replica submits the pod's job (placement/claims.py).
 SUBMITTING: Final = PREFIX + "submitting"
-BRIDGE_OWNED_ANNOTATIONS: Final = (JOB_ID, SLURM_NODE, GPU_IDS, SUBMITTING)
+BRIDGE_OWNED_ANNOTATIONS: Final = (JOB_ID, SLURM_NODE, GPU_IDS, CUDA_DEVICES, SUBMITTING)
 
 # Pod labels for pod groups (one Slurm job of n nodes).
 GROUP: Final = PREFIX + "group"
@@ -54,6 +57,8 @@ NODE_CONDITION_SLURM: Final = "SlurmNodeAvailable"
 # Extended resource names of GPUs that Slurm allocates instead of the device plugin.
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_ENV_VARS: Final = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+# The annotation the downward API copies into each GPU variable (set in every container).
+GPU_ENV_SOURCES: Final = {"NVIDIA_VISIBLE_DEVICES": GPU_IDS, "CUDA_VISIBLE_DEVICES": CUDA_DEVICES}
 
 # Placeholder jobs: name prefix and the marker in the job comment carrying the pod UID.
 JOB_NAME_PREFIX: Final = "k8s:"

@@ -2,10 +2,12 @@
 
 import asyncio
 import contextlib
+import functools
 
 import structlog
 from lightkube.resources.core_v1 import Node, Pod
 
+from admission.policy import submit_refusal
 from bridge import keys, metrics
 from bridge.binding.binder import Binder
 from bridge.config import Settings
@@ -51,8 +53,11 @@ class Bridge:
         self.placer = Placer(
             self.index, self.nodes, self.pods, self.notifier.job_known,
             claims=PodClaims(self.kube, self.elector.identity),
+            admit=functools.partial(submit_refusal, settings=settings.admission),
         )
-        self.binder = Binder(self.kube, self.placer)
+        self.binder = Binder(
+            self.kube, self.placer, cuda_numbering=settings.placement.cuda_visible_devices
+        )
         p = settings.placement
         self.intake = Intake(self.kube, self.placer, workers=p.submit_workers)
         self.poller = Poller(

@@ -1,17 +1,18 @@
 """Bind a pod where Slurm put it, and nowhere else.
 
-The annotations (job id, Slurm node, GPU indices) travel in the Binding, which
-the apiserver applies in one write with the node name, so a container that
-starts on the node always finds its GPU indices through the downward API.
+The annotations (job id, Slurm node, GPU indices and CUDA's numbering of them) travel in
+the Binding, which the apiserver applies in one write with the node name, so a container
+that starts on the node always finds its GPU indices through the downward API.
 """
 
 from datetime import UTC, datetime
+from typing import Literal
 
 import structlog
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
-from bridge import metrics
+from bridge import keys, metrics
 from bridge.kube import pods as kpods
 from bridge.placement.placer import Placement, Placer
 
@@ -22,10 +23,28 @@ class BindError(Exception):
     """Refused or failed bind; the message goes back to kube-scheduler and the pod's events."""
 
 
+CudaNumbering = Literal["renumbered", "physical"]
+
+
+def cuda_visible_devices(gpu_ids: str, numbering: CudaNumbering) -> str:
+    """CUDA_VISIBLE_DEVICES for a container given Slurm's GPU indices (``"4,5"``).
+
+    The NVIDIA container runtime mounts only the devices in NVIDIA_VISIBLE_DEVICES and CUDA
+    numbers them from 0: physical indices there would hide every GPU.  An empty value stays
+    empty (no GPU, never someone else's).
+    """
+    if numbering == "physical" or not gpu_ids:
+        return gpu_ids
+    return ",".join(str(i) for i in range(len(gpu_ids.split(","))))
+
+
 class Binder:
-    def __init__(self, kube: AsyncClient, placer: Placer) -> None:
+    def __init__(
+        self, kube: AsyncClient, placer: Placer, *, cuda_numbering: CudaNumbering = "renumbered"
+    ) -> None:
         self._kube = kube
         self._placer = placer
+        self._cuda_numbering = cuda_numbering
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         known = self._placer.known_placement(uid)  # filter just saw the pod: no read needed
@@ -38,9 +57,11 @@ class Binder:
                 f"{placement.job_id} holds {placement.kube_node} for it"
             )
         try:
-            await kpods.bind(
-                self._kube, namespace, name, uid, node, annotations=placement.annotations()
-            )
+            annotations = {
+                **placement.annotations(),
+                keys.CUDA_DEVICES: cuda_visible_devices(placement.gpu_ids, self._cuda_numbering),
+            }
+            await kpods.bind(self._kube, namespace, name, uid, node, annotations=annotations)
         except kpods.AlreadyBound:  # bound meanwhile, or recreated (the UID precondition)
             current = await self._kube.get(Pod, name, namespace=namespace)
             if current.metadata is None or current.metadata.uid != uid:

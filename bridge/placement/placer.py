@@ -68,6 +68,8 @@ class ClaimedElsewhere(PlacementError):
 
 
 OnJobKnown = Callable[[Pod, SlurmJob], Awaitable[None]]
+# Why a pod's job must not be submitted (namespace not covered, outside policy), or None.
+SubmitCheck = Callable[[Pod], str | None]
 
 
 class Placer:
@@ -77,9 +79,12 @@ class Placer:
         nodes: NodeMap,
         pods: PodRegistry,
         on_job_known: OnJobKnown | None = None,
+        *,
         claims: PodClaims | None = None,
+        admit: SubmitCheck | None = None,
     ) -> None:
         self._index = index
+        self._admit = admit
         self._nodes = nodes
         self._pods = pods
         self._on_job_known = on_job_known
@@ -158,6 +163,9 @@ class Placer:
             attempt.exception()  # retrieved: every waiter has seen it, or none is left
 
     async def _claim_and_submit(self, pod: Pod, owner: str) -> SlurmJob:
+        refusal = self._admit(pod) if self._admit is not None else None
+        if refusal:  # checked here too: the bridge does not trust that admission ran
+            raise PlacementError(refusal)
         request = dataclasses.replace(job_request_for_pod(pod), pod_uid=owner)
         if self._claims is not None and not owner.startswith(GROUP_PREFIX):
             try:

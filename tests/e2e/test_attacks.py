@@ -7,12 +7,184 @@ evicted with Slurm's reason, the poller alive after a bad answer, two replicas n
 placing two group members on one node.
 """
 
+import asyncio
+import re
+
 import pytest
+from lightkube import AsyncClient, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.models.authentication_v1 import TokenRequestSpec
+from lightkube.models.core_v1 import Toleration
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
+from lightkube.resources.core_v1 import Pod, ServiceAccount
+from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
+
+from bridge import keys
+from tests.e2e.helpers import (
+    create_pod,
+    pod_manifest,
+    slurm_idle,
+    slurm_job_view,
+    wait_bound,
+)
+from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
+from tests.fixtures.kube import ControlPlane, wait_for
 
 pytestmark = pytest.mark.e2e
 
 
 # --- Kubernetes side: the extender's callers, admission policy, uncovered pods, GPU env ---
+
+
+async def _nothing_done_for(stack: BridgeStack, kube: AsyncClient, ns: str, name: str) -> None:
+    """No Slurm job for the pod, and none of the bridge's annotations on it."""
+    await asyncio.sleep(2)  # a submit runs inside the filter call; give a late one a chance
+    jobs = stack.slurm.admin(
+        "squeue", "-h", "-t", "all", "-o", "%i %j %T", "-n", f"k8s:{ns}/{name}"
+    ).strip()
+    assert not jobs, f"a Slurm job was submitted for {ns}/{name}: {jobs}"
+    pod = await kube.get(Pod, name, namespace=ns)
+    written = {k: v for k, v in ((pod.metadata and pod.metadata.annotations) or {}).items()
+               if k in keys.BRIDGE_OWNED_ANNOTATIONS}
+    assert not written, f"the bridge annotated {ns}/{name}: {written}"
+
+
+async def test_priority_outside_namespace_policy_is_refused(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str], namespace: str
+) -> None:
+    """A researcher asks Slurm for a top priority: refused at admission, and again at submit."""
+    ns = await make_e2e_namespace(kube, "jump-queue")
+    e2e_namespaces.append(ns)
+    with pytest.raises(ApiError) as err:
+        await create_pod(kube, ns, pod_manifest("jumper", annotations={keys.PRIORITY: "100000"}))
+    message = str(err.value.status.message)
+    assert keys.PRIORITY in message and ns in message and "max_priority" in message, message
+
+    # A namespace the webhook does not see (no e2e label): the bridge must not trust admission.
+    pod = pod_manifest("jumper", annotations={keys.PRIORITY: "100000"})
+    assert pod.spec is not None
+    pod.spec.tolerations = [Toleration(key=keys.MANAGED_TAINT, operator="Exists",
+                                       effect="NoSchedule")]
+    await create_pod(kube, namespace, pod)
+
+    async def refused() -> str:
+        got = await kube.get(Pod, "jumper", namespace=namespace)
+        conditions = (got.status.conditions if got.status else None) or []
+        return next((c.message or "" for c in conditions if c.type == "PodScheduled"
+                     and c.status == "False" and "max_priority" in (c.message or "")), "")
+
+    await wait_for(refused, 60, interval=0.5, what="the bridge refusing the priority")
+    await _nothing_done_for(bridge_stack, kube, namespace, "jumper")
+
+
+async def _researcher(kube: AsyncClient, cp: ControlPlane, ns: str) -> AsyncClient:
+    """A client as a non-admin: a ServiceAccount allowed to read, create and patch pods in ns."""
+    name = "researcher"
+    await kube.create(ServiceAccount(metadata=ObjectMeta(name=name, namespace=ns)))
+    await kube.create(Role(
+        metadata=ObjectMeta(name=name, namespace=ns),
+        rules=[PolicyRule(apiGroups=[""], resources=["pods"],
+                          verbs=["get", "list", "watch", "create", "patch", "update"])],
+    ))
+    await kube.create(RoleBinding(
+        metadata=ObjectMeta(name=name, namespace=ns),
+        roleRef=RoleRef(apiGroup="rbac.authorization.k8s.io", kind="Role", name=name),
+        subjects=[Subject(kind="ServiceAccount", name=name, namespace=ns)],
+    ))
+    token = await kube.create(ServiceAccount.Token(
+        metadata=ObjectMeta(name=name, namespace=ns),
+        spec=TokenRequestSpec(audiences=[], expirationSeconds=3600)), name, namespace=ns)
+    assert token.status is not None
+    config = KubeConfig.from_dict({
+        "apiVersion": "v1", "kind": "Config", "current-context": "r",
+        "clusters": [{"name": "c", "cluster": {"server": cp.server,
+                                              "certificate-authority": str(cp.ca_file)}}],
+        "users": [{"name": "r", "user": {"token": token.status.token}}],
+        "contexts": [{"name": "r", "context": {"cluster": "c", "user": "r"}}],
+    })
+    return AsyncClient(config, trust_env=False)
+
+
+async def test_group_label_of_a_placed_pod_cannot_change(
+    bridge_stack: BridgeStack, kube: AsyncClient, control_plane: ControlPlane,
+    e2e_namespaces: list[str],
+) -> None:
+    """A researcher relabels a running pod into another 'group' (the job's owner would move)."""
+    ns = await make_e2e_namespace(kube, "relabel")
+    e2e_namespaces.append(ns)
+    await create_pod(kube, ns, pod_manifest("solo"))
+    await wait_bound(kube, ns, "solo")
+    researcher = await _researcher(kube, control_plane, ns)
+    try:
+        attempts = [
+            ("researcher", researcher, {"metadata": {"labels": {keys.GROUP: "other"}}}),
+            ("researcher", researcher, {"metadata": {"labels": {keys.GROUP_SIZE: "2"}}}),
+            ("admin", kube, {"metadata": {"labels": {keys.GROUP: "other"}}}),
+        ]
+        for who, client, patch in attempts:
+            with pytest.raises(ApiError) as err:
+                await client.patch(Pod, "solo", patch, namespace=ns)
+            (key,) = patch["metadata"]["labels"]
+            assert err.value.status.code == 403 and key in str(err.value.status.message), (
+                who, err.value.status.message)
+        # Unrelated labels stay free.
+        await researcher.patch(Pod, "solo", {"metadata": {"labels": {"team": "a"}}}, namespace=ns)
+    finally:
+        await researcher.close()
+    pod = await kube.get(Pod, "solo", namespace=ns)
+    assert keys.GROUP not in ((pod.metadata and pod.metadata.labels) or {})
+
+
+def _resolved_env(pod: Pod) -> dict[str, str | None]:
+    """The GPU variables as kubelet resolves them at container start (downward API)."""
+    assert pod.spec is not None and pod.metadata is not None
+    annotations = pod.metadata.annotations or {}
+    (container,) = pod.spec.containers
+    env: dict[str, str | None] = dict.fromkeys(keys.GPU_ENV_VARS)
+    for var in container.env or []:
+        if var.name not in env:
+            continue
+        ref = var.valueFrom.fieldRef if var.valueFrom else None
+        if ref is None:
+            env[var.name] = var.value
+            continue
+        match = re.fullmatch(r"metadata\.annotations\['(.+)'\]", ref.fieldPath)
+        assert match, f"{var.name}: unexpected fieldRef {ref.fieldPath}"
+        env[var.name] = annotations.get(match[1], "")
+    return env
+
+
+async def test_gpu_env_is_right_under_the_nvidia_container_runtime(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    """Slurm gives the pod GPUs 4,5; inside the container they are devices 0 and 1."""
+    slurm = bridge_stack.slurm
+    await slurm_idle(slurm)
+    native = [slurm.admin("sbatch", "--parsable", "-J", "native-gpu", "--gres=gpu:4", "-c", "1",
+                          "-w", f"node{k}", "-o", "/dev/null", "--wrap", "sleep 600").strip()
+              for k in range(1, 5)]
+    try:
+        def running() -> bool:
+            return all(slurm_job_view(slurm, j)["state"] == "RUNNING" for j in native)
+
+        await wait_for(running, 30, what="the native jobs running")
+        for k, job in enumerate(native, start=1):
+            assert slurm_job_view(slurm, job)["gpus"] == {f"node{k}": (0, 1, 2, 3)}
+        ns = await make_e2e_namespace(kube, "gpu-env")
+        e2e_namespaces.append(ns)
+        await create_pod(kube, ns, pod_manifest("trainer", gpus=2))
+        pod = await wait_bound(kube, ns, "trainer")
+        assert pod.metadata is not None and pod.spec is not None
+        annotations = pod.metadata.annotations or {}
+        slurm_node = bridge_stack.slurm_node_of(pod.spec.nodeName or "")
+        assert slurm_job_view(slurm, annotations[keys.JOB_ID])["gpus"] == {slurm_node: (4, 5)}
+        env = _resolved_env(pod)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "4,5", env
+        assert env["CUDA_VISIBLE_DEVICES"] in ("0,1", None), (
+            f"CUDA numbers the container's GPUs from 0: {env}")
+    finally:
+        slurm.admin("scancel", *native)
 
 
 # --- Slurm side: ownership, forged placeholders, requeue, poller, group claims ---

@@ -7,7 +7,7 @@ import json
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import httpx2  # lightkube's HTTP client
@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from admission.app import TLSConfigError, create_app, server_config
 from admission.config import AdmissionSettings, NamespacePolicy
+from admission.policy import policy_refusal, submit_refusal
 from admission.scope import CachedNamespaceLabels, NamespaceLookupError, kube_namespace_labels
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
@@ -216,7 +217,11 @@ async def test_mutation_hands_the_pod_to_slurm(client: httpx.AsyncClient) -> Non
             assert keys.GPU_RESOURCE not in amounts
         gpu_env = [e for e in container["env"] if e["name"] in keys.GPU_ENV_VARS]
         assert [e["name"] for e in gpu_env] == list(keys.GPU_ENV_VARS)
-        assert all(e["valueFrom"]["fieldRef"]["fieldPath"] == GPU_IDS_PATH for e in gpu_env)
+        sources = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in gpu_env}
+        assert sources == {
+            "NVIDIA_VISIBLE_DEVICES": GPU_IDS_PATH,
+            "CUDA_VISIBLE_DEVICES": f"metadata.annotations['{keys.CUDA_DEVICES}']",
+        }
     assert out["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}
     assert out["spec"]["containers"][0]["env"][-1] == {"name": "X", "value": "1"}
 
@@ -345,7 +350,7 @@ async def test_users_cannot_set_bridge_owned_annotations(
     [
         ({keys.ACCOUNT: "bio", keys.QOS: "normal"}, ["'bio'", "team-a", "physics", "chem"]),
         ({keys.ACCOUNT: "physics", keys.QOS: "high"}, ["'high'", "team-a", "normal"]),
-        ({keys.QOS: "normal"}, ["requires", keys.ACCOUNT, "physics"]),
+        ({keys.QOS: "normal"}, ["required", keys.ACCOUNT, "physics"]),
     ],
 )
 async def test_policy_refusals_name_value_namespace_and_allowed(
@@ -396,7 +401,38 @@ async def test_bound_pod_bridge_annotations_are_frozen(client: httpx.AsyncClient
     message = await denial(client, make_review(new, operation="UPDATE", old=old))
     assert "'n1'" in message and keys.ACCOUNT in message and "recreate" in message
     by_bridge = make_review(new, operation="UPDATE", old=old, username=BRIDGE_USER)
-    assert (await post(client, "validate", by_bridge))["allowed"] is True
+    assert keys.ACCOUNT in await denial(client, by_bridge)  # nobody changes a placed job's terms
+
+
+@pytest.mark.parametrize("node", [None, "n1"])
+@pytest.mark.parametrize("label", [keys.GROUP, keys.GROUP_SIZE])
+async def test_group_labels_are_frozen_once_the_pod_may_have_a_job(
+    client: httpx.AsyncClient, label: str, node: str | None
+) -> None:
+    """The job's owner (pod or group) is fixed at submit: relabelling must not move it."""
+    old = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"}, nodeName=node)
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {label: "2"}
+    for user in ("alice", BRIDGE_USER):
+        review = make_review(new, operation="UPDATE", old=old, username=user)
+        message = await denial(client, review)
+        assert label in message and "recreate" in message
+    new["metadata"]["labels"] = {"team": "a"}  # other labels stay free
+    assert (await post(client, "validate", make_review(new, operation="UPDATE", old=old)))[
+        "allowed"
+    ]
+
+
+async def test_a_gated_pod_may_still_change_its_slurm_terms(client: httpx.AsyncClient) -> None:
+    """Nothing looks at a scheduling-gated pod yet (no filter, no early submit)."""
+    gates = [{"name": "example.com/quota"}]
+    old = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"}, schedulingGates=gates)
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][keys.ACCOUNT] = "chem"
+    new["metadata"]["labels"] = {keys.GROUP: "g", keys.GROUP_SIZE: "2"}
+    assert (await post(client, "validate", make_review(new, operation="UPDATE", old=old)))[
+        "allowed"
+    ]
 
 
 async def test_unrelated_updates_of_bound_pods_pass(client: httpx.AsyncClient) -> None:
@@ -409,7 +445,8 @@ async def test_unrelated_updates_of_bound_pods_pass(client: httpx.AsyncClient) -
 
 
 async def test_unbound_update_is_checked_against_policy(client: httpx.AsyncClient) -> None:
-    old = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"})
+    gates = [{"name": "example.com/quota"}]
+    old = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"}, schedulingGates=gates)
     new = copy.deepcopy(old)
     new["metadata"]["annotations"][keys.ACCOUNT] = "bio"
     assert "'bio'" in await denial(client, make_review(new, operation="UPDATE", old=old))
@@ -606,3 +643,63 @@ def test_settings_nest_under_the_product_prefix(monkeypatch: pytest.MonkeyPatch)
     assert settings.policy_for("other") == NamespacePolicy()
     assert settings.bridge_user == "system:serviceaccount:hpc:slurmbridge"
     assert settings.excluded_namespaces == {"kube-system", "hpc"}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        ({keys.PRIORITY: "100"}, [keys.PRIORITY, "'team-a'", "policies.team-a.max_priority"]),
+        ({keys.RESERVATION: "maint"}, [keys.RESERVATION, "policies.team-a.reservations"]),
+        ({keys.WCKEY: "w"}, [keys.WCKEY, "policies.team-a.wckeys"]),
+        ({keys.CONSTRAINTS: "a100"}, [keys.CONSTRAINTS, "allow_constraints"]),
+        ({keys.EXCLUSIVE: "true"}, [keys.EXCLUSIVE, "allow_exclusive"]),
+        ({keys.TIME_LIMIT: "60"}, [keys.TIME_LIMIT, "max_time_limit_minutes"]),
+    ],
+)
+async def test_what_slurm_grants_is_denied_unless_the_namespace_allows_it(
+    client: httpx.AsyncClient, annotations: dict[str, str], expected: list[str]
+) -> None:
+    pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal", **annotations})
+    message = await denial(client, make_review(pod))
+    for part in expected:
+        assert part in message
+
+
+async def test_namespace_grants_are_honoured_up_to_their_limits() -> None:
+    settings = AdmissionSettings(default_policy=NamespacePolicy(
+        reservations=["maint"], wckeys=["w"], allow_constraints=True, allow_exclusive=True,
+        max_priority=100, max_time_limit_minutes=120,
+    ))
+    granted = {keys.RESERVATION: "maint", keys.WCKEY: "w", keys.CONSTRAINTS: "a100",
+               keys.EXCLUSIVE: "true", keys.PRIORITY: "100", keys.TIME_LIMIT: "2:00:00"}
+    assert policy_refusal("ml", granted, settings) is None
+    for key, value, part in ((keys.PRIORITY, "101", "max_priority=100"),
+                             (keys.TIME_LIMIT, "2:00:01", "max_time_limit_minutes=120"),
+                             (keys.RESERVATION, "maint,big", "'big'")):
+        message = policy_refusal("ml", {**granted, key: value}, settings)
+        assert message is not None and part in message and "admission.default_policy" in message
+    # "false" and blank values ask for nothing.
+    closed = AdmissionSettings()
+    assert policy_refusal("ml", {keys.EXCLUSIVE: "false", keys.PRIORITY: " "}, closed) is None
+
+
+def test_the_bridge_refuses_to_submit_what_admission_would_refuse() -> None:
+    """The last check before Slurm: it never trusts that a webhook saw the pod."""
+    settings = AdmissionSettings(bridge_namespace="sb", exclude_namespaces=["monitoring"])
+
+    def pod(namespace: str, **annotations: str) -> Pod:
+        return cast(Pod, Pod.from_dict(make_pod(namespace=namespace, annotations=annotations)))
+
+    assert submit_refusal(pod("ml"), settings) is None
+    for namespace in ("kube-system", "sb", "monitoring"):
+        message = submit_refusal(pod(namespace), settings)
+        assert message is not None and "not covered" in message and namespace in message
+    message = submit_refusal(pod("ml", **{keys.PRIORITY: "9"}), settings)
+    assert message is not None and "max_priority" in message
+
+
+async def test_preset_node_name_is_refused(client: httpx.AsyncClient) -> None:
+    pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"}, nodeName="n1",
+                   schedulerName=keys.SCHEDULER_NAME)
+    message = await denial(client, make_review(pod))
+    assert "nodeName" in message and "'n1'" in message
