@@ -1,98 +1,236 @@
 #!/usr/bin/env bash
-# slurmbridge on kind with the dockerized Slurm cluster, for machines with Docker.
-#   deploy/kind/up.sh          create (or reuse) everything; idempotent
-#   deploy/kind/up.sh down     delete the kind cluster and stop the Slurm container
-# Steps: kind cluster (deploy/kind/cluster.yaml) → dockerized Slurm (deploy/slurm/compose.yaml)
-# joined to kind's Docker network → bridge image built and loaded into kind → JWT Secret →
-# helm upgrade --install of deploy/helm/slurmbridge → a demo namespace enrolled.
-# Needs: docker (with compose v2), kind, kubectl, helm.  Untested on the project's machines
-# (no Docker engine there); every piece it installs is tested there another way.
+# slurmbridge on kind, with real kubelets and hybrid nodes, on a machine with Docker (as root
+# on Debian it installs and starts the engine itself) and without any image registry.
+#   deploy/kind/up.sh          create (or reuse) everything, run the demo pods, print the table
+#   deploy/kind/up.sh down     delete the kind cluster and the Slurm controller container
+#   deploy/kind/up.sh env      print KUBECONFIG, Slurm URL, token file, ... (KEY=VALUE)
+# Steps: Docker engine → kind (built from sigs.k8s.io/kind) and the node image
+# (deploy/kind/node-image.sh: Kubernetes $KIND_K8S_VERSION, containerd, slurmd 26.05) → kind
+# cluster (deploy/kind/cluster.yaml: 1 control plane + 2 workers) → Slurm controller container
+# (slurmctld + slurmrestd, deploy/kind/slurmctld.sh) on kind's network → slurmd on each worker,
+# registered with it (the Slurm node and the Kubernetes node are one host, same name) → bridge
+# image built and loaded into kind → JWT Secret → helm install of deploy/helm/slurmbridge (its
+# own RBAC; the second kube-scheduler, the extender and the webhook as pods) → demo pods next to
+# a native sbatch job → the pod ↔ job table.
 set -euo pipefail
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
 CLUSTER="${KIND_CLUSTER:-slurmbridge}"
+K8S_VERSION="${KIND_K8S_VERSION:-1.36.3}"
+HELM_VERSION="${HELM_VERSION:-3.22.0}"
 NAMESPACE="${SLURMBRIDGE_NAMESPACE:-slurmbridge-system}"
 RELEASE="${SLURMBRIDGE_RELEASE:-slurmbridge}"
 IMAGE="${SLURMBRIDGE_IMAGE:-slurmbridge:dev}"
 DEMO_NS="${SLURMBRIDGE_DEMO_NAMESPACE:-slurm-demo}"
-TOKEN_DIR="${SLURMBRIDGE_DOCKER_TOKEN_DIR:-/tmp/slurmbridge-docker}"
-SLURM_CONTAINER=slurmbridge-slurm
-compose=(docker compose -f "$repo/deploy/slurm/compose.yaml")
-kubectl=(kubectl --context "kind-$CLUSTER")
-
-log() { echo "[kind] $*" >&2; }
+REST_PORT="${KIND_SLURM_REST_PORT:-6850}"   # slurmrestd on 127.0.0.1, clear of the chroot clusters' ports
+CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
+STATE="$CACHE/kind/$CLUSTER"
+KUBECONFIG="${KIND_KUBECONFIG:-$STATE/kubeconfig}"
+SLURM="$CLUSTER-slurm"                        # the Slurm controller container
+SLURM_IMAGE=slurmbridge/slurm-dev:sid          # deploy/slurm/Dockerfile (slurmctld, slurmrestd, JWT)
+export KUBECONFIG
+log() { echo "[kind] $(date +%T) $*" >&2; }
 die() { echo "[kind] error: $*" >&2; exit 1; }
 
-need() { for c in "$@"; do command -v "$c" >/dev/null || die "$c is missing"; done; }
+tools() {
+  local kind_bin k8s_bin
+  kind_bin="$(bash "$here/kind.sh")"
+  k8s_bin="$(K8S_VERSION="$K8S_VERSION" K8S_TOOLS=kubectl HELM_VERSION="$HELM_VERSION" bash "$repo/deploy/k8s/build.sh")"
+  export PATH="$kind_bin:$k8s_bin:$CACHE/helm-$HELM_VERSION/bin:$PATH"
+}
+
+workers() { docker ps --filter "label=io.x-k8s.kind.cluster=$CLUSTER" --filter label=io.x-k8s.kind.role=worker --format '{{.Names}}' | sort -V; }
+slurm_ip() { docker inspect -f '{{with index .NetworkSettings.Networks "kind"}}{{.IPAddress}}{{end}}' "$SLURM" 2>/dev/null; }
+
+env_out() {
+  cat <<ENV
+KUBECONFIG=$KUBECONFIG
+KIND_CLUSTER=$CLUSTER
+SLURMBRIDGE_KIND_SLURM_CONTAINER=$SLURM
+SLURMBRIDGE_KIND_SLURM_URL=http://127.0.0.1:$REST_PORT
+SLURMBRIDGE_KIND_TOKEN_FILE=$STATE/slurm/token/token
+SLURMBRIDGE_KIND_NAMESPACE=$NAMESPACE
+SLURMBRIDGE_KIND_RELEASE=$RELEASE
+ENV
+}
 
 down() {
-  kind delete cluster --name "$CLUSTER" || true
-  "${compose[@]}" down || true
+  tools
+  kind delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG" || true
+  docker rm -f "$SLURM" >/dev/null 2>&1 || true
+}
+
+create_cluster() {
+  local node_image
+  node_image="$(bash "$here/node-image.sh")"
+  if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+    log "kind cluster $CLUSTER exists"
+    kind export kubeconfig --name "$CLUSTER" --kubeconfig "$KUBECONFIG" >/dev/null 2>&1
+    return
+  fi
+  log "creating kind cluster $CLUSTER from $node_image (1 control plane + 2 workers)"
+  mkdir -p "$STATE"
+  kind create cluster --name "$CLUSTER" --config "$here/cluster.yaml" --image "$node_image" \
+    --kubeconfig "$KUBECONFIG" --wait 5m
+}
+
+# The Slurm controller on kind's network; its node list is the kind workers.
+start_slurm() {
+  local nodes; nodes="$(workers | xargs)"
+  [[ -n "$nodes" ]] || die "no kind workers found for cluster $CLUSTER"
+  mkdir -p "$STATE/slurm/keys" "$STATE/slurm/token"
+  [[ -s "$STATE/slurm/keys/slurm.key" ]] || head -c 1024 /dev/urandom > "$STATE/slurm/keys/slurm.key"
+  [[ -s "$STATE/slurm/keys/jwt_hs256.key" ]] || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$STATE/slurm/keys/jwt_hs256.key"
+  if ! docker image inspect "$SLURM_IMAGE" >/dev/null 2>&1; then
+    log "building $SLURM_IMAGE (deploy/slurm/Dockerfile)"
+    docker build -q --build-arg BASE="$(bash "$repo/deploy/docker/base-image.sh" sid)" \
+      -t "$SLURM_IMAGE" "$repo/deploy/slurm" >/dev/null
+  fi
+  if [[ "$(docker inspect -f '{{.State.Running}} {{index .Config.Labels "slurmbridge.nodes"}}' "$SLURM" 2>/dev/null)" != "true $nodes" ]]; then
+    docker rm -f "$SLURM" >/dev/null 2>&1 || true
+    log "starting the Slurm controller $SLURM for nodes: $nodes"
+    docker run -d --name "$SLURM" --hostname "$SLURM" --network kind --init \
+      --label "slurmbridge.nodes=$nodes" -e "SLURM_NODES=$nodes" \
+      -p "127.0.0.1:$REST_PORT:6820" \
+      -v "$here/slurmctld.sh:/usr/local/sbin/kind-slurmctld:ro" \
+      -v "$STATE/slurm/keys:/keys:ro" -v "$STATE/slurm/token:/var/lib/slurmbridge" \
+      --entrypoint /usr/local/sbin/kind-slurmctld "$SLURM_IMAGE" run >/dev/null
+  fi
+  for _ in $(seq 1 60); do [[ -s "$STATE/slurm/token/token" ]] && break; sleep 1; done
+  [[ -s "$STATE/slurm/token/token" ]] || { docker logs "$SLURM" | tail -n 20 >&2; die "the Slurm controller did not come up"; }
+}
+
+# slurmd on each worker, configless from the controller: same key, same node name.
+start_slurmd() {
+  local node
+  for node in $(workers); do
+    docker cp "$STATE/slurm/keys/slurm.key" "$node:/etc/slurm/slurm.key"
+    docker exec "$node" bash -euc "
+      chown slurm:slurm /etc/slurm/slurm.key; chmod 600 /etc/slurm/slurm.key
+      printf 'SLURM_CONF_SERVER=$SLURM:6817\nSLURMD_OPTIONS=\n' > /etc/default/slurmbridge-slurmd
+      systemctl enable slurmbridge-slurmd >/dev/null 2>&1
+      systemctl restart slurmbridge-slurmd"
+  done
+  local want; want="$(workers | wc -l)"
+  for _ in $(seq 1 60); do
+    [[ "$(docker exec "$SLURM" sinfo -h -N -o '%N %t' | awk '$2 ~ /^(idle|mix|alloc)/' | wc -l)" -ge "$want" ]] && break
+    sleep 1
+  done
+  docker exec "$SLURM" sinfo -N -o '%N %t %c %m %G' >&2
+  [[ "$(docker exec "$SLURM" sinfo -h -N -o '%N %t' | awk '$2 ~ /^(idle|mix|alloc)/' | wc -l)" -ge "$want" ]] \
+    || die "not every worker's slurmd registered (docker exec <worker> journalctl -u slurmbridge-slurmd)"
+}
+
+install_bridge() {
+  log "building $IMAGE and loading it into kind"
+  bash "$repo/deploy/images/build.sh" "$IMAGE" >/dev/null
+  # Also tagged by content: a rebuilt image changes the chart's pods, so helm rolls them.
+  local tagged; tagged="${IMAGE%:*}:$(docker image inspect "$IMAGE" --format '{{.Id}}' | cut -c8-19)"
+  docker tag "$IMAGE" "$tagged"
+  # kind load checks for the image with crictl, which these nodes lack: check with ctr.
+  local node missing=()
+  for node in $(kind get nodes --name "$CLUSTER"); do
+    docker exec "$node" ctr -n k8s.io images ls -q | grep -qx "docker.io/library/$tagged" || missing+=("$node")
+  done
+  if (( ${#missing[@]} )); then   # $IMAGE too: the tests' containers run it
+    kind load docker-image "$IMAGE" "$tagged" --name "$CLUSTER" --nodes "$(IFS=,; echo "${missing[*]}")" >/dev/null
+  fi
+  kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n "$NAMESPACE" create secret generic slurmbridge-slurm-jwt \
+    --from-file=token="$STATE/slurm/token/token" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  log "helm upgrade --install $RELEASE (slurmrestd http://$(slurm_ip):6820, kube-scheduler v$K8S_VERSION)"
+  helm upgrade --install "$RELEASE" "$repo/deploy/helm/slurmbridge" \
+    --namespace "$NAMESPACE" \
+    --set image.repository="${tagged%:*}" --set image.tag="${tagged##*:}" --set image.pullPolicy=Never \
+    --set slurm.url="http://$(slurm_ip):6820" --set slurm.user=slurm \
+    --set scheduler.image.tag="v$K8S_VERSION" \
+    --set "admission.enrolledNamespaces={$DEMO_NS}" \
+    "$@" --wait --timeout 5m >/dev/null
+  kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+}
+
+# As deploy/demo: a native job holding 2 of a worker's 4 GPUs, a GPU pod and a 2-pod group
+# (one GPU on each worker) next to it.  Re-running keeps the pods that exist.
+demo() {
+  local first; first="$(workers | head -n 1)"
+  if ! docker exec "$SLURM" squeue -h -n native-gpu-training -o %i | grep -q .; then
+    docker exec "$SLURM" sbatch --parsable -J native-gpu-training --gres=gpu:2 -c 2 -w "$first" \
+      -o /dev/null --wrap 'sleep 3600' >/dev/null
+  fi
+  # create, not apply: the webhook rewrote the existing pods' GPU requests.
+  local err; err="$(kubectl -n "$DEMO_NS" create -f - 2>&1 >/dev/null <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: train-gpu}
+spec:
+  restartPolicy: Never
+  containers:
+    - name: main
+      image: registry.k8s.io/pause:3.10.2
+      resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: worker-0, labels: {slurmbridge.io/group: allreduce, slurmbridge.io/group-size: "2"}}
+spec:
+  restartPolicy: Never
+  containers: [{name: main, image: registry.k8s.io/pause:3.10.2, resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: worker-1, labels: {slurmbridge.io/group: allreduce, slurmbridge.io/group-size: "2"}}
+spec:
+  restartPolicy: Never
+  containers: [{name: main, image: registry.k8s.io/pause:3.10.2, resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
+YAML
+)" || { grep -v AlreadyExists <<< "$err" >&2 && die "could not create the demo pods"; }
+  kubectl -n "$DEMO_NS" wait --for=condition=Ready pod --all --timeout=180s >/dev/null \
+    || { kubectl -n "$DEMO_NS" get pods -o wide >&2; die "demo pods did not start"; }
+  echo
+  echo "\$ kubectl -n $DEMO_NS get pods -o wide"
+  kubectl -n "$DEMO_NS" get pods -o wide
+  echo
+  echo "\$ slurmbridge status        (in the extender pod)"
+  kubectl -n "$NAMESPACE" exec "deploy/$RELEASE-extender" -- slurmbridge --log-level warning status
+  echo
+  echo "\$ squeue"
+  docker exec "$SLURM" squeue -o '%.6i %.28j %.9T %.22N %.12b'
+  echo "\$ scontrol show job -d (GPU indices per job)"
+  docker exec "$SLURM" scontrol show job -d -o | awk '/JobState=RUNNING/ {
+    id = name = nodes = ""; gres = "GRES=-"
+    for (i = 1; i <= NF; i++) {
+      if ($i ~ /^JobId=/) id = substr($i, 7)
+      else if ($i ~ /^JobName=/) name = substr($i, 9)
+      else if ($i ~ /^NodeList=/) nodes = substr($i, 10)
+      else if ($i ~ /^GRES=/) gres = $i
+    }
+    printf "  %5s %-28s %-22s %s\n", id, name, nodes, gres }'
 }
 
 up() {
-  need docker kind kubectl helm
-  docker compose version >/dev/null 2>&1 || die "docker compose (v2) is missing"
-
-  if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
-    log "kind cluster $CLUSTER exists"
-  else
-    log "creating kind cluster $CLUSTER (1 control plane + 4 managed workers)"
-    kind create cluster --name "$CLUSTER" --config "$repo/deploy/kind/cluster.yaml" \
-      ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"} --wait 120s
-  fi
-  # Make sure of the labels and taints even if this kind version ignored part of the config.
-  local k=1 node
-  for node in $("${kubectl[@]}" get nodes -o name | grep -- '-worker' | sort -V); do
-    "${kubectl[@]}" label --overwrite "$node" "slurmbridge.io/slurm-node=node$k" >/dev/null
-    "${kubectl[@]}" taint --overwrite "$node" slurmbridge.io/managed=true:NoSchedule >/dev/null
-    k=$((k + 1))
-  done
-  "${kubectl[@]}" taint nodes -l node-role.kubernetes.io/control-plane \
-    node-role.kubernetes.io/control-plane:NoSchedule- >/dev/null 2>&1 || true
-
-  log "starting the dockerized Slurm cluster"
-  mkdir -p "$TOKEN_DIR"
-  SLURMBRIDGE_DOCKER_TOKEN_DIR="$TOKEN_DIR" "${compose[@]}" up -d --build --wait
-  docker network connect kind "$SLURM_CONTAINER" 2>/dev/null || true
-  local slurm_ip
-  slurm_ip="$(docker inspect -f '{{with index .NetworkSettings.Networks "kind"}}{{.IPAddress}}{{end}}' "$SLURM_CONTAINER")"
-  [[ -n "$slurm_ip" ]] || die "$SLURM_CONTAINER has no address on the kind network"
-  [[ -s "$TOKEN_DIR/token" ]] || die "no JWT in $TOKEN_DIR/token (docker logs $SLURM_CONTAINER)"
-  log "slurmrestd for the pods: http://$slurm_ip:6820"
-
-  log "building $IMAGE and loading it into kind"
-  docker build -f "$repo/deploy/images/bridge.Dockerfile" -t "$IMAGE" "$repo"
-  kind load docker-image "$IMAGE" --name "$CLUSTER"
-
-  "${kubectl[@]}" create namespace "$NAMESPACE" --dry-run=client -o yaml | "${kubectl[@]}" apply -f - >/dev/null
-  "${kubectl[@]}" -n "$NAMESPACE" create secret generic slurmbridge-slurm-jwt \
-    --from-file=token="$TOKEN_DIR/token" --dry-run=client -o yaml | "${kubectl[@]}" apply -f - >/dev/null
-
-  # kube-scheduler must not be newer than the API server: run the cluster's own version.
-  local server_version
-  server_version="$("${kubectl[@]}" version -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"].split("+")[0])')"
-  log "installing the chart (kube-scheduler $server_version)"
-  helm upgrade --install "$RELEASE" "$repo/deploy/helm/slurmbridge" \
-    --kube-context "kind-$CLUSTER" --namespace "$NAMESPACE" \
-    --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --set image.pullPolicy=Never \
-    --set slurm.url="http://$slurm_ip:6820" --set slurm.user=slurm \
-    --set scheduler.image.tag="$server_version" \
-    --set "admission.enrolledNamespaces={$DEMO_NS}" \
-    "$@" --wait --timeout 5m
-
-  "${kubectl[@]}" create namespace "$DEMO_NS" --dry-run=client -o yaml | "${kubectl[@]}" apply -f - >/dev/null
+  local t0=$SECONDS
+  bash "$repo/deploy/docker/engine.sh"
+  bash "$repo/deploy/docker/privileged.sh"
+  tools
+  create_cluster
+  start_slurm
+  start_slurmd
+  install_bridge "$@"
+  demo
   cat <<DONE
-slurmbridge is up on kind-$CLUSTER.
-  ${kubectl[*]} -n $DEMO_NS run demo --image=busybox --restart=Never -- sleep 300
-  ${kubectl[*]} -n $DEMO_NS get pod demo -o wide        # on the worker Slurm chose
-  ${compose[*]} exec -T slurm squeue                   # its placeholder job k8s:$DEMO_NS/demo
-The JWT in the Secret lasts 7 days: re-run $0 to refresh it.
+
+slurmbridge is up on kind-$CLUSTER ($((SECONDS - t0)) s).
+  export KUBECONFIG=$KUBECONFIG
+  kubectl -n $DEMO_NS run demo --image=registry.k8s.io/pause:3.10.2 --restart=Never   # placed by Slurm
+  docker exec $SLURM squeue                                                      # its job k8s:$DEMO_NS/demo
+  bash $0 down                                                                    # remove it all
 DONE
 }
 
 case "${1:-up}" in
   up) shift || true; up "$@" ;;
   down) down ;;
-  *) echo "usage: $0 [up [extra helm flags...]] | down" >&2; exit 2 ;;
+  env) env_out ;;
+  *) echo "usage: $0 [up [extra helm flags...]] | down | env" >&2; exit 2 ;;
 esac

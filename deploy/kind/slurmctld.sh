@@ -1,0 +1,98 @@
+#!/bin/bash
+# The Slurm controller of the kind cluster: slurmctld + slurmrestd in one container (the image
+# of deploy/slurm/Dockerfile), no slurmd: the nodes are the kind workers, whose slurmd fetch
+# slurm.conf and gres.conf from here (configless).  deploy/kind/up.sh mounts this script and
+# runs it with:
+#   SLURM_NODES  the kind workers' names (= Slurm node names = Docker host names)
+#   CPUS MEMORY_MB GPUS  the shape each node declares (GPUs: placeholder files on the nodes)
+#   /keys/slurm.key, /keys/jwt_hs256.key  the keys (slurm.key is copied to the nodes too)
+#   /var/lib/slurmbridge  where the JWT for user slurm is written as `token`
+set -euo pipefail
+
+: "${SLURM_NODES:?}"
+cpus="${CPUS:-8}"; mem="${MEMORY_MB:-16384}"; gpus="${GPUS:-4}"
+token_dir=/var/lib/slurmbridge
+log() { echo "[kind-slurm] $*" >&2; }
+
+configure() {
+  mkdir -p /etc/slurm /var/spool/slurmctld /var/log/slurm /run/slurmctld
+  install -o slurm -g slurm -m 0600 /keys/slurm.key /etc/slurm/slurm.key
+  install -o slurm -g slurm -m 0600 /keys/jwt_hs256.key /etc/slurm/jwt_hs256.key
+  chown slurm:slurm /var/spool/slurmctld /var/log/slurm /run/slurmctld
+  cat > /etc/slurm/slurm.conf <<CONF
+ClusterName=kind
+SlurmctldHost=$(hostname)
+SlurmctldParameters=enable_configless
+SlurmUser=slurm
+AuthType=auth/slurm
+CredType=cred/slurm
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=/run/slurmctld/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+GresTypes=gpu
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=5,sched_min_interval=100000
+MinJobAge=600
+ReturnToService=2
+SlurmdTimeout=60
+MpiDefault=none
+DefMemPerCPU=1024
+CONF
+  local node
+  for node in $SLURM_NODES; do
+    echo "NodeName=$node CPUs=$cpus RealMemory=$mem Gres=gpu:$gpus State=UNKNOWN" >> /etc/slurm/slurm.conf
+  done
+  echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" >> /etc/slurm/slurm.conf
+  echo "Name=gpu File=/var/lib/slurmbridge-gpu/gpu[0-$((gpus - 1))]" > /etc/slurm/gres.conf
+  echo "CgroupPlugin=disabled" > /etc/slurm/cgroup.conf
+}
+
+mint() { scontrol token username=slurm lifespan="${TOKEN_LIFESPAN:-604800}" | sed -n 's/^SLURM_JWT=//p'; }
+
+write_token() {
+  mkdir -p "$token_dir"
+  mint > "$token_dir/token.tmp"
+  [[ -s "$token_dir/token.tmp" ]] || { log "scontrol token printed nothing"; return 1; }
+  chmod 0644 "$token_dir/token.tmp"
+  mv "$token_dir/token.tmp" "$token_dir/token"
+}
+
+run() {
+  configure
+  rm -f "$token_dir/token"
+  log "starting slurmctld for nodes: $SLURM_NODES"
+  slurmctld -i
+  # As in deploy/slurm/docker-entrypoint.sh: unshare(2) is refused in a container.
+  export SLURMRESTD_SECURITY=disable_unshare_sysv,disable_unshare_files
+  SLURM_JWT=daemon slurmrestd -u slurmrest -g slurmrest -a rest_auth/jwt 0.0.0.0:6820 \
+    >/var/log/slurm/slurmrestd.log 2>&1 </dev/null &
+  trap 'kill $! $(cat /run/slurmctld/slurmctld.pid 2>/dev/null) 2>/dev/null; exit 0' TERM INT
+  for _ in $(seq 1 60); do scontrol ping >/dev/null 2>&1 && break; sleep 0.5; done
+  write_token
+  log "up: $(sinfo -V); REST on :6820; token in $token_dir/token"
+  local since=0
+  while kill -0 "$(cat /run/slurmctld/slurmctld.pid 2>/dev/null || echo 0)" 2>/dev/null; do
+    sleep 5 & wait $!
+    since=$((since + 5))
+    if (( since >= 86400 )); then write_token || true; since=0; fi
+  done
+  log "slurmctld exited:"; tail -n 20 /var/log/slurm/slurmctld.log >&2
+  exit 1
+}
+
+case "${1:-run}" in
+  run) run ;;
+  token) mint ;;
+  *) exec "$@" ;;
+esac

@@ -1,0 +1,161 @@
+"""The kind cluster of deploy/kind/up.sh, as the tests under tests/kind/ drive it.
+
+Everything goes through the tools a user has: ``kubectl`` against the cluster, and Slurm's own
+commands run in the Slurm controller container (``docker exec``), as a Slurm admin would.
+"""
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bridge import keys
+
+REPO = Path(__file__).resolve().parents[2]
+UP = REPO / "deploy" / "kind" / "up.sh"
+# The bridge image has a shell; test containers run it with their own command.
+WORKLOAD_IMAGE = "slurmbridge:dev"
+
+T = TypeVar("T")
+
+
+def run(cmd: list[str], *, stdin: str | None = None, check: bool = True,
+        timeout: float = 120) -> str:
+    done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def wait(predicate: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5) -> T:
+    """Poll until `predicate` returns something truthy; fail naming `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def expand_indices(spec: str) -> list[int]:
+    """Slurm's ``0-1,3`` → [0, 1, 3]."""
+    out: list[int] = []
+    for part in spec.split(","):
+        low, _, high = part.partition("-")
+        out.extend(range(int(low), int(high or low) + 1))
+    return out
+
+
+@dataclass(frozen=True)
+class Kind:
+    kubeconfig: Path
+    slurm_container: str
+    namespace: str  # the bridge's
+    release: str
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
+                timeout: float = 120) -> str:
+        return run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+                   stdin=stdin, check=check, timeout=timeout)
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def slurm(self, *args: str, check: bool = True) -> str:
+        return run(["docker", "exec", self.slurm_container, *args], check=check)
+
+    def node_exec(self, node: str, *args: str, check: bool = True) -> str:
+        return run(["docker", "exec", node, *args], check=check)
+
+    def workers(self) -> list[str]:
+        nodes = self.kubectl_json("get", "nodes", "-l", "!node-role.kubernetes.io/control-plane")
+        return sorted(n["metadata"]["name"] for n in nodes["items"])
+
+    # --- Slurm ------------------------------------------------------------------------
+
+    def sbatch(self, *args: str) -> str:
+        return self.slurm("sbatch", "--parsable", "-o", "/dev/null", *args).strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job -d -o` as a dict; {} once Slurm forgot the job."""
+        out = self.slurm("scontrol", "show", "job", "-d", "-o", job_id, check=False)
+        fields: dict[str, str] = {}
+        for word in out.split():
+            key, sep, value = word.partition("=")
+            if sep and key not in fields:
+                fields[key] = value
+        return fields
+
+    def job_gpus(self, job_id: str) -> dict[str, list[int]]:
+        """Node → GPU indices Slurm allocated to the job (``Nodes=x ... GRES=gpu:2(IDX:0-1)``)."""
+        out = self.slurm("scontrol", "show", "job", "-d", job_id)
+        found: dict[str, list[int]] = {}
+        for nodes, idx in re.findall(r"Nodes=(\S+) .*?GRES=\S*?\(IDX:([0-9,-]+)\)", out):
+            for node in self.slurm("scontrol", "show", "hostnames", nodes).split():
+                found[node] = expand_indices(idx)
+        return found
+
+    def job_state(self, job_id: str) -> str:
+        return self.job(job_id).get("JobState", "")
+
+    def in_squeue(self, job_id: str) -> bool:
+        return bool(self.slurm("squeue", "-h", "-j", job_id, "-o", "%i", check=False).strip())
+
+    def jobs_named(self, name: str) -> list[str]:
+        return self.slurm("squeue", "-h", "-n", name, "-o", "%i").split()
+
+    # --- pods -------------------------------------------------------------------------
+
+    def pod(self, ns: str, name: str) -> dict[str, Any] | None:
+        out = self.kubectl("-n", ns, "get", "pod", name, "-o", "json", "--ignore-not-found")
+        return json.loads(out) if out.strip() else None
+
+    def apply(self, ns: str, manifest: dict[str, Any]) -> None:
+        self.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    def wait_running(self, ns: str, name: str, timeout: float = 180) -> dict[str, Any]:
+        def running() -> dict[str, Any] | None:
+            pod = self.pod(ns, name)
+            if pod and pod["status"].get("phase") == "Running":
+                return pod
+            return None
+        try:
+            return wait(running, timeout, f"pod {ns}/{name} Running")
+        except AssertionError:
+            print(self.kubectl("-n", ns, "describe", "pod", name, check=False))
+            raise
+
+    def job_of(self, pod: dict[str, Any]) -> str:
+        job = pod["metadata"].get("annotations", {}).get(keys.JOB_ID)
+        assert job, f"pod {pod['metadata']['name']} carries no {keys.JOB_ID} annotation"
+        return str(job)
+
+    def container_running(self, node: str, container_id: str) -> bool:
+        """Whether the node's containerd still runs the container (as kubelet's runtime sees it)."""
+        cid = container_id.removeprefix("containerd://")
+        tasks = self.node_exec(node, "ctr", "-n", "k8s.io", "tasks", "ls", check=False)
+        return any(line.split()[:1] == [cid] and "RUNNING" in line for line in tasks.splitlines())
+
+
+def pod_manifest(name: str, command: str, *, gpus: int = 0, labels: dict[str, str] | None = None,
+                 grace: int | None = None) -> dict[str, Any]:
+    resources: dict[str, Any] = {"requests": {"cpu": "50m", "memory": "32Mi"}}
+    if gpus:
+        resources["requests"][keys.GPU_RESOURCE] = str(gpus)
+        resources["limits"] = {keys.GPU_RESOURCE: str(gpus)}
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", command], "resources": resources}],
+    }
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels or {}}, "spec": spec}
