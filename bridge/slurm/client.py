@@ -18,7 +18,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from bridge import metrics
+from bridge import keys, metrics
 from bridge.config import SlurmSettings
 from bridge.jobs.request import JobRequest
 from bridge.slurm import convert, negotiate
@@ -35,6 +35,7 @@ from bridge.slurm.types import JobState, SlurmJob, SlurmNode
 from bridge.slurm.wire import FAMILIES
 from bridge.slurm.wire.base import (
     Envelope,
+    JobInfo,
     JobsResponse,
     JobStatesResponse,
     NodesResponse,
@@ -78,6 +79,7 @@ class SlurmClient:
         )
         self._parser: str | None = None
         self.slurm_release = ""
+        self._foreign_markers: set[int] = set()  # warned about once each
 
     async def __aenter__(self) -> Self:
         return self
@@ -132,7 +134,7 @@ class SlurmClient:
         resp = await self._call("GET", f"/job/{job_id}", "get_job", JobsResponse, job_id=job_id)
         if not resp.jobs:
             raise SlurmJobNotFound(job_id)
-        return convert.slurm_job(resp.jobs[0])
+        return self._job(resp.jobs[0])
 
     async def list_jobs(self, since: int | None = None) -> JobListing | None:
         """All jobs, or ``None`` when nothing changed after ``since`` (a tiny answer).
@@ -145,14 +147,20 @@ class SlurmClient:
         if since and not resp.jobs and not resp.last_update.number:
             return None
         return JobListing(
-            jobs=[convert.slurm_job(j) for j in resp.jobs],
+            jobs=[job for info in resp.jobs if (job := self._listed(info)) is not None],
             last_update=resp.last_update.number or (since or 0),
         )
 
     async def job_states(self) -> dict[int, JobState]:
         """Ids and states of every job (about 80 bytes a job): the cheap poll."""
         resp = await self._call("GET", "/jobs/state/", "job_states", JobStatesResponse)
-        return {j.job_id: convert.job_state(j.state) for j in resp.jobs}
+        states = {}
+        for entry in resp.jobs:
+            try:
+                states[entry.job_id] = convert.job_state(entry.state)
+            except ValueError:  # not a state the bridge knows: its job is re-read on its own
+                continue
+        return states
 
     async def cancel(self, job_id: int) -> None:
         """Cancel; a job Slurm no longer knows counts as cancelled."""
@@ -178,6 +186,37 @@ class SlurmClient:
             json=update.model_dump(exclude_none=True),
         )
         log.info("slurm.node_updated", node=node, state=update.state, reason=update.reason)
+
+    def _job(self, info: JobInfo) -> SlurmJob:
+        """One job in the core's types; an answer the bridge cannot read is a protocol error
+        naming the job, never a bare exception from deep inside the parser."""
+        foreign = info.user_name != self._settings.user and keys.COMMENT_POD_UID in info.comment
+        if foreign and info.job_id not in self._foreign_markers:
+            self._foreign_markers.add(info.job_id)
+            log.warning(
+                "slurm.foreign_placeholder_ignored", job_id=info.job_id,
+                user=info.user_name, bridge_user=self._settings.user,
+                hint="a job of another Slurm user carries the bridge's pod marker; if it "
+                "is the bridge's own, slurm.user does not match the job's user",
+            )
+        try:
+            return convert.slurm_job(info, self._settings.user)
+        except ValueError as exc:
+            raise SlurmProtocolError(
+                f"slurmrestd: job {info.job_id} of user {info.user_name!r} cannot be read: "
+                f"{exc}"
+            ) from exc
+
+    def _listed(self, info: JobInfo) -> SlurmJob | None:
+        """A job of a listing; another user's job the bridge cannot read is left out (it is
+        none of the bridge's business), one of its own placeholders is an error."""
+        try:
+            return self._job(info)
+        except SlurmProtocolError as exc:
+            if info.user_name == self._settings.user:
+                raise
+            log.debug("slurm.foreign_job_unreadable", job_id=info.job_id, error=str(exc))
+            return None
 
     # -- plumbing --------------------------------------------------------------
 

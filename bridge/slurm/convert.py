@@ -27,15 +27,23 @@ def comment_for(pod_uid: str) -> str:
     return f"{keys.COMMENT_POD_UID}{pod_uid}"
 
 
-def slurm_job(info: JobInfo) -> SlurmJob:
+def slurm_job(info: JobInfo, bridge_user: str) -> SlurmJob:
+    """The core's view of one job.
+
+    A job is a placeholder only if the bridge's own Slurm user submitted it: any Slurm
+    user can write the comment marker, and a forged one must neither be bound into nor
+    cancelled as a duplicate.  Other users' jobs are not the bridge's business, so their
+    allocation (and whatever odd GPU detail a native job carries) is never parsed.
+    """
+    pod_uid = pod_uid_from_comment(info.comment) if info.user_name == bridge_user else None
     state = job_state(info.job_state)
-    allocated = state is not JobState.PENDING and info.nodes
+    allocated = pod_uid is not None and state is not JobState.PENDING and info.nodes
     return SlurmJob(
         job_id=info.job_id,
         name=info.name,
         state=state,
         reason=info.state_reason or "None",
-        pod_uid=pod_uid_from_comment(info.comment),
+        pod_uid=pod_uid,
         allocation=allocation_from(info.nodes, info.gres_detail) if allocated else None,
         partition=info.partition,
         user=info.user_name,

@@ -9,18 +9,22 @@ placing two group members on one node.
 
 import asyncio
 import re
+from pathlib import Path
 
 import pytest
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.models.authentication_v1 import TokenRequestSpec
-from lightkube.models.core_v1 import Toleration
+from lightkube.models.core_v1 import PodSchedulingGate, Toleration
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.core_v1 import Pod, ServiceAccount
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
+from lightkube.types import PatchType
 
 from bridge import keys
+from bridge.jobs.request import JobRequest
+from bridge.slurm.client import SlurmClient
 from tests.e2e.helpers import (
     create_pod,
     pod_manifest,
@@ -28,8 +32,14 @@ from tests.e2e.helpers import (
     slurm_job_view,
     wait_bound,
 )
-from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
-from tests.fixtures.kube import ControlPlane, wait_for
+from tests.fixtures.bridge import (
+    BridgeStack,
+    make_e2e_namespace,
+)
+from tests.fixtures.kube import (
+    ControlPlane,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -188,3 +198,79 @@ async def test_gpu_env_is_right_under_the_nvidia_container_runtime(
 
 
 # --- Slurm side: ownership, forged placeholders, requeue, poller, group claims ---
+
+
+def _job_of(pod: Pod) -> str:
+    annotations: dict[str, str] = (pod.metadata and pod.metadata.annotations) or {}
+    return annotations.get(keys.JOB_ID, "")
+
+
+def _squeue(stack: BridgeStack, job_id: str, fmt: str = "%T") -> str:
+    """One field of a job as squeue shows it ("" once the job left the queue)."""
+    return stack.slurm.admin("squeue", "-h", "-j", job_id, "-o", fmt, check=False).strip()
+
+
+def _since(path: Path, offset: int, event: str) -> bool:
+    """Did the bridge log ``event`` after byte ``offset`` of its log file?"""
+    with path.open("rb") as log:
+        log.seek(offset)
+        return f'"event": "{event}"'.encode() in log.read()
+
+
+async def _forge(stack: BridgeStack, ns: str, pod_uid: str) -> str:
+    """Submit, as the Slurm user ``researcher`` with their own token, a job that looks exactly
+    like the pod's placeholder: same name, same comment marker carrying the pod's UID."""
+    slurm = stack.slurm
+    token = slurm.admin("scontrol", "token", "username=researcher", "lifespan=1800")
+    forger = slurm.settings(
+        user="researcher", token=token.strip().removeprefix("SLURM_JWT="), token_file=None,
+        data_parser="v0.0.42",  # a plain batch job: any Slurm user may submit one
+    )
+    async with SlurmClient(forger) as client:
+        job_id = await client.submit(
+            JobRequest(name=f"k8s:{ns}/target", pod_uid=pod_uid, time_limit_minutes=30)
+        )
+    await wait_for(lambda: _squeue(stack, str(job_id)) == "RUNNING", 30,
+                   what=f"forged job {job_id} running")
+    assert _squeue(stack, str(job_id), "%u") == "researcher"
+    return str(job_id)
+
+
+async def _resynced_after(stack: BridgeStack, offset: int) -> None:
+    """Wait for the bridge's next full listing (every 30 s in the stack)."""
+    await wait_for(lambda: _since(stack.extender.log_file, offset, "poller.resynced"), 45,
+                   interval=0.5, what="a full resync of the bridge's job index")
+
+
+async def test_forged_placeholder_is_ignored_and_untouched(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    """A Slurm user writes a pod's UID into their own job's comment, before and after the
+    bridge places the pod: the bridge neither binds the pod into it nor cancels it."""
+    ns = await make_e2e_namespace(kube, "forged-job")
+    e2e_namespaces.append(ns)
+    manifest = pod_manifest("target")
+    assert manifest.spec is not None
+    manifest.spec.schedulingGates = [PodSchedulingGate(name="slurmbridge.test/hold")]
+    pod = await create_pod(kube, ns, manifest)
+    assert pod.metadata is not None and pod.metadata.uid
+    forged = []
+    try:
+        offset = bridge_stack.extender.log_file.stat().st_size
+        forged.append(await _forge(bridge_stack, ns, pod.metadata.uid))
+        await _resynced_after(bridge_stack, offset)  # the bridge has read the forged job
+        await kube.patch(Pod, "target", {"spec": {"schedulingGates": []}}, namespace=ns,
+                         patch_type=PatchType.MERGE)
+        job_id = _job_of(await wait_bound(kube, ns, "target"))
+        assert job_id != forged[0], f"pod bound into the forger's job {job_id}"
+        assert _squeue(bridge_stack, job_id, "%u") == bridge_stack.slurm.user
+        offset = bridge_stack.extender.log_file.stat().st_size
+        forged.append(await _forge(bridge_stack, ns, pod.metadata.uid))  # now a "duplicate"
+        await _resynced_after(bridge_stack, offset)
+        await asyncio.sleep(2)
+        states = {j: _squeue(bridge_stack, j) for j in [*forged, job_id]}
+        assert states == dict.fromkeys([*forged, job_id], "RUNNING"), states
+        assert _job_of(await kube.get(Pod, "target", namespace=ns)) == job_id
+    finally:
+        if forged:
+            bridge_stack.slurm.admin("scancel", *forged)

@@ -1,0 +1,79 @@
+"""The Slurm-side hardening, unit by unit (fakes only; the attacks run for real in
+tests/e2e/test_attacks.py): who owns a job, whose jobs are placeholders, what an
+unreadable answer does, and that the poller outlives any error."""
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from bridge import keys
+from bridge.config import SlurmSettings
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.errors import SlurmProtocolError
+
+BRIDGE_USER = "slurm"
+
+
+def _job(job_id: int, user: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "job_id": job_id, "name": f"k8s:ns/p{job_id}", "user_name": user,
+        "comment": f"{keys.COMMENT_POD_UID}uid-{job_id}", "job_state": ["RUNNING"],
+        "nodes": "node1", "gres_detail": ["gpu:1(IDX:0)"], **fields,
+    }
+
+
+class FakeRest:
+    """slurmrestd answering from a list of job dicts; records submitted bodies."""
+
+    def __init__(self, jobs: list[dict[str, Any]]) -> None:
+        self.jobs = jobs
+        self.submitted: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/openapi/v3":
+            return httpx.Response(200, json={"paths": {"/slurm/v0.0.44/jobs/": {}}})
+        if path.endswith("/job/submit"):
+            self.submitted.append(json.loads(request.content))
+            return httpx.Response(200, json={"job_id": 99})
+        if path.endswith("/jobs/"):
+            return httpx.Response(200, json={"jobs": self.jobs, "last_update": {"number": 1}})
+        if "/job/" in path:
+            job_id = int(path.rsplit("/", 1)[1])
+            found = [j for j in self.jobs if j["job_id"] == job_id]
+            return httpx.Response(200, json={"jobs": found})
+        return httpx.Response(404)
+
+
+def _client(rest: FakeRest) -> SlurmClient:
+    settings = SlurmSettings(user=BRIDGE_USER, token="t", retries=0)
+    return SlurmClient(settings, transport=httpx.MockTransport(rest))
+
+
+async def test_only_the_bridges_own_jobs_are_placeholders() -> None:
+    rest = FakeRest([_job(1, BRIDGE_USER), _job(2, "researcher")])
+    async with _client(rest) as client:
+        listing = await client.list_jobs()
+        forged = await client.get_job(2)
+    assert listing is not None
+    assert {j.job_id: j.pod_uid for j in listing.jobs} == {1: "uid-1", 2: None}
+    assert forged.pod_uid is None and forged.allocation is None
+
+
+async def test_a_native_job_the_bridge_cannot_read_is_left_out_of_a_listing() -> None:
+    odd = _job(2, "researcher", gres_detail=["gpu:1(IDX:0-1"], job_state=["NEW_STATE"])
+    rest = FakeRest([_job(1, BRIDGE_USER), odd])
+    async with _client(rest) as client:
+        listing = await client.list_jobs()
+    assert listing is not None and [j.job_id for j in listing.jobs] == [1]
+
+
+async def test_an_unreadable_placeholder_is_a_protocol_error_naming_the_job() -> None:
+    rest = FakeRest([_job(7, BRIDGE_USER, gres_detail=["gpu:1(IDX:0-1"])])
+    async with _client(rest) as client:
+        with pytest.raises(SlurmProtocolError, match="job 7"):
+            await client.get_job(7)
+        with pytest.raises(SlurmProtocolError, match="job 7"):
+            await client.list_jobs()
