@@ -67,6 +67,12 @@ class PlacementSettings(BaseModel):
         "kube-scheduler's first filter; off: filter submits",
     )
     submit_workers: int = Field(16, ge=1, description="parallel submissions of submit_on_create")
+    unready_after_seconds: float = Field(
+        120.0, gt=0,
+        description="/readyz turns unready once the poller has not read Slurm for this long "
+        "(slurmrestd unreachable, or answers it cannot parse); shorter outages stay ready so "
+        "kube-scheduler keeps reaching a replica and pods read why they wait",
+    )
     cuda_visible_devices: Literal["renumbered", "physical"] = Field(
         "renumbered",
         description="CUDA_VISIBLE_DEVICES in pods: renumbered (0..n-1, as the NVIDIA container "

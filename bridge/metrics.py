@@ -26,6 +26,12 @@ FILTER_SECONDS = Histogram(
 SLURM_REACHABLE = Gauge(
     "slurmbridge_slurm_reachable", "1 while the poller's last cycle reached slurmrestd, else 0"
 )
+POLL_ERRORS = Counter(
+    "slurmbridge_poll_errors_total",
+    "Slurm poll failures (the poller carries on): unavailable (slurmrestd unreachable or "
+    "refusing), unreadable (an answer the bridge cannot parse), bug (anything else)",
+    ["kind"],
+)
 PODS_BOUND = Counter("slurmbridge_pods_bound_total", "pods bound where Slurm allocated")
 BIND_FAILURES = Counter("slurmbridge_bind_failures_total", "binds refused or failed")
 POD_TO_BIND_SECONDS = Histogram(

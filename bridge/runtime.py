@@ -139,9 +139,17 @@ class Bridge:
 
     @property
     def ready(self) -> bool:
-        """Able to answer filter: the index was built once. Stays true while Slurm is away,
-        so kube-scheduler keeps reaching a replica and pods read why they wait."""
-        return self.poller.synced
+        """Able to answer filter: Slurm was read completely within ``unready_after_seconds``.
+        Shorter outages keep it ready, so kube-scheduler keeps reaching a replica and pods
+        read why they wait; a longer one (or a bridge stuck on unreadable answers) does not."""
+        return self.poller.read_within(self.settings.placement.unready_after_seconds)
+
+    @property
+    def unready_reason(self) -> str:
+        if not self.poller.synced:
+            return "waiting for the first Slurm listing"
+        seconds = self.settings.placement.unready_after_seconds
+        return f"Slurm not read for over {seconds:.0f}s (see slurmbridge_poll_errors_total)"
 
     @property
     def slurm_reachable(self) -> bool:

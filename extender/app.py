@@ -137,8 +137,6 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
         slurm = "reachable" if bridge.slurm_reachable else "unreachable"
         if bridge.ready:
             return JSONResponse({"status": "ready", "slurm": slurm})
-        return JSONResponse(
-            {"status": "waiting for the first Slurm listing", "slurm": slurm}, status_code=503
-        )
+        return JSONResponse({"status": bridge.unready_reason, "slurm": slurm}, status_code=503)
 
     return app

@@ -6,6 +6,12 @@ pending jobs whose reason is refreshed round-robin.  Cycles come every
 ``interval``, or every ``fast_interval`` for ``fast_window`` after a submit.  The full listing runs
 only at start and every ``resync_interval`` (it also cancels duplicates).
 Nothing here grows with the length of the queue except the state list's bytes.
+
+The loop never ends on an error: a job whose answer cannot be read is skipped
+for this cycle (the others are still refreshed), and any other failure —
+Slurm away, or a bug meeting an answer nobody expected — is logged with its
+traceback, counted in ``slurmbridge_poll_errors_total`` and retried with
+backoff.  ``read_within`` tells /readyz whether Slurm was read recently.
 """
 
 import asyncio
@@ -17,7 +23,7 @@ import structlog
 from bridge import metrics
 from bridge.placement.index import JobIndex
 from bridge.slurm.client import SlurmClient
-from bridge.slurm.errors import SlurmError, SlurmJobNotFound
+from bridge.slurm.errors import SlurmError, SlurmJobNotFound, SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -55,6 +61,7 @@ class Poller:
         self._fetch_slots = asyncio.Semaphore(_FETCH_CONCURRENCY)
         self.healthy = False  # the last cycle reached Slurm
         self.synced = False  # the index was built from a full listing at least once
+        self._last_read: float | None = None  # loop time of the last complete cycle
         self._on_recovered = on_recovered
 
     async def poll_once(self) -> None:
@@ -108,6 +115,10 @@ class Poller:
             except SlurmJobNotFound:
                 self._note_missing(before)
                 return
+            except SlurmProtocolError as exc:  # this job's answer only: the others go on
+                metrics.POLL_ERRORS.labels("unreadable").inc()
+                log.warning("poller.job_unreadable", job_id=before.job_id, error=str(exc))
+                return
         self._misses.pop(before.job_id, None)
         self._index.record(after)
         if _changed(before, after):
@@ -134,16 +145,29 @@ class Poller:
                 await self.poll_once()
                 recovered, self.healthy = not self.healthy, True
                 self.synced = True
+                self._last_read = loop.time()
                 metrics.SLURM_REACHABLE.set(1)
                 delay = self._next_delay()
                 if recovered and self._on_recovered is not None:
                     await self._on_recovered()
-            except SlurmError as exc:
+            except Exception as exc:  # the poller must outlive any one answer, and any bug
                 self.healthy = False
                 metrics.SLURM_REACHABLE.set(0)
                 delay = min(delay * 2, 30.0)
-                log.warning("poller.slurm_error", error=str(exc), retry_in=delay)
+                if isinstance(exc, SlurmError):
+                    metrics.POLL_ERRORS.labels(_kind(exc)).inc()
+                    log.warning("poller.slurm_error", error=str(exc), retry_in=delay)
+                else:
+                    metrics.POLL_ERRORS.labels("bug").inc()
+                    log.exception("poller.failed", retry_in=delay)
             await asyncio.sleep(delay)
+
+    def read_within(self, seconds: float) -> bool:
+        """Did a poll cycle read Slurm completely in the last ``seconds``?"""
+        return (
+            self._last_read is not None
+            and asyncio.get_running_loop().time() - self._last_read <= seconds
+        )
 
     def _next_delay(self) -> float:
         """Poll faster for a while after submitting: Slurm starts most jobs within moments,
@@ -151,6 +175,10 @@ class Poller:
         if self._index.submitted_within(self._fast_window):
             return self._fast_interval
         return self.interval
+
+
+def _kind(exc: SlurmError) -> str:
+    return "unreadable" if isinstance(exc, SlurmProtocolError) else "unavailable"
 
 
 def _changed(before: SlurmJob, after: SlurmJob) -> bool:

@@ -8,10 +8,17 @@ placing two group members on one node.
 """
 
 import asyncio
+import json
 import re
+import signal
+import threading
+import time
+from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import pytest
+import uvicorn
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.models.authentication_v1 import TokenRequestSpec
@@ -21,6 +28,10 @@ from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
 from lightkube.resources.core_v1 import Pod, ServiceAccount
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import PatchType
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from bridge import keys
 from bridge.jobs.request import JobRequest
@@ -33,7 +44,9 @@ from tests.e2e.helpers import (
     wait_bound,
 )
 from tests.fixtures.bridge import (
+    BridgeProcess,
     BridgeStack,
+    free_port,
     make_e2e_namespace,
 )
 from tests.fixtures.kube import (
@@ -274,3 +287,103 @@ async def test_forged_placeholder_is_ignored_and_untouched(
     finally:
         if forged:
             bridge_stack.slurm.admin("scancel", *forged)
+
+
+class _CorruptingSlurm:
+    """A broken component between the bridge and slurmrestd: a transparent proxy on
+    127.0.0.1 that, once armed, garbles every answer about the next job submitted for
+    ``seconds`` (its ``gres_detail`` gets an unbalanced parenthesis, as no parser expects)."""
+
+    def __init__(self, upstream: str, seconds: float = 5.0) -> None:
+        self.upstream = upstream
+        self.port = free_port()
+        self.armed = False
+        self._seconds = seconds
+        self._target: tuple[int, float] | None = None  # job id, garbled until (monotonic)
+        self.corrupted: list[str] = []
+        app = Starlette(routes=[Route("/{path:path}", self._forward,
+                                      methods=["GET", "POST", "DELETE"])])
+        self._server = uvicorn.Server(uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "_CorruptingSlurm":
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            assert time.monotonic() < deadline, "the corrupting proxy did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    async def _forward(self, request: Request) -> Response:
+        headers = {k: v for k, v in request.headers.items() if k.lower().startswith("x-slurm")}
+        if request.headers.get("content-type"):
+            headers["content-type"] = request.headers["content-type"]
+        async with httpx.AsyncClient(base_url=self.upstream, timeout=30) as http:
+            answer = await http.request(
+                request.method, request.url.path, params=request.query_params,
+                content=await request.body(), headers=headers,
+            )
+        body = answer.content
+        path = request.url.path
+        if self.armed and path.endswith("/job/submit") and answer.status_code == 200:
+            self.armed = False
+            self._target = (int(json.loads(body)["job_id"]), time.monotonic() + self._seconds)
+        elif self._target is not None and time.monotonic() < self._target[1] and re.fullmatch(
+            rf"/slurm/v[0-9.]+/job/{self._target[0]}", path
+        ):
+            doc = json.loads(body)
+            for job in doc.get("jobs", []):
+                job["gres_detail"] = ["gpu:1(IDX:0-1"]
+            self.corrupted.append(path)
+            body = json.dumps(doc).encode()
+        return Response(body, status_code=answer.status_code,
+                        media_type=answer.headers.get("content-type"))
+
+
+def _metric(process: BridgeProcess, name: str) -> float:
+    text = httpx.get(process.health_url.replace("/healthz", "/metrics/"), timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith((f"{name}{{", f"{name} ")))
+
+
+async def test_poller_survives_an_answer_it_cannot_parse(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    """slurmrestd (or something in front of it) sends one answer the bridge cannot read: the
+    poller counts it and carries on, so later pods are still placed."""
+    ns = await make_e2e_namespace(kube, "bad-answer")
+    e2e_namespaces.append(ns)
+    original = bridge_stack.extender
+    with _CorruptingSlurm(bridge_stack.slurm.url) as proxy:
+        proxied = replace(original, env={**original.env, "SLURMBRIDGE_SLURM__URL": proxy.url},
+                          proc=None)
+        original.kill(signal.SIGTERM)
+        bridge_stack.extender = proxied
+        try:
+            proxied.start()
+            await create_pod(kube, ns, pod_manifest("warmup"))
+            await wait_bound(kube, ns, "warmup")
+            proxy.armed = True  # reads of the next job submitted are garbled for a while
+            await create_pod(kube, ns, pod_manifest("first"))
+            await wait_for(lambda: proxy.corrupted, 30, what="a garbled answer sent")
+            await asyncio.sleep(6)  # the garbling is over: what happens now is the bridge's doing
+            await create_pod(kube, ns, pod_manifest("later"))
+            await wait_bound(kube, ns, "later", timeout=60)
+            await wait_bound(kube, ns, "first", timeout=30)
+            assert _metric(proxied, "slurmbridge_poll_errors_total") >= 1, "error not counted"
+            async with httpx.AsyncClient() as http:
+                ready = await http.get(proxied.health_url.replace("/healthz", "/readyz"))
+            assert ready.status_code == 200, ready.text
+        finally:
+            proxied.kill(signal.SIGTERM)
+            bridge_stack.extender = original
+            original.start()

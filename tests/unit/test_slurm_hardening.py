@@ -2,16 +2,21 @@
 tests/e2e/test_attacks.py): who owns a job, whose jobs are placeholders, what an
 unreadable answer does, and that the poller outlives any error."""
 
+import asyncio
 import json
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from bridge import keys
 from bridge.config import SlurmSettings
-from bridge.slurm.client import SlurmClient
+from bridge.placement.index import JobIndex
+from bridge.placement.poller import Poller
+from bridge.slurm.client import JobListing, SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
+from bridge.slurm.types import JobState, SlurmJob
 
 BRIDGE_USER = "slurm"
 
@@ -77,3 +82,49 @@ async def test_an_unreadable_placeholder_is_a_protocol_error_naming_the_job() ->
             await client.get_job(7)
         with pytest.raises(SlurmProtocolError, match="job 7"):
             await client.list_jobs()
+
+
+class BrokenOnce:
+    """A Slurm client whose state poll raises a non-Slurm error once, then works."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.job = SlurmJob(1, "k8s:ns/p", JobState.PENDING, "None", "uid-1", None)
+
+    async def list_jobs(self, since: int | None = None) -> JobListing:
+        return JobListing(jobs=[self.job], last_update=1)
+
+    async def job_states(self) -> dict[int, JobState]:
+        self.calls += 1
+        if self.calls == 1:
+            raise KeyError("gres_detail")  # a bug meeting an answer nobody expected
+        return {1: JobState.PENDING}
+
+    async def get_job(self, job_id: int) -> SlurmJob:
+        return self.job
+
+
+def _errors(kind: str) -> float:
+    return REGISTRY.get_sample_value("slurmbridge_poll_errors_total", {"kind": kind}) or 0.0
+
+
+async def test_the_poller_outlives_any_error_and_counts_it() -> None:
+    fake = BrokenOnce()
+    client = cast(SlurmClient, cast(Any, fake))
+    before = _errors("bug")
+
+    async def nothing(before: SlurmJob, after: SlurmJob) -> None:
+        return None
+
+    poller = Poller(client, JobIndex(client), nothing, interval=0.01, fast_interval=0.01)
+    task = asyncio.create_task(poller.run())
+    try:
+        for _ in range(200):
+            if fake.calls >= 3:
+                break
+            await asyncio.sleep(0.01)
+        assert not task.done(), "the poller task ended"
+        assert fake.calls >= 3 and _errors("bug") == before + 1
+        assert poller.read_within(1.0)
+    finally:
+        task.cancel()
