@@ -4,9 +4,11 @@ Pod → job: a finished pod, or a deleted one whose containers have stopped,
 releases its job; a pod deleted while pending releases it at once; a job
 whose pod was never seen (by a listing here, or by this process's filter) is
 cancelled after a grace period.
-Job → pod: a job that ended under a running pod (scancel, time limit,
-preemption, node failure) evicts the pod, with an Event saying why — but only
-after re-reading the job from Slurm: one observation is never enough.
+Job → pod: a bound pod whose job no longer runs on the node and GPUs it was
+bound to — the job ended (scancel, time limit, preemption, node failure), was
+requeued or suspended, or runs elsewhere now — is evicted, with an Event
+saying why, but only after re-reading the job from Slurm: one observation is
+never enough.  A waiting pod whose job ended is evicted too.
 """
 
 import time
@@ -23,9 +25,10 @@ from bridge.kube import pods as kpods
 from bridge.placement.index import JobIndex
 from bridge.placement.owner import owner_key, pod_ref
 from bridge.placement.pods import PodKey, PodRegistry
+from bridge.slurm.allocation import format_gpu_ids
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmJobNotFound
-from bridge.slurm.types import SlurmJob
+from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +45,24 @@ def containers_stopped(pod: Pod) -> bool:
         return True
     statuses = (pod.status.containerStatuses if pod.status else None) or []
     return bool(statuses) and all(s.state and s.state.terminated for s in statuses)
+
+
+def _holds(annotations: dict[str, str], job: SlurmJob) -> bool:
+    """The job still runs on the Slurm node and GPUs the pod was bound to (bind annotations)."""
+    allocation = job.allocation
+    if job.state is not JobState.RUNNING or allocation is None:
+        return False
+    node = annotations.get(keys.SLURM_NODE, "")
+    gpus = format_gpu_ids(allocation.gpu_ids.get(node, ()))
+    return node in allocation.nodes and annotations.get(keys.GPU_IDS, "") == gpus
+
+
+def _what_happened(job: SlurmJob) -> str:
+    if job.state is JobState.RUNNING:
+        where = ",".join(job.allocation.nodes) if job.allocation else "?"
+        return f"Slurm job {job.job_id} was restarted on other resources ({where})"
+    verb = "no longer runs" if job.state.is_live else "ended"
+    return f"Slurm job {job.job_id} {verb} ({job.state}, reason {job.reason})"
 
 
 def releases_job(pod: Pod) -> bool:
@@ -80,10 +101,9 @@ class Lifecycle:
             if job.pod_uid is None:
                 continue
             members = by_owner.get(job.pod_uid, [])
+            await self._evict_stranded(job, members)
             if job.state.is_live:
                 await self._release_if_done(job, members)
-            else:
-                await self._evict_if_running(job, members)
         self._seen_owners = set(by_owner)
         log.debug("lifecycle.reconciled", owners=len(by_owner), jobs=len(self._index.jobs()))
 
@@ -114,38 +134,36 @@ class Lifecycle:
         except SlurmJobNotFound:
             self._index.forget(job.job_id)
 
-    async def _evict_if_running(self, job: SlurmJob, members: list[Pod]) -> None:
-        victims = [p for p in members if self._placed_by(p, job) and not finished(p)]
-        if not victims:
+    async def _evict_stranded(self, job: SlurmJob, members: list[Pod]) -> None:
+        if not any(self._stranded(p, job) for p in members):
             return
         try:  # confirm with a fresh read before acting
             fresh = await self._slurm.get_job(job.job_id)
+            self._index.record(fresh)
         except SlurmJobNotFound:
             fresh = job
-        if fresh.state.is_live:
-            self._index.record(fresh)
-            return
-        for pod in victims:
-            await self._evict(pod, fresh)
+        for pod in members:
+            if self._stranded(pod, fresh):
+                await self._evict(pod, fresh)
 
-    def _placed_by(self, pod: Pod, job: SlurmJob) -> bool:
-        """The pod runs on this job's allocation, or waits on it with no live successor."""
+    def _stranded(self, pod: Pod, job: SlurmJob) -> bool:
+        """The pod was bound to this job's allocation and the job no longer holds it for the
+        pod, or the pod waits on this job and it ended with no live successor."""
         meta = pod.metadata or ObjectMeta()
-        if meta.uid in self._evicted or meta.deletionTimestamp:
+        if meta.uid in self._evicted or meta.deletionTimestamp or finished(pod):
             return False
-        annotated = (meta.annotations or {}).get(keys.JOB_ID)
+        annotations = meta.annotations or {}
         if pod.spec and pod.spec.nodeName:
-            return annotated == str(job.job_id)
+            return annotations.get(keys.JOB_ID) == str(job.job_id) and not _holds(annotations, job)
+        if job.state.is_live:
+            return False
         current = self._index.by_uid(owner_key(pod))
         return current is None or current.job_id == job.job_id
 
     async def _evict(self, pod: Pod, job: SlurmJob) -> None:
         meta = pod.metadata or ObjectMeta()
         assert meta.name and meta.namespace and meta.uid
-        message = (
-            f"Slurm job {job.job_id} ended ({job.state}, reason {job.reason}) while the pod "
-            "still needed it: evicting the pod"
-        )
+        message = f"{_what_happened(job)} while the pod still needed it: evicting the pod"
         try:
             await self._kube.create(
                 Pod.Eviction(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace)),

@@ -38,6 +38,7 @@ from bridge.jobs.request import JobRequest
 from bridge.slurm.client import SlurmClient
 from tests.e2e.helpers import (
     create_pod,
+    pod_events,
     pod_manifest,
     slurm_idle,
     slurm_job_view,
@@ -51,6 +52,7 @@ from tests.fixtures.bridge import (
 )
 from tests.fixtures.kube import (
     ControlPlane,
+    set_pod_phase,
     wait_for,
 )
 
@@ -223,6 +225,18 @@ def _squeue(stack: BridgeStack, job_id: str, fmt: str = "%T") -> str:
     return stack.slurm.admin("squeue", "-h", "-j", job_id, "-o", fmt, check=False).strip()
 
 
+async def _running_pod(stack: BridgeStack, kube: AsyncClient, ns: str, name: str) -> Pod:
+    await create_pod(kube, ns, pod_manifest(name))
+    pod = await wait_bound(kube, ns, name)
+    return await set_pod_phase(kube, pod, "Running")
+
+
+async def _still_placed(kube: AsyncClient, ns: str, name: str) -> bool:
+    pod = await kube.get(Pod, name, namespace=ns)
+    ended = [e for e in await pod_events(kube, ns, name) if e[0] == "SlurmJobEnded"]
+    return bool(pod.metadata and not pod.metadata.deletionTimestamp and not ended)
+
+
 def _since(path: Path, offset: int, event: str) -> bool:
     """Did the bridge log ``event`` after byte ``offset`` of its log file?"""
     with path.open("rb") as log:
@@ -287,6 +301,66 @@ async def test_forged_placeholder_is_ignored_and_untouched(
     finally:
         if forged:
             bridge_stack.slurm.admin("scancel", *forged)
+
+
+async def _ended_event(kube: AsyncClient, ns: str, name: str) -> str:
+    async def event() -> str:
+        found = [m for r, m in await pod_events(kube, ns, name) if r == "SlurmJobEnded"]
+        return found[0] if found else ""
+
+    message: str = await wait_for(event, 20, interval=0.25, what=f"{ns}/{name} evicted")
+    try:
+        pod = await kube.get(Pod, name, namespace=ns)
+    except ApiError as exc:  # evicted and gone already
+        assert exc.status.code == 404, exc
+        return message
+    assert pod.metadata is not None and pod.metadata.deletionTimestamp, "pod not evicted"
+    return message
+
+
+async def test_requeued_or_suspended_job_evicts_its_pod_with_the_reason(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    """An admin (or preemption with REQUEUE or SUSPEND) takes a running pod's job off its
+    node without ending it: the pod must go, saying why, instead of running on GPUs Slurm
+    now counts as free."""
+    ns = await make_e2e_namespace(kube, "requeue")
+    e2e_namespaces.append(ns)
+    slurm = bridge_stack.slurm
+    requeued = _job_of(await _running_pod(bridge_stack, kube, ns, "requeued"))
+    suspended = _job_of(await _running_pod(bridge_stack, kube, ns, "suspended"))
+    try:
+        await _requeue_and_suspend(bridge_stack, kube, ns, requeued, suspended)
+    finally:
+        slurm.admin("scancel", requeued, suspended)
+
+
+async def _requeue_and_suspend(
+    stack: BridgeStack, kube: AsyncClient, ns: str, requeued: str, suspended: str
+) -> None:
+    slurm = stack.slurm
+    submitted_as = slurm.admin("scontrol", "show", "job", requeued)
+    try:
+        slurm.admin("scontrol", "requeue", requeued)
+    except AssertionError as refused:  # not requeueable, or an EXTERNAL_JOB (batch jobs only)
+        assert "disabled" in str(refused) or "Only batch jobs" in str(refused), refused
+        if "disabled" in str(refused):  # an admin who insists turns requeueing back on
+            slurm.admin("scontrol", "update", f"JobId={requeued}", "Requeue=1")
+            try:
+                slurm.admin("scontrol", "requeue", requeued)
+            except AssertionError as still:
+                assert "Only batch jobs" in str(still), still
+    slurm.admin("scontrol", "suspend", suspended)
+
+    message = await _ended_event(kube, ns, "suspended")
+    assert suspended in message and "SUSPENDED" in message, message
+    if _squeue(stack, requeued) == "RUNNING":  # Slurm refused every requeue: the pod stays
+        assert await _still_placed(kube, ns, "requeued")
+    else:
+        message = await _ended_event(kube, ns, "requeued")
+        assert requeued in message and "PENDING" in message, message
+        assert _squeue(stack, requeued, "%r") in message, message
+    assert "Requeue=0" in submitted_as, f"placeholder {requeued} was submitted requeueable"
 
 
 class _CorruptingSlurm:

@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 
 from bridge import keys
 from bridge.config import SlurmSettings
+from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
 from bridge.placement.poller import Poller
 from bridge.slurm.client import JobListing, SlurmClient
@@ -82,6 +83,13 @@ async def test_an_unreadable_placeholder_is_a_protocol_error_naming_the_job() ->
             await client.get_job(7)
         with pytest.raises(SlurmProtocolError, match="job 7"):
             await client.list_jobs()
+
+
+async def test_placeholders_are_submitted_non_requeueable() -> None:
+    rest = FakeRest([])
+    async with _client(rest) as client:
+        await client.submit(JobRequest(name="k8s:ns/p", pod_uid="uid-1"))
+    assert rest.submitted[0]["job"]["requeue"] is False
 
 
 class BrokenOnce:

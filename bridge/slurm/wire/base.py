@@ -113,6 +113,9 @@ class JobDescription(WireModel):
     constraints: str | None = None
     priority: NoVal | None = None
     shared: list[str] | None = None
+    # Never requeued: a requeued job reads as PENDING while its pod still runs on the node
+    # Slurm took back; the job ends instead and the pod is evicted with Slurm's reason.
+    requeue: bool = False
 
     @classmethod
     def fields_for(cls, req: JobRequest, comment: str) -> dict[str, Any]:
