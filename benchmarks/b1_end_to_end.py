@@ -198,7 +198,7 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, per_node: int)
             ), work)
             started.append(default_sched)
             await live.wait_slurm_quiet(slurm)
-            port = stack.extender_port
+            port = stack.health_port  # metrics
             for rep in range(cfg.repeats):
                 a, cpu["a"] = await slurm_alone(slurm, cfg)
                 b, cpu["b"] = await pods_bound(

@@ -101,7 +101,7 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane) -> Outcome:
         for rep in range(cfg.repeats):
             work = Path(tempfile.mkdtemp(prefix="slurmbridge-b2-"))
             async with live.bridge_stack(slurm, cp, kube, work) as stack:
-                port = stack.extender_port
+                port = stack.health_port  # metrics
                 blockers = await block_nodes(slurm)
                 ns = unique_name("bench-b2")
                 await create_namespace(kube, ns)

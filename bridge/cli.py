@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import click
-import uvicorn
 from pydantic import ValidationError
 
 from admission.app import TLSConfigError, serve
@@ -20,7 +19,8 @@ from bridge.kube.client import kube_client
 from bridge.runtime import Bridge
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError
-from extender.app import create_app
+from extender.server import TLSConfigError as ExtenderTLSError
+from extender.server import serve as serve_extender
 
 
 def load_settings(config: Path | None) -> Settings:
@@ -48,10 +48,12 @@ def main(ctx: click.Context, config: Path | None, log_level: str) -> None:
 @main.command()
 @click.pass_obj
 def extender(config: Path | None) -> None:
-    """Serve the kube-scheduler extender (filter, prioritize, bind) and the Slurm poller."""
+    """Serve the kube-scheduler extender (mutual TLS), the Slurm poller and the controllers."""
     settings = load_settings(config)
-    app = create_app(Bridge(settings))
-    uvicorn.run(app, host=settings.extender.host, port=settings.extender.port, log_config=None)
+    try:
+        serve_extender(Bridge(settings), settings.extender)
+    except ExtenderTLSError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @main.command()

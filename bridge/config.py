@@ -93,9 +93,21 @@ class ControllerSettings(BaseModel):
     identity: str | None = Field(None, description="leader identity; default hostname_pid")
 
 
-class ServeSettings(BaseModel):
+class ExtenderSettings(BaseModel):
+    """kube-scheduler reaches the extender over mutual TLS only; probes and metrics do not."""
+
     host: str = "0.0.0.0"
-    port: int = Field(8888, ge=1, le=65535)
+    port: int = Field(8888, ge=1, le=65535, description="filter/prioritize/bind, HTTPS only")
+    health_port: int = Field(
+        8889, ge=1, le=65535, description="plain HTTP: /healthz, /readyz, /metrics (nothing acts)"
+    )
+    tls_cert_file: Path | None = Field(None, description="serving certificate (PEM)")
+    tls_key_file: Path | None = Field(None, description="its private key (PEM)")
+    client_ca_file: Path | None = Field(
+        None,
+        description="CA that signed kube-scheduler's client certificate (its extender "
+        "tlsConfig certFile): callers without a certificate from it are refused",
+    )
 
 
 class Settings(BaseSettings):
@@ -107,7 +119,7 @@ class Settings(BaseSettings):
     kube: KubeSettings = KubeSettings()
     placement: PlacementSettings = PlacementSettings()
     controllers: ControllerSettings = ControllerSettings()
-    extender: ServeSettings = ServeSettings()
+    extender: ExtenderSettings = ExtenderSettings()
     admission: AdmissionSettings = AdmissionSettings()
 
     @classmethod

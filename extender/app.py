@@ -1,7 +1,9 @@
-"""FastAPI app speaking kube-scheduler's extender protocol.
+"""FastAPI apps speaking kube-scheduler's extender protocol, and the bridge's health.
 
 Bad bodies get a 400 naming the problem; Slurm or Kubernetes trouble is
-reported per pod in the protocol's own fields, never as a 5xx.
+reported per pod in the protocol's own fields, never as a 5xx.  The protocol
+app is served over mutual TLS (extender/server.py); the health app (probes,
+metrics) over plain HTTP on its own port.
 """
 
 import time
@@ -23,6 +25,7 @@ from bridge.placement.owner import pod_ref
 from bridge.placement.placer import PlacementError
 from bridge.runtime import Bridge
 from bridge.slurm.errors import SlurmError
+from extender.verify import PodUnreadable, UnverifiedPod, pod_from_api
 from extender.wire import (
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -68,7 +71,6 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
                 await bridge.stop()
 
     app = FastAPI(title="slurmbridge scheduler extender", lifespan=lifespan)
-    app.mount("/metrics", make_asgi_app())
 
     @app.exception_handler(RequestValidationError)
     async def bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -81,8 +83,19 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
     @app.post("/filter", response_model_by_alias=True)
     async def filter_(args: ExtenderArgs) -> ExtenderFilterResult:
         started = time.perf_counter()
-        pod = _pod(args)
+        claimed = _pod(args)
         candidates = args.candidates()
+        try:  # never act on the body: the API server's copy of the pod it names
+            pod = await pod_from_api(bridge.kube, claimed)
+        except (UnverifiedPod, PodUnreadable) as exc:
+            unverified = isinstance(exc, UnverifiedPod)
+            metrics.FILTER_DECISIONS.labels("refused" if unverified else "waiting").inc()
+            if unverified:
+                log.warning("extender.unverified_pod", pod=pod_ref(claimed), why=str(exc))
+            message = str(exc) if unverified else f"waiting: cannot read the pod: {exc}"
+            return ExtenderFilterResult(
+                node_names=[], failed_and_unresolvable=dict.fromkeys(candidates, message)
+            )
         verdict = await bridge.placer.filter(pod, candidates)
         elapsed = time.perf_counter() - started
         metrics.FILTER_SECONDS.observe(elapsed)
@@ -101,11 +114,12 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
 
     @app.post("/prioritize", response_model_by_alias=True)
     async def prioritize(args: ExtenderArgs) -> list[HostPriority]:
-        pod = _pod(args)
-        try:
-            chosen = (await bridge.placer.placement_for(pod)).kube_node
-        except (PlacementError, SlurmError):
-            chosen = ""
+        # From memory only: filter verified the pod and kept Slurm's node; an unknown UID
+        # gets no preference and causes no reads or writes.
+        meta = _pod(args).metadata
+        assert meta is not None and meta.uid
+        known = bridge.placer.known_placement(meta.uid)
+        chosen = known.kube_node if known else ""
         return [
             HostPriority(host=n, score=MAX_SCORE if n == chosen else 0) for n in args.candidates()
         ]
@@ -127,6 +141,15 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
             log.exception("extender.bind_failed", pod=f"{args.pod_namespace}/{args.pod_name}")
             return ExtenderBindingResult(error=f"bind failed: {exc!r}")
         return ExtenderBindingResult()
+
+    return app
+
+
+def create_health_app(bridge: Bridge) -> FastAPI:
+    """Liveness, readiness and metrics: what probes and Prometheus read, nothing that acts."""
+    app = FastAPI(title="slurmbridge extender health", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.mount("/metrics", make_asgi_app())
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

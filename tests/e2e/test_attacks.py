@@ -8,13 +8,16 @@ placing two group members on one node.
 """
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
 import threading
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -45,6 +48,7 @@ from tests.e2e.helpers import (
     wait_bound,
 )
 from tests.fixtures.bridge import (
+    BRIDGE_NS,
     BridgeProcess,
     BridgeStack,
     free_port,
@@ -53,6 +57,7 @@ from tests.fixtures.bridge import (
 from tests.fixtures.kube import (
     ControlPlane,
     set_pod_phase,
+    unique_name,
     wait_for,
 )
 
@@ -60,6 +65,23 @@ pytestmark = pytest.mark.e2e
 
 
 # --- Kubernetes side: the extender's callers, admission policy, uncovered pods, GPU env ---
+
+
+GATE = [{"name": "slurmbridge.test/hold"}]  # kube-scheduler and intake leave gated pods alone
+
+
+def _forged_filter_body(pod: Pod, *, uid: str | None = None) -> dict[str, Any]:
+    """A filter request naming a real pod, with what the attacker wants Slurm to grant."""
+    assert pod.metadata is not None
+    forged = {
+        "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace,
+                     "uid": uid or pod.metadata.uid,
+                     "annotations": {keys.ACCOUNT: "chemistry", keys.PRIORITY: "4000000000"}},
+        "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [{
+            "name": "main", "image": "busybox",
+            "resources": {"limits": {"cpu": "8", "memory": "8Gi", keys.GPU_RESOURCE: "8"}}}]},
+    }
+    return {"Pod": forged, "NodeNames": [f"kube-node{k}" for k in range(1, 5)]}
 
 
 async def _nothing_done_for(stack: BridgeStack, kube: AsyncClient, ns: str, name: str) -> None:
@@ -73,6 +95,50 @@ async def _nothing_done_for(stack: BridgeStack, kube: AsyncClient, ns: str, name
     written = {k: v for k, v in ((pod.metadata and pod.metadata.annotations) or {}).items()
                if k in keys.BRIDGE_OWNED_ANNOTATIONS}
     assert not written, f"the bridge annotated {ns}/{name}: {written}"
+
+
+async def _gated_pod(kube: AsyncClient, ns: str, name: str) -> Pod:
+    pod = pod_manifest(name)
+    assert pod.spec is not None
+    pod.spec.schedulingGates = [PodSchedulingGate(name=g["name"]) for g in GATE]
+    return await create_pod(kube, ns, pod)
+
+
+async def test_unauthenticated_filter_submits_nothing(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    """Any in-cluster workload POSTs /filter without a client certificate, forging the pod."""
+    ns = await make_e2e_namespace(kube, "forged-filter")
+    e2e_namespaces.append(ns)
+    victim = await _gated_pod(kube, ns, "victim")
+    body = _forged_filter_body(victim)
+    answers = []
+    for scheme in ("http", "https"):  # plain, and TLS without a client certificate
+        url = f"{scheme}://127.0.0.1:{bridge_stack.extender_port}/filter"
+        try:
+            async with httpx.AsyncClient(verify=False, timeout=15) as http:
+                answers.append(f"{scheme}: HTTP {(await http.post(url, json=body)).status_code}")
+        except httpx.HTTPError as exc:
+            answers.append(f"{scheme}: {exc!r}")
+    await _nothing_done_for(bridge_stack, kube, ns, "victim")
+    assert not [a for a in answers if "HTTP 200" in a], f"the extender answered: {answers}"
+
+
+async def test_filter_with_a_pod_uid_the_apiserver_does_not_hold_submits_nothing(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    """A caller holding the scheduler's credentials sends a pod body that is not the real pod."""
+    ns = await make_e2e_namespace(kube, "forged-uid")
+    e2e_namespaces.append(ns)
+    victim = await _gated_pod(kube, ns, "victim")
+    async with bridge_stack.scheduler_client() as http:
+        # A made-up UID; then the real one with a forged body (the API's pod is gated:
+        # kube-scheduler would never ask about it, so there is nothing to place yet).
+        for uid in (str(uuid.uuid4()), None):
+            resp = await http.post("/filter", json=_forged_filter_body(victim, uid=uid))
+            assert resp.status_code < 500, resp.text
+            assert not resp.json().get("NodeNames"), resp.text
+            await _nothing_done_for(bridge_stack, kube, ns, "victim")
 
 
 async def test_priority_outside_namespace_policy_is_refused(
@@ -159,6 +225,39 @@ async def test_group_label_of_a_placed_pod_cannot_change(
         await researcher.close()
     pod = await kube.get(Pod, "solo", namespace=ns)
     assert keys.GROUP not in ((pod.metadata and pod.metadata.labels) or {})
+
+
+async def test_pod_with_a_preset_node_name_is_refused(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    """spec.nodeName set at creation skips every scheduler: Slurm would never hear of the pod."""
+    ns = await make_e2e_namespace(kube, "preset-node")
+    enrolled = await make_e2e_namespace(kube, "preset-node-enrolled", enrolled=True)
+    e2e_namespaces += [ns, enrolled]
+    for where, scheduler in ((ns, True), (enrolled, False)):
+        pod = pod_manifest("squatter", scheduler=scheduler, gpus=8)
+        assert pod.spec is not None
+        pod.spec.nodeName = "kube-node1"
+        with pytest.raises(ApiError) as err:
+            await create_pod(kube, where, pod)
+        message = str(err.value.status.message)
+        assert "nodeName" in message and keys.SCHEDULER_NAME in message, message
+
+
+async def test_pod_in_a_namespace_the_webhooks_skip_is_refused(
+    bridge_stack: BridgeStack, kube: AsyncClient
+) -> None:
+    """schedulerName slurmbridge where no webhook looks (the bridge's own namespace)."""
+    pod = pod_manifest(unique_name("stowaway"), gpus=8)
+    assert pod.metadata is not None and pod.metadata.name is not None
+    try:
+        with pytest.raises(ApiError) as err:
+            await create_pod(kube, BRIDGE_NS, pod)
+        message = str(err.value.status.message)
+        assert BRIDGE_NS in message and "not covered" in message, message
+    finally:
+        with contextlib.suppress(ApiError):
+            await kube.delete(Pod, pod.metadata.name, namespace=BRIDGE_NS, grace_period=0)
 
 
 def _resolved_env(pod: Pod) -> dict[str, str | None]:

@@ -133,9 +133,10 @@ async def test_only_the_leader_acts_and_a_new_one_takes_over(
     assert first.proc is not None
     # After earlier restarts a dead identity may hold the lease until it expires.
     await wait_for(lambda: _holder_is(kube, first), 30, what="the stack's extender leading")
-    port = free_port()
+    port = free_port()  # health and metrics; the protocol port is another free one
     second = replace(
-        first, env={**first.env, "SLURMBRIDGE_EXTENDER__PORT": str(port)},
+        first, env={**first.env, "SLURMBRIDGE_EXTENDER__PORT": str(free_port()),
+                    "SLURMBRIDGE_EXTENDER__HEALTH_PORT": str(port)},
         log_file=first.log_file.with_suffix(".second.log"),
         health_url=f"http://127.0.0.1:{port}/healthz", proc=None,
     )

@@ -17,58 +17,36 @@ from __future__ import annotations
 import base64
 import os
 import re
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+import trustme
 import yaml
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from bridge import keys
 from bridge.config import CONFIG_FILE_ENV, Settings
-from tests.fixtures.kube import BUILD, REPO, ControlPlane, cache_dir
+from tests.fixtures.helm import Manifest, render
+from tests.fixtures.kube import BUILD, ControlPlane
 
 pytestmark = pytest.mark.e2e
 
-CHART = REPO / "deploy" / "helm" / "slurmbridge"
-HELM_VERSION = "3.22.0"
 RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
                         "RoleBinding"})
 CLUSTER_SCOPED = frozenset({"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-                            "ValidatingWebhookConfiguration"})
+                            "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                            "ValidatingAdmissionPolicyBinding"})
 
-Manifest = dict[str, Any]
 # (resource, resource name or "", verb) as `kubectl auth can-i --list` shows them.
 Permission = tuple[str, str, str]
 
 
 # --- helpers -------------------------------------------------------------------------
-
-
-def helm_bin() -> Path:
-    """The helm build.sh builds (or one on PATH); fail, never skip, when there is none."""
-    cached = cache_dir() / f"helm-{HELM_VERSION}" / "bin" / "helm"
-    if os.access(cached, os.X_OK):
-        return cached
-    found = shutil.which("helm")
-    if found:
-        return Path(found)
-    pytest.fail(f"helm is missing ({cached} and PATH). Build it with: {BUILD}", pytrace=False)
-
-
-def render(release: str, namespace: str, *flags: str) -> list[Manifest]:
-    """`helm template` the chart; every non-empty document."""
-    proc = subprocess.run(
-        [str(helm_bin()), "template", release, str(CHART), "--namespace", namespace, *flags],
-        capture_output=True, text=True, check=False, timeout=60,
-    )
-    assert proc.returncode == 0, f"helm template failed:\n{proc.stderr}"
-    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
 
 
 def kubectl(cp: ControlPlane, *args: str, stdin: str | None = None,
@@ -198,11 +176,78 @@ def test_render_self_signed_certificate() -> None:
         == "Ignore"
 
 
+def _signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    key = ca.public_key()
+    assert cert.signature_hash_algorithm is not None
+    try:
+        if isinstance(key, rsa.RSAPublicKey):
+            key.verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(),
+                       cert.signature_hash_algorithm)
+        else:
+            assert isinstance(key, ec.EllipticCurvePublicKey)
+            key.verify(cert.signature, cert.tbs_certificate_bytes,
+                       ec.ECDSA(cert.signature_hash_algorithm))
+    except InvalidSignature:
+        return False
+    return cert.issuer == ca.subject
+
+
+def _pem(secret: Manifest, key: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(base64.b64decode(secret["data"][key]))
+
+
+def test_render_extender_mutual_tls_and_network_policy() -> None:
+    """Only the chart's scheduler can call filter: its own client CA, a NetworkPolicy."""
+    release, namespace = release_name(), "sb-mtls"
+    docs = render(release, namespace, "--set", "webhook.excludeNamespaces={monitoring}")
+    served = find(docs, "Secret", "-extender-tls")
+    client = find(docs, "Secret", "-scheduler-extender-client")
+    server_ca, client_ca = _pem(client, "ca.crt"), _pem(served, "client-ca.crt")
+    serving, scheduler = _pem(served, "tls.crt"), _pem(client, "tls.crt")
+    svc = f"{release}-slurmbridge-extender"
+    sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert set(sans.get_values_for_type(x509.DNSName)) >= {f"{svc}.{namespace}.svc"}
+    assert _signed_by(serving, server_ca) and _signed_by(scheduler, client_ca)
+    # The extender's own CA opens nothing: no other certificate it signed is a client.
+    assert server_ca.subject != client_ca.subject and not _signed_by(scheduler, server_ca)
+
+    extender = find(docs, "Deployment", "-extender")["spec"]["template"]["spec"]
+    (container,) = extender["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"https": 8888, "health": 8889}
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert container[probe]["httpGet"]["port"] == "health"
+    volumes = {v["name"]: v for v in extender["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == served["metadata"]["name"]
+
+    policy = find(docs, "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] \
+        == "extender"
+    protocol, health = policy["spec"]["ingress"]
+    (peer,) = protocol["from"]
+    assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "scheduler"
+    assert protocol["ports"] == [{"port": "https", "protocol": "TCP"}]
+    assert health == {"ports": [{"port": "health", "protocol": "TCP"}]}
+    assert not [d for d in render(release, namespace,
+                                  "--set", "extender.networkPolicy.enabled=false")
+                if d["kind"] == "NetworkPolicy"]
+
+    # The policy the API server enforces without the webhook: every namespace it skips.
+    vap = find(docs, "ValidatingAdmissionPolicy")
+    uncovered = vap["spec"]["validations"][1]["expression"]
+    for ns in ("kube-system", namespace, "monitoring"):
+        assert f'"{ns}"' in uncovered
+    assert find(docs, "ValidatingAdmissionPolicyBinding")["spec"] == {
+        "policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
+
+
 def test_render_cert_manager() -> None:
     release, namespace = release_name(), "sb-render"
     docs = render(release, namespace, "--set", "certManager.enabled=true")
     _webhook_checks(docs, release, namespace)
-    assert not [d for d in docs if d["kind"] == "Secret"], "cert-manager owns the TLS Secret"
+    # cert-manager owns the webhook's TLS Secret; the extender's mutual TLS stays Helm's.
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == [
+        f"{release}-slurmbridge-extender-tls", f"{release}-slurmbridge-scheduler-extender-client"]
     serving = find(docs, "Certificate", "-webhook-serving")
     svc = f"{release}-slurmbridge-webhook"
     assert serving["spec"]["secretName"] == f"{svc}-tls"
@@ -255,7 +300,8 @@ def test_rendered_settings_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert settings.slurm.timeout_seconds == 20
     assert settings.slurm.token_file == Path("/var/run/secrets/slurmbridge/slurm/auth-token")
     assert settings.placement.poll_interval_seconds == 0.5
-    assert settings.extender.port == 8888
+    assert settings.extender.port == 8888 and settings.extender.health_port == 8889
+    assert settings.admission.policy_for("ml").max_priority is None  # nothing granted
     assert settings.admission.enrolled_namespaces == ["ml", "physics"]
     assert settings.admission.policy_for("physics").accounts == ["physics"]
     assert settings.admission.policy_for("physics").qos == ["normal", "high"]
@@ -268,6 +314,12 @@ def test_rendered_settings_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert env["SLURMBRIDGE_SLURM__TOKEN_FILE"] == str(settings.slurm.token_file)
     mounts = {v["name"]: v for v in extender["volumes"]}
     assert mounts["slurm-jwt"]["secret"]["secretName"] == "jwt"
+    # The extender's TLS files are where its Secret is mounted.
+    tls_dir = next(m["mountPath"] for m in extender["containers"][0]["volumeMounts"]
+                   if m["name"] == "tls")
+    for path in (settings.extender.tls_cert_file, settings.extender.tls_key_file,
+                 settings.extender.client_ca_file):
+        assert path is not None and str(path).startswith(tls_dir)
     # The webhook gets the settings but not the Slurm token.
     webhook = find(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]
     assert "slurm-jwt" not in {v["name"] for v in webhook["volumes"]}
@@ -288,14 +340,27 @@ def test_scheduler_config_accepted_by_kube_scheduler(control_plane: ControlPlane
     assert config["leaderElection"]["resourceNamespace"] == "sb-sched"
     assert config["leaderElection"]["resourceName"] not in {"kube-scheduler", ""}
     (ext,) = config["extenders"]
-    assert ext["urlPrefix"] == "http://rel-slurmbridge-extender.sb-sched.svc:8888"
+    assert ext["urlPrefix"] == "https://rel-slurmbridge-extender.sb-sched.svc:8888"
+    assert ext["enableHTTPS"] is True
+    # The client certificate and the CA the scheduler checks the extender with, mounted.
+    mount = next(m["mountPath"] for m in find(docs, "Deployment", "-scheduler")["spec"][
+        "template"]["spec"]["containers"][0]["volumeMounts"] if m["name"] == "extender-client")
+    assert ext["tlsConfig"] == {"certFile": f"{mount}/tls.crt", "keyFile": f"{mount}/tls.key",
+                                "caFile": f"{mount}/ca.crt"}
     assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == (
         "filter", "prioritize", "bind")
     assert ext["nodeCacheCapable"] is True and ext["weight"] == 1
     assert ext["httpTimeout"] == "10s"
 
-    # Outside a pod there is no in-cluster config: point it at a kubeconfig to get this far.
+    # Outside a pod there is no in-cluster config: point it at a kubeconfig to get this far,
+    # and at TLS files of the same shape as the mounted Secret (it opens them at start).
     config["clientConnection"] = {"kubeconfig": str(control_plane.kubeconfig)}
+    ca = trustme.CA()
+    client = ca.issue_cert("rel-slurmbridge-scheduler")
+    client.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    client.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
+    ext["tlsConfig"] = {k: str(tmp_path / Path(v).name) for k, v in ext["tlsConfig"].items()}
     path, written = tmp_path / "config.yaml", tmp_path / "written.yaml"
     path.write_text(yaml.safe_dump(config))
     proc = subprocess.run(

@@ -1,6 +1,7 @@
 """The extender's HTTP surface: exact protocol keys, and no 5xx whatever the body."""
 
 import json
+import ssl
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -8,13 +9,15 @@ from typing import Any
 
 import httpx
 import pytest
+import trustme
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.config import Settings, SlurmSettings
+from bridge.config import ExtenderSettings, Settings, SlurmSettings
 from bridge.runtime import Bridge
-from extender.app import create_app
+from extender.app import create_app, create_health_app
+from extender.server import TLSConfigError, api_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -60,8 +63,8 @@ async def test_filter_speaks_pascal_case_and_names_the_problem(
     body = resp.json()
     assert body["NodeNames"] == []
     assert set(body["FailedAndUnresolvableNodes"]) == {"a", "b"}
-    # Both the apiserver (claim before submit) and slurmrestd are down: the first is named.
-    assert "cannot claim the pod" in body["FailedAndUnresolvableNodes"]["a"]
+    # The apiserver (the pod is read from it before anything acts) is down: it is named.
+    assert "cannot read the pod" in body["FailedAndUnresolvableNodes"]["a"]
     assert set(body) >= {"NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
 
 
@@ -108,3 +111,37 @@ async def test_random_bodies_never_get_a_5xx(
     headers = {"content-type": "application/json"}
     resp = await client.post(f"/{verb}", content=body, headers=headers)
     assert resp.status_code < 500, resp.text
+
+
+def test_the_protocol_port_requires_a_client_certificate(
+    tmp_path: Path, dead_kubeconfig: Path
+) -> None:
+    """No TLS material, no extender: whoever reaches filter could submit Slurm jobs."""
+    cfg = Settings(slurm=SlurmSettings(url=f"http://{DEAD}", token="t"),
+                   kube={"kubeconfig": dead_kubeconfig})
+    with pytest.raises(TLSConfigError) as err:
+        api_config(Bridge(cfg), ExtenderSettings())
+    assert "CLIENT_CA_FILE" in str(err.value) and "TLS_CERT_FILE" in str(err.value)
+
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
+    served = ca.issue_cert("127.0.0.1")
+    served.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    served.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    tls = ExtenderSettings(tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key",
+                           client_ca_file=tmp_path / "ca.crt")
+    config = api_config(Bridge(cfg), tls)
+    config.load()
+    assert config.ssl is not None and config.ssl.verify_mode == ssl.CERT_REQUIRED
+
+
+async def test_health_app_serves_probes_and_metrics_only(dead_kubeconfig: Path) -> None:
+    cfg = Settings(slurm=SlurmSettings(url=f"http://{DEAD}", token="t"),
+                   kube={"kubeconfig": dead_kubeconfig})
+    transport = httpx.ASGITransport(app=create_health_app(Bridge(cfg)))
+    async with httpx.AsyncClient(transport=transport, base_url="http://health") as http:
+        assert (await http.get("/healthz")).status_code == 200
+        assert (await http.get("/readyz")).status_code == 503  # no Slurm listing yet
+        assert "slurmbridge_" in (await http.get("/metrics/")).text
+        for verb in ("filter", "prioritize", "bind"):
+            assert (await http.post(f"/{verb}", json={})).status_code == 404

@@ -76,6 +76,15 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- define "slurmbridge.configDir" -}}/etc/slurmbridge{{- end -}}
 {{- define "slurmbridge.tokenDir" -}}/var/run/secrets/slurmbridge/slurm{{- end -}}
 {{- define "slurmbridge.tlsDir" -}}/var/run/secrets/slurmbridge/tls{{- end -}}
+{{- define "slurmbridge.extenderTlsDir" -}}/var/run/secrets/slurmbridge/extender-tls{{- end -}}
+{{- define "slurmbridge.schedulerTlsDir" -}}/etc/kubernetes/slurmbridge-extender-client{{- end -}}
+{{- define "slurmbridge.extender.tlsSecret" -}}{{ include "slurmbridge.extender.name" . }}-tls{{- end -}}
+{{- define "slurmbridge.scheduler.clientSecret" -}}{{ include "slurmbridge.scheduler.name" . }}-extender-client{{- end -}}
+
+{{/* Namespaces the webhooks never see: kube-system, the release namespace, the excluded. */}}
+{{- define "slurmbridge.uncoveredNamespaces" -}}
+{{- concat (list "kube-system" .Release.Namespace) (.Values.webhook.excludeNamespaces | default list) | uniq | toJson -}}
+{{- end -}}
 
 {{/*
 The bridge settings file (bridge/config.py layout).  Order of precedence, lowest first:
@@ -86,16 +95,26 @@ ports, the bridge identity the webhook trusts).
 {{- $slurm := dict "url" .Values.slurm.url "user" .Values.slurm.user -}}
 {{- if .Values.slurm.dataParser }}{{ $_ := set $slurm "data_parser" .Values.slurm.dataParser }}{{ end -}}
 {{- $policy := .Values.admission.defaultPolicy -}}
-{{- $admission := dict "enrolled_namespaces" .Values.admission.enrolledNamespaces "default_policy" (dict "accounts" ($policy.accounts | default list) "partitions" ($policy.partitions | default list) "qos" ($policy.qos | default list)) "policies" .Values.admission.policies -}}
+{{- $default := dict "accounts" ($policy.accounts | default list) "partitions" ($policy.partitions | default list) "qos" ($policy.qos | default list) "reservations" ($policy.reservations | default list) "wckeys" ($policy.wckeys | default list) "allow_constraints" ($policy.allowConstraints | default false) "allow_exclusive" ($policy.allowExclusive | default false) -}}
+{{- if not (kindIs "invalid" $policy.maxPriority) }}{{ $_ := set $default "max_priority" (int $policy.maxPriority) }}{{ end -}}
+{{- if not (kindIs "invalid" $policy.maxTimeLimitMinutes) }}{{ $_ := set $default "max_time_limit_minutes" (int $policy.maxTimeLimitMinutes) }}{{ end -}}
+{{- $admission := dict "enrolled_namespaces" .Values.admission.enrolledNamespaces "default_policy" $default "policies" .Values.admission.policies -}}
 {{- $settings := dict "slurm" $slurm "admission" $admission -}}
 {{- $settings = mergeOverwrite $settings (deepCopy (.Values.config | default dict)) -}}
 {{- $owned := dict
       "slurm" (dict "token_file" (printf "%s/%s" (include "slurmbridge.tokenDir" .) .Values.slurm.jwt.key))
-      "extender" (dict "host" "0.0.0.0" "port" (int .Values.extender.port))
+      "extender" (dict
+        "host" "0.0.0.0"
+        "port" (int .Values.extender.port)
+        "health_port" (int .Values.extender.healthPort)
+        "tls_cert_file" (printf "%s/tls.crt" (include "slurmbridge.extenderTlsDir" .))
+        "tls_key_file" (printf "%s/tls.key" (include "slurmbridge.extenderTlsDir" .))
+        "client_ca_file" (printf "%s/client-ca.crt" (include "slurmbridge.extenderTlsDir" .)))
       "controllers" (dict "lease_namespace" .Release.Namespace)
       "admission" (dict
         "bridge_namespace" .Release.Namespace
         "bridge_service_account" (include "slurmbridge.extender.serviceAccount" .)
+        "exclude_namespaces" (.Values.webhook.excludeNamespaces | default list)
         "tls_cert_file" (printf "%s/tls.crt" (include "slurmbridge.tlsDir" .))
         "tls_key_file" (printf "%s/tls.key" (include "slurmbridge.tlsDir" .))
         "host" "0.0.0.0"
@@ -129,13 +148,18 @@ leaderElection:
 percentageOfNodesToScore: 100
 profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}
+# Mutual TLS: the scheduler checks the extender's certificate and presents its own.
 extenders:
-  - urlPrefix: http://{{ include "slurmbridge.extender.name" . }}.{{ .Release.Namespace }}.svc:{{ .Values.extender.port }}
+  - urlPrefix: https://{{ include "slurmbridge.extender.name" . }}.{{ .Release.Namespace }}.svc:{{ .Values.extender.port }}
     filterVerb: filter
     prioritizeVerb: prioritize
     bindVerb: bind
     weight: 1
     nodeCacheCapable: true
-    enableHTTPS: false
+    enableHTTPS: true
+    tlsConfig:
+      certFile: {{ include "slurmbridge.schedulerTlsDir" . }}/tls.crt
+      keyFile: {{ include "slurmbridge.schedulerTlsDir" . }}/tls.key
+      caFile: {{ include "slurmbridge.schedulerTlsDir" . }}/ca.crt
     httpTimeout: {{ .Values.scheduler.extenderTimeout }}
 {{- end -}}
