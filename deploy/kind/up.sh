@@ -4,6 +4,7 @@
 #   deploy/kind/up.sh          create (or reuse) everything, run the demo pods, print the table
 #   deploy/kind/up.sh down     delete the kind cluster and the Slurm controller container
 #   deploy/kind/up.sh env      print KUBECONFIG, Slurm URL, token file, ... (KEY=VALUE)
+#   deploy/kind/up.sh demo-clean   remove the demo's pods and native job (tests/kind want idle nodes)
 # Steps: Docker engine → kind (built from sigs.k8s.io/kind) and the node image
 # (deploy/kind/node-image.sh: Kubernetes $KIND_K8S_VERSION, containerd, slurmd 26.05) → kind
 # cluster (deploy/kind/cluster.yaml: 1 control plane + 2 workers) → Slurm controller container
@@ -228,9 +229,21 @@ slurmbridge is up on kind-$CLUSTER ($((SECONDS - t0)) s).
 DONE
 }
 
+# The kind tests want idle nodes: remove the demo's pods and its native job.
+demo_clean() {
+  tools
+  kubectl delete namespace "$DEMO_NS" --ignore-not-found --wait=true --timeout=120s >/dev/null
+  docker exec "$SLURM" scancel -n native-gpu-training 2>/dev/null || true
+  for _ in $(seq 1 60); do
+    [[ -z "$(docker exec "$SLURM" squeue -h -o %i 2>/dev/null)" ]] && return; sleep 1
+  done
+  docker exec "$SLURM" squeue >&2; die "Slurm jobs left after removing the demo"
+}
+
 case "${1:-up}" in
   up) shift || true; up "$@" ;;
   down) down ;;
   env) env_out ;;
-  *) echo "usage: $0 [up [extra helm flags...]] | down | env" >&2; exit 2 ;;
+  demo-clean) demo_clean ;;
+  *) echo "usage: $0 [up [extra helm flags...]] | down | env | demo-clean" >&2; exit 2 ;;
 esac

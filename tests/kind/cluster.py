@@ -145,17 +145,18 @@ class Kind:
 
 
 def pod_manifest(name: str, command: str, *, gpus: int = 0, labels: dict[str, str] | None = None,
-                 grace: int | None = None) -> dict[str, Any]:
+                 grace: int = 2) -> dict[str, Any]:
+    """A pod running `command` in sh.  Its shell is PID 1 and ignores SIGTERM: unless the
+    command traps it, deleting the pod takes `grace` seconds."""
     resources: dict[str, Any] = {"requests": {"cpu": "50m", "memory": "32Mi"}}
     if gpus:
         resources["requests"][keys.GPU_RESOURCE] = str(gpus)
         resources["limits"] = {keys.GPU_RESOURCE: str(gpus)}
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": grace,
         "containers": [{"name": "main", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
                         "command": ["sh", "-c", command], "resources": resources}],
     }
-    if grace is not None:
-        spec["terminationGracePeriodSeconds"] = grace
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": labels or {}}, "spec": spec}

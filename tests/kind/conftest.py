@@ -45,7 +45,19 @@ def kind() -> Kind:
             problems.append(f"the bridge is not deployed ({exc})")
     if problems:
         pytest.fail("kind cluster missing: " + "; ".join(problems) + f"; {START}")
+    # The tests count GPUs: they need nodes no one else uses (a previous test's jobs may
+    # still be leaving).
+    try:
+        wait(lambda: not kind_jobs(cluster), 60, "idle Slurm nodes", interval=1)
+    except AssertionError:
+        pytest.fail(f"kind cluster busy: Slurm jobs {kind_jobs(cluster)} hold its nodes; the "
+                    f"tests need idle nodes (bash {UP.relative_to(UP.parents[2])} demo-clean "
+                    "removes the demo's)")
     return cluster
+
+
+def kind_jobs(cluster: Kind) -> list[str]:
+    return cluster.slurm("squeue", "-h", "-o", "%i %j %T").splitlines()
 
 
 @pytest.fixture

@@ -99,3 +99,10 @@ def test_extender_pod_deleted_comes_back_without_duplicate_jobs(kind: Kind, ns: 
     assert len(kind.jobs_named(f"k8s:{ns}/after")) == 1
     names = kind.slurm("squeue", "-h", "-o", "%j").split()
     assert len([n for n in names if n.startswith(f"k8s:{ns}/")]) == 2, names
+
+    # Whichever replica submitted a job, deleting its pod frees it promptly.
+    for name in ("before", "after"):
+        job = kind.jobs_named(f"k8s:{ns}/{name}")[0]
+        kind.kubectl("-n", ns, "delete", "pod", name, "--wait=false")
+        wait(lambda job=job: not kind.in_squeue(job), 60,  # type: ignore[misc]
+             f"job {job} of deleted pod {name} to leave squeue")
