@@ -33,7 +33,7 @@ cmd_up() {
     tail -n 30 "$up_log" >&2; "${compose[@]}" logs --tail 30 >&2 || true
     die "the Slurm container did not become healthy (output above)"
   }
-  log "Slurm $(slurm_version) is up in container slurmbridge-slurm"
+  log "Slurm $(slurm_version) is up in container slurmbridge-dev-slurm"
   cmd_env
 }
 
