@@ -35,11 +35,19 @@ GPU_IDS: Final = PREFIX + "gpu-ids"
 CUDA_DEVICES: Final = PREFIX + "cuda-visible-devices"
 # "<replica>@<epoch seconds>" while a replica submits the pod's job (placement/claims.py).
 SUBMITTING: Final = PREFIX + "submitting"
-BRIDGE_OWNED_ANNOTATIONS: Final = (JOB_ID, SLURM_NODE, GPU_IDS, CUDA_DEVICES, SUBMITTING)
+# The owner of the pod's job (pod UID, or group:<ns>/<group>), recorded once (owner.py).
+OWNER: Final = PREFIX + "owner"
+BRIDGE_OWNED_ANNOTATIONS: Final = (
+    JOB_ID, SLURM_NODE, GPU_IDS, CUDA_DEVICES, SUBMITTING, OWNER,
+)
 
 # Pod labels for pod groups (one Slurm job of n nodes).
 GROUP: Final = PREFIX + "group"
 GROUP_SIZE: Final = PREFIX + "group-size"
+# A group's claim is a Lease in the bridge's namespace (placement/claims.py): this label marks
+# it; it carries SUBMITTING, JOB_ID, OWNER and, as JSON, the node each member got.
+GROUP_CLAIM: Final = PREFIX + "group-claim"
+GROUP_NODES: Final = PREFIX + "group-nodes"
 
 # Node label naming the Slurm node behind a Kubernetes node (else: equal names).
 NODE_SLURM_NAME: Final = PREFIX + "slurm-node"

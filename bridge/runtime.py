@@ -8,7 +8,7 @@ import structlog
 from lightkube.resources.core_v1 import Node, Pod
 
 from admission.policy import submit_refusal
-from bridge import keys, metrics
+from bridge import metrics
 from bridge.binding.binder import Binder
 from bridge.config import Settings
 from bridge.controllers.leader import LeaderElector
@@ -16,12 +16,11 @@ from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
 from bridge.kube.client import kube_client
 from bridge.kube.pods import set_slurm_condition
-from bridge.placement.claims import PodClaims
+from bridge.placement.claims import Claims
 from bridge.placement.index import JobIndex
 from bridge.placement.intake import UNBOUND, Intake
 from bridge.placement.nodes import NodeMap
 from bridge.placement.notifier import PodNotifier
-from bridge.placement.owner import owner_key
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
@@ -50,9 +49,10 @@ class Bridge:
             self.kube, namespace=c.lease_namespace, name=c.lease_name,
             identity=c.identity, lease_seconds=c.lease_seconds,
         )
+        self.claims = Claims(self.kube, self.elector.identity, namespace=c.lease_namespace)
         self.placer = Placer(
             self.index, self.nodes, self.pods, self.notifier.job_known,
-            claims=PodClaims(self.kube, self.elector.identity),
+            claims=self.claims,
             admit=functools.partial(submit_refusal, settings=settings.admission),
         )
         self.binder = Binder(
@@ -70,7 +70,8 @@ class Bridge:
             on_recovered=self.notifier.slurm_recovered,
         )
         self.lifecycle = Lifecycle(
-            self.kube, self.slurm, self.index, self.pods, orphan_grace=c.orphan_grace_seconds
+            self.kube, self.slurm, self.index, self.pods,
+            orphan_grace=c.orphan_grace_seconds, claims=self.claims,
         )
         self.nodesync = NodeSync(self.kube, self.slurm, self.nodes)
         self._tasks: list[asyncio.Task[None]] = []
@@ -80,7 +81,6 @@ class Bridge:
 
     async def start(self) -> None:
         await self._refresh_nodes()
-        await self._recover_groups()
         self._tasks = [
             asyncio.create_task(self.poller.run(), name="poller"),
             asyncio.create_task(self._node_loop(), name="nodes"),
@@ -172,11 +172,3 @@ class Bridge:
                 await self._refresh_nodes()
             except Exception as exc:  # the apiserver may be briefly away; keep the old map
                 log.warning("nodes.refresh_failed", error=str(exc))
-
-    async def _recover_groups(self) -> None:
-        """After a restart, learn which group members already hold which node."""
-        async for pod in self.kube.list(Pod, namespace="*", labels={keys.GROUP: None}):
-            meta = pod.metadata
-            node = (meta.annotations or {}).get(keys.SLURM_NODE) if meta else None
-            if meta and meta.uid and node:
-                self.pods.reserve(owner_key(pod), meta.uid, node)

@@ -22,6 +22,7 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys, metrics
 from bridge.kube import pods as kpods
+from bridge.placement.claims import Claims
 from bridge.placement.index import JobIndex
 from bridge.placement.owner import owner_key, pod_ref
 from bridge.placement.pods import PodKey, PodRegistry
@@ -33,6 +34,7 @@ from bridge.slurm.types import JobState, SlurmJob
 log = structlog.get_logger(__name__)
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
+_PRUNE_SECONDS = 30.0  # group claims of ended jobs are deleted at most this often
 
 
 def finished(pod: Pod) -> bool:
@@ -79,6 +81,7 @@ class Lifecycle:
         registry: PodRegistry,
         *,
         orphan_grace: float = 30.0,
+        claims: Claims | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._kube = kube
@@ -90,6 +93,8 @@ class Lifecycle:
         self._seen_owners: set[str] = set()
         self._orphan_since: dict[int, float] = {}
         self._evicted: set[str] = set()
+        self._claims = claims
+        self._next_prune = 0.0
 
     async def reconcile_once(self) -> None:
         by_owner: dict[str, list[Pod]] = {}
@@ -105,7 +110,20 @@ class Lifecycle:
             if job.state.is_live:
                 await self._release_if_done(job, members)
         self._seen_owners = set(by_owner)
+        if self._claims is not None and self._clock() >= self._next_prune:
+            self._next_prune = self._clock() + max(self._orphan_grace, _PRUNE_SECONDS)
+            await self._claims.prune_groups(self._job_live)
         log.debug("lifecycle.reconciled", owners=len(by_owner), jobs=len(self._index.jobs()))
+
+    async def _job_live(self, job_id: int) -> bool:
+        """Still live in Slurm (a fresh read unless this process tracks it as live)."""
+        known = self._index.by_id(job_id)
+        if known is not None and known.state.is_live:
+            return True
+        try:
+            return (await self._slurm.get_job(job_id)).state.is_live
+        except SlurmJobNotFound:
+            return False
 
     async def _release_if_done(self, job: SlurmJob, members: list[Pod]) -> None:
         assert job.pod_uid is not None

@@ -1,27 +1,49 @@
-"""One replica submits a pod's job: a claim written on the pod with a precondition.
+"""Who submits an owner's job, and which node each group member gets: records on the
+API server, written with a resourceVersion precondition, so they hold across replicas
+and outlive the replica that wrote them.
 
-Before submitting, a replica writes ``slurmbridge.io/submitting=<identity>@<time>``
-with the pod's resourceVersion as precondition: of two replicas racing on
-the same pod version, exactly one write succeeds.  The loser answers
-"waiting" and adopts the job once its id is on the pod.  A claim whose
-holder died is taken over after ``stale_after`` seconds, and the taker first
-looks in Slurm for a job the holder may have submitted before dying;
-anything a crash still leaves twice is cancelled by the next resync (index.py).
+The claim object is the pod itself for a lone pod, and a Lease per group (in the
+bridge's namespace, labelled ``slurmbridge.io/group-claim``) for a pod group.  Before
+submitting, a replica writes ``slurmbridge.io/submitting=<identity>@<time>`` and the
+owner on it with the object's resourceVersion as precondition: of two replicas racing
+on the same version, exactly one write succeeds.  The loser answers "waiting" and
+adopts the job once its id is recorded (on the pod by the notifier, on a group's Lease
+right after submitting).  A claim whose holder died is taken over after
+``stale_after`` seconds, and the taker first looks in Slurm for a job the holder may
+have submitted before dying; anything a crash still leaves twice is cancelled by the
+next resync (index.py).
+
+A group's Lease also records the node each member got (``slurmbridge.io/group-nodes``,
+JSON, written the same way), so two replicas filtering two members at once never give
+out one node twice, and a replica that takes over binds each member where it was put.
 """
 
+import hashlib
+import json
 import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
+import structlog
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import Pod
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.types import PatchType
 
 from bridge import keys
+from bridge.placement.owner import GROUP_PREFIX, owner_key
+
+log = structlog.get_logger(__name__)
+
+Annotations = dict[str, str]
+_WRITE_ATTEMPTS = 5  # precondition failures in a row before a member's reservation gives up
 
 
 class ClaimLost(Exception):
-    """Another replica submits this pod's job: answer "waiting".
+    """Another replica submits this owner's job: answer "waiting".
 
     ``retry_in`` is how long until that claim is stale and may be taken over (its
     holder may have died between claiming and recording the job id).
@@ -33,41 +55,148 @@ class ClaimLost(Exception):
 
 
 class AlreadySubmitted(Exception):
-    """The pod already names its job (another replica recorded it): adopt, don't submit."""
+    """The job id is recorded (by another replica): adopt, don't submit."""
 
     def __init__(self, job_id: int) -> None:
-        super().__init__(f"job {job_id} is recorded on the pod")
+        super().__init__(f"job {job_id} is recorded")
         self.job_id = job_id
 
 
+class OwnerChanged(Exception):
+    """The pod's group labels changed while we were deciding: decide again."""
+
+
 class _Outdated(Exception):
-    """The pod's resourceVersion moved on: read it again before deciding."""
+    """The object's resourceVersion moved on: read it again before deciding."""
 
 
-class PodClaims:
-    def __init__(self, kube: AsyncClient, identity: str, *, stale_after: float = 30.0) -> None:
+class _Record(Protocol):
+    """One claim object: read its annotations, write some under a precondition."""
+
+    async def read(self) -> tuple[Annotations, str | None]:
+        """Annotations and resourceVersion (None: the object does not exist yet)."""
+        ...
+
+    async def write(self, changes: dict[str, str | None], version: str | None) -> None:
+        """Apply ``changes`` (None deletes) if still at ``version``, else raise _Outdated."""
+        ...
+
+
+class _PodRecord:
+    """A lone pod's claim lives on the pod; the first read is the copy we were given."""
+
+    def __init__(self, kube: AsyncClient, pod: Pod, owner: str) -> None:
+        self._kube = kube
+        self._pod: Pod | None = pod
+        self._owner = owner
+        meta = pod.metadata
+        assert meta is not None and meta.name and meta.namespace
+        self._name, self._namespace = meta.name, meta.namespace
+
+    async def read(self) -> tuple[Annotations, str | None]:
+        pod = self._pod or await self._kube.get(
+            PodResource, self._name, namespace=self._namespace
+        )
+        self._pod = None
+        if owner_key(pod) != self._owner:
+            raise OwnerChanged(
+                f"pod {self._namespace}/{self._name} now belongs to {owner_key(pod)}"
+            )
+        meta = pod.metadata or ObjectMeta()
+        return dict(meta.annotations or {}), meta.resourceVersion
+
+    async def write(self, changes: dict[str, str | None], version: str | None) -> None:
+        patch = {"metadata": {"resourceVersion": version, "annotations": changes}}
+        try:
+            await self._kube.patch(
+                PodResource, self._name, patch, namespace=self._namespace,
+                patch_type=PatchType.MERGE,
+            )
+        except ApiError as exc:
+            if exc.status.code == 409:
+                raise _Outdated from exc
+            raise
+
+
+def group_claim_name(owner: str) -> str:
+    """The Lease holding a group's claim: readable, and unique per namespace/group."""
+    _, _, group = owner.removeprefix(GROUP_PREFIX).partition("/")
+    readable = "".join(c if c.isalnum() else "-" for c in group.lower()).strip("-")[:30]
+    digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
+    return f"group-{readable}-{digest}" if readable else f"group-{digest}"
+
+
+class _LeaseRecord:
+    """A group's claim: a Lease in the bridge's namespace, created by the first claimer."""
+
+    def __init__(self, kube: AsyncClient, namespace: str, owner: str, identity: str) -> None:
+        self._kube = kube
+        self._namespace = namespace
+        self._name = group_claim_name(owner)
+        self._owner = owner
+        self._identity = identity
+        self._lease: Lease | None = None
+
+    async def read(self) -> tuple[Annotations, str | None]:
+        try:
+            self._lease = await self._kube.get(Lease, self._name, namespace=self._namespace)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+            self._lease = None
+            return {}, None
+        meta = self._lease.metadata or ObjectMeta()
+        return dict(meta.annotations or {}), meta.resourceVersion
+
+    async def write(self, changes: dict[str, str | None], version: str | None) -> None:
+        try:
+            if version is None or self._lease is None:
+                annotations = {k: v for k, v in changes.items() if v is not None}
+                await self._kube.create(Lease(metadata=ObjectMeta(
+                    name=self._name, namespace=self._namespace,
+                    labels={keys.GROUP_CLAIM: "true"},
+                    annotations={keys.OWNER: self._owner, **annotations},
+                )))
+                return
+            meta = self._lease.metadata
+            assert meta is not None
+            merged: dict[str, str | None] = {**(meta.annotations or {}), **changes}
+            meta.annotations = {k: v for k, v in merged.items() if v is not None}
+            await self._kube.replace(self._lease)  # carries resourceVersion: 409 if moved on
+        except ApiError as exc:
+            if exc.status.code == 409:
+                raise _Outdated from exc
+            raise
+
+
+class Claims:
+    def __init__(
+        self, kube: AsyncClient, identity: str, *, namespace: str, stale_after: float = 30.0
+    ) -> None:
         self._kube = kube
         self.identity = identity
+        self._namespace = namespace  # where group claims live: the bridge's own namespace
         self._stale_after = stale_after
 
-    async def claim(self, pod: Pod) -> bool:
-        """Claim the pod, re-reading it once if the copy we were given is out of date.
+    def _record(self, pod: Pod, owner: str) -> _Record:
+        if owner.startswith(GROUP_PREFIX):
+            return _LeaseRecord(self._kube, self._namespace, owner, self.identity)
+        return _PodRecord(self._kube, pod, owner)
+
+    async def claim(self, pod: Pod, owner: str) -> bool:
+        """Claim the owner's submission, reading once more if our copy is out of date.
 
         True when the claim was taken over from another replica (stale): that replica may
         have submitted before it died, so the caller looks in Slurm before submitting.
         """
+        record = self._record(pod, owner)
         try:
-            return await self._claim(pod)
+            return await self._claim(record, owner)
         except _Outdated:
-            meta = pod.metadata
-            assert meta is not None and meta.name and meta.namespace
-            fresh = await self._kube.get(PodResource, meta.name, namespace=meta.namespace)
-            return await self._claim(fresh)
+            return await self._claim(record, owner)
 
-    async def _claim(self, pod: Pod) -> bool:
-        meta = pod.metadata
-        assert meta is not None and meta.name and meta.namespace
-        annotations = meta.annotations or {}
+    async def _claim(self, record: _Record, owner: str) -> bool:
+        annotations, version = await record.read()
         recorded = annotations.get(keys.JOB_ID, "")
         if recorded.isdigit():
             raise AlreadySubmitted(int(recorded))
@@ -78,20 +207,74 @@ class PodClaims:
                 f"bridge replica {held.split('@')[0]} is submitting this pod's job",
                 retry_in=self._stale_after - self._age(held),
             )
-        patch = {"metadata": {
-            "resourceVersion": meta.resourceVersion,
-            "annotations": {keys.SUBMITTING: f"{self.identity}@{int(time.time())}"},
-        }}
-        try:
-            await self._kube.patch(
-                PodResource, meta.name, patch, namespace=meta.namespace,
-                patch_type=PatchType.MERGE,
-            )
-        except ApiError as exc:
-            if exc.status.code == 409:
-                raise _Outdated from exc
-            raise
+        stamp = f"{self.identity}@{int(time.time())}"
+        await record.write({keys.SUBMITTING: stamp, keys.OWNER: owner}, version)
         return not mine
+
+    async def submitted(self, pod: Pod, owner: str, job_id: int) -> None:
+        """Record a group's job id on its claim (a lone pod's is written by the notifier).
+
+        If this fails the claim goes stale and its taker looks in Slurm first.
+        """
+        if not owner.startswith(GROUP_PREFIX):
+            return
+        record = self._record(pod, owner)
+        for _ in range(_WRITE_ATTEMPTS):
+            _, version = await record.read()
+            try:
+                await record.write({keys.JOB_ID: str(job_id), keys.SUBMITTING: None}, version)
+                return
+            except _Outdated:
+                continue
+
+    async def member_node(
+        self, pod: Pod, owner: str, job_id: int, allocated: tuple[str, ...]
+    ) -> str | None:
+        """The node of group job ``job_id`` reserved for this member: its earlier one, else
+        the first no other member holds (None: every node is taken)."""
+        meta = pod.metadata
+        assert meta is not None and meta.uid
+        record = self._record(pod, owner)
+        for _ in range(_WRITE_ATTEMPTS):
+            annotations, version = await record.read()
+            taken = _member_nodes(annotations, job_id)
+            if meta.uid in taken:
+                return taken[meta.uid]
+            free = next((n for n in allocated if n not in taken.values()), None)
+            if free is None:
+                return None
+            table = json.dumps({"job": job_id, "nodes": {**taken, meta.uid: free}})
+            try:
+                await record.write({keys.GROUP_NODES: table, keys.JOB_ID: str(job_id)}, version)
+            except _Outdated:  # another member was given a node meanwhile: look again
+                continue
+            return free
+        raise ClaimLost("the group's node reservations keep changing", retry_in=1.0)
+
+    async def prune_groups(self, job_live: Callable[[int], Awaitable[bool]]) -> list[str]:
+        """Delete group claims whose job is gone (or that never got one, long after their
+        claim went stale): a group created again under its name starts afresh."""
+        pruned = []
+        async for lease in self._kube.list(
+            Lease, namespace=self._namespace, labels={keys.GROUP_CLAIM: "true"}
+        ):
+            meta = lease.metadata or ObjectMeta()
+            annotations = meta.annotations or {}
+            recorded = annotations.get(keys.JOB_ID, "")
+            if recorded.isdigit():
+                gone = not await job_live(int(recorded))
+            else:
+                gone = self._age(annotations.get(keys.SUBMITTING, "")) > 2 * self._stale_after
+            if gone and meta.name:
+                try:
+                    await self._kube.delete(Lease, meta.name, namespace=self._namespace)
+                except ApiError as exc:
+                    if exc.status.code != 404:
+                        raise
+                pruned.append(annotations.get(keys.OWNER, meta.name))
+        if pruned:
+            log.info("claims.groups_pruned", owners=pruned)
+        return pruned
 
     def _stale(self, held: str) -> bool:
         return self._age(held) > self._stale_after
@@ -100,3 +283,17 @@ class PodClaims:
     def _age(held: str) -> float:
         _, _, stamp = held.rpartition("@")
         return time.time() - int(stamp) if stamp.isdigit() else float("inf")
+
+
+def _member_nodes(annotations: Annotations, job_id: int) -> dict[str, str]:
+    """Member pod UID → Slurm node, as recorded for ``job_id`` (a new job starts empty)."""
+    try:
+        table = json.loads(annotations.get(keys.GROUP_NODES) or "{}")
+    except json.JSONDecodeError:
+        return {}
+    if not isinstance(table, dict) or table.get("job") != job_id:
+        return {}
+    nodes = table.get("nodes")
+    if not isinstance(nodes, dict):
+        return {}
+    return {str(uid): str(node) for uid, node in nodes.items()}

@@ -62,12 +62,13 @@ class PodNotifier:
         assert meta.uid and meta.namespace and meta.name
         key = PodKey(meta.namespace, meta.name, meta.uid)
         annotations = meta.annotations or {}
+        recorded = {keys.JOB_ID: str(job.job_id), keys.OWNER: job.pod_uid}
         if key.uid not in self._seen and (
-            annotations.get(keys.JOB_ID) != str(job.job_id) or keys.SUBMITTING in annotations
-        ):  # the job id replaces the submit claim (claims.py)
+            any(annotations.get(k) != v for k, v in recorded.items())
+            or keys.SUBMITTING in annotations
+        ):  # the job id replaces the submit claim (claims.py); the owner is fixed from now on
             self._spawn(kpods.annotate(
-                self._kube, key.namespace, key.name,
-                {keys.JOB_ID: str(job.job_id), keys.SUBMITTING: None},
+                self._kube, key.namespace, key.name, {**recorded, keys.SUBMITTING: None},
             ))
         self._update(key, job)
 

@@ -2,6 +2,10 @@
 
 The owner key is what the job's comment records and what the index is keyed
 by: the pod UID for a lone pod, ``group:<namespace>/<group>`` for a group.
+It is read from the pod's labels only until the bridge ties the pod to a job;
+from then on the bridge's own ``slurmbridge.io/owner`` annotation (written with
+the submit claim, the job id and the Binding) is the answer, so relabelling a
+running pod cannot make its job look orphaned.
 """
 
 from lightkube.models.core_v1 import Pod
@@ -12,6 +16,13 @@ GROUP_PREFIX = "group:"
 
 
 def owner_key(pod: Pod) -> str:
+    """The recorded owner, else the one the pod's labels declare (no job yet)."""
+    recorded = ((pod.metadata and pod.metadata.annotations) or {}).get(keys.OWNER)
+    return recorded or declared_owner(pod)
+
+
+def declared_owner(pod: Pod) -> str:
+    """The owner the labels ask for: what a job submitted now is recorded under."""
     meta = pod.metadata
     if meta is None or not meta.uid:
         raise ValueError("pod has no metadata.uid: it must come from the API server")

@@ -16,14 +16,14 @@ from lightkube.models.core_v1 import Pod
 from bridge import keys, metrics
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.translate import job_request_for_pod
-from bridge.placement.claims import AlreadySubmitted, ClaimLost, PodClaims
+from bridge.placement.claims import AlreadySubmitted, ClaimLost, Claims, OwnerChanged
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.owner import GROUP_PREFIX, owner_key, pod_ref
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.allocation import format_gpu_ids
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound
-from bridge.slurm.types import SlurmJob
+from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +43,7 @@ class Placement:
     """Where a pod goes: Kubernetes node, Slurm node, job and GPU indices."""
 
     job_id: int
+    owner: str
     kube_node: str
     slurm_node: str
     gpu_ids: str
@@ -50,6 +51,7 @@ class Placement:
     def annotations(self) -> dict[str, str]:
         return {
             keys.JOB_ID: str(self.job_id),
+            keys.OWNER: self.owner,
             keys.SLURM_NODE: self.slurm_node,
             keys.GPU_IDS: self.gpu_ids,
         }
@@ -80,7 +82,7 @@ class Placer:
         pods: PodRegistry,
         on_job_known: OnJobKnown | None = None,
         *,
-        claims: PodClaims | None = None,
+        claims: Claims | None = None,
         admit: SubmitCheck | None = None,
     ) -> None:
         self._index = index
@@ -94,7 +96,7 @@ class Placer:
     async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
         try:
             job = await self._job_for(pod)
-            placement = self._placement(pod, job)
+            placement = await self._placement(pod, job)
         except (PlacementError, InvalidPodRequest, SlurmError) as exc:
             assert pod.metadata is not None and pod.metadata.uid
             self._pods.park(pod.metadata.uid)
@@ -119,7 +121,7 @@ class Placer:
 
     async def placement_for(self, pod: Pod) -> Placement:
         """Where a pod that passed filter must bind (raises PlacementError otherwise)."""
-        return self._placement(pod, await self._job_for(pod, submit=False))
+        return await self._placement(pod, await self._job_for(pod, submit=False))
 
     def created_at(self, pod_uid: str) -> datetime | None:
         return self._pods.created_at(pod_uid)
@@ -167,20 +169,27 @@ class Placer:
         if refusal:  # checked here too: the bridge does not trust that admission ran
             raise PlacementError(refusal)
         request = dataclasses.replace(job_request_for_pod(pod), pod_uid=owner)
-        if self._claims is not None and not owner.startswith(GROUP_PREFIX):
-            try:
-                took_over = await self._claims.claim(pod)
-            except AlreadySubmitted as exc:
-                return await self._index.adopt(exc.job_id)
-            except ClaimLost as exc:
-                raise ClaimedElsewhere(f"waiting: {exc}", exc.retry_in) from exc
-            except Exception as exc:  # apiserver unreachable: submit nothing unclaimed
-                raise PlacementError(f"waiting: cannot claim the pod: {exc!r}") from exc
-            if took_over:  # its holder may have submitted, then died before recording it
-                found = await self._index.find_live(owner)
-                if found is not None:
-                    return found
-        return await self._index.ensure(request)
+        if self._claims is None:
+            return await self._index.ensure(request)
+        try:
+            took_over = await self._claims.claim(pod, owner)
+        except AlreadySubmitted as exc:
+            return await self._index.adopt(exc.job_id)
+        except ClaimLost as exc:
+            raise ClaimedElsewhere(f"waiting: {exc}", exc.retry_in) from exc
+        except OwnerChanged as exc:
+            raise PlacementError(f"waiting: {exc}; deciding again") from exc
+        except Exception as exc:  # apiserver unreachable: submit nothing unclaimed
+            raise PlacementError(f"waiting: cannot claim the pod's job: {exc!r}") from exc
+        # A taken-over claim's holder may have submitted, then died before recording it.
+        job = (await self._index.find_live(owner) if took_over else None) or (
+            await self._index.ensure(request)
+        )
+        try:
+            await self._claims.submitted(pod, owner, job.job_id)
+        except Exception as exc:  # the claim goes stale; its taker finds the job in Slurm
+            log.warning("placement.record_failed", owner=owner, job_id=job.job_id, error=repr(exc))
+        return job
 
     async def _adopt_annotated(self, pod: Pod) -> SlurmJob | None:
         """A job another replica (or this one before a restart) recorded on the pod."""
@@ -197,32 +206,65 @@ class Placer:
         """Where a pod filter has seen must bind, from memory alone (None: ask the apiserver)."""
         owner = self._pods.owner_of(pod_uid)
         job = self._index.by_uid(owner) if owner is not None else None
-        if owner is None or job is None or not job.state.is_live:
+        if owner is None or job is None:
             return None
-        return self._placement_of(owner, pod_uid, job)
+        try:
+            allocated = _allocated_nodes(job)
+        except PlacementError:  # not running: nowhere to bind yet
+            return None
+        if owner.startswith(GROUP_PREFIX):  # only a node recorded on the group's claim
+            node = self._pods.reserved(owner, pod_uid)
+            return self._placement_at(owner, job, node) if node in allocated else None
+        return self._placement_at(owner, job, allocated[0])
 
-    def _placement(self, pod: Pod, job: SlurmJob) -> Placement:
+    async def _placement(self, pod: Pod, job: SlurmJob) -> Placement:
         assert pod.metadata is not None and pod.metadata.uid
-        return self._placement_of(owner_key(pod), pod.metadata.uid, job)
+        owner = owner_key(pod)
+        allocated = _allocated_nodes(job)
+        if not owner.startswith(GROUP_PREFIX):
+            return self._placement_at(owner, job, allocated[0])
+        node = self._pods.reserved(owner, pod.metadata.uid)
+        if node not in allocated:
+            node = await self._member_node(pod, owner, job, allocated)
+        return self._placement_at(owner, job, node)
 
-    def _placement_of(self, owner: str, pod_uid: str, job: SlurmJob) -> Placement:
-        if job.allocation is None or not job.allocation.nodes:
-            raise PlacementError(
-                f"waiting for Slurm job {job.job_id} ({job.state}, reason {job.reason})"
-            )
-        allocated = job.allocation.nodes
-        if owner.startswith(GROUP_PREFIX):
-            slurm_node = self._pods.group_node(owner, pod_uid, allocated)
-            if slurm_node is None:
-                raise PlacementError(
-                    f"every node of Slurm job {job.job_id} ({','.join(allocated)}) is taken by "
-                    f"other members of the group: is {keys.GROUP_SIZE} too small?"
-                )
+    async def _member_node(
+        self, pod: Pod, owner: str, job: SlurmJob, allocated: tuple[str, ...]
+    ) -> str:
+        """This member's node of the group's job, reserved on the group's claim (shared by
+        every replica) before any replica may bind it there."""
+        assert pod.metadata is not None and pod.metadata.uid
+        if self._claims is None:  # one process alone: first free node in memory
+            taken = self._pods.reserved_nodes(owner)
+            node = next((n for n in allocated if n not in taken), None)
         else:
-            slurm_node = allocated[0]
+            try:
+                node = await self._claims.member_node(pod, owner, job.job_id, allocated)
+            except Exception as exc:  # apiserver away: reserve nothing unrecorded
+                raise PlacementError(f"waiting: cannot reserve a node: {exc!r}") from exc
+        if node is None:
+            raise PlacementError(
+                f"every node of Slurm job {job.job_id} ({','.join(allocated)}) is taken by "
+                f"other members of the group: is {keys.GROUP_SIZE} too small?"
+            )
+        self._pods.reserve(owner, pod.metadata.uid, node)
+        return node
+
+    def _placement_at(self, owner: str, job: SlurmJob, slurm_node: str) -> Placement:
+        assert job.allocation is not None
         return Placement(
             job_id=job.job_id,
+            owner=owner,
             kube_node=self._nodes.kube_name(slurm_node),
             slurm_node=slurm_node,
             gpu_ids=format_gpu_ids(job.allocation.gpu_ids.get(slurm_node, ())),
         )
+
+
+def _allocated_nodes(job: SlurmJob) -> tuple[str, ...]:
+    """The nodes of a running job (PlacementError "waiting" until it runs)."""
+    if job.state is not JobState.RUNNING or job.allocation is None or not job.allocation.nodes:
+        raise PlacementError(
+            f"waiting for Slurm job {job.job_id} ({job.state}, reason {job.reason})"
+        )
+    return job.allocation.nodes

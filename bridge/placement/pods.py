@@ -24,7 +24,7 @@ class PodRegistry:
         self._by_owner: dict[str, dict[str, PodKey]] = {}
         self._owner_of: dict[str, str] = {}  # pod uid → owner
         self._created: dict[str, datetime] = {}  # pod uid → creationTimestamp (bind latency)
-        # group owner → pod uid → Slurm node reserved for it
+        # group owner → pod uid → Slurm node reserved for it (a cache of the group's claim)
         self._group_nodes: dict[str, dict[str, str]] = {}
         # pods refused because Slurm could not be asked: requeued when it answers again
         self._slurm_trouble: dict[str, PodKey] = {}
@@ -36,6 +36,9 @@ class PodRegistry:
         key = owner_key(pod)
         meta = pod.metadata
         assert meta is not None and meta.uid and meta.name and meta.namespace
+        before = self._owner_of.get(meta.uid)
+        if before is not None and before != key:  # relabelled before it had a job
+            self._by_owner.get(before, {}).pop(meta.uid, None)
         self._by_owner.setdefault(key, {})[meta.uid] = PodKey(meta.namespace, meta.name, meta.uid)
         self._owner_of[meta.uid] = key
         self._touched[key] = time.monotonic()
@@ -90,18 +93,13 @@ class PodRegistry:
             self.forget_owner(owner)
         return len(idle)
 
-    def group_node(self, owner: str, pod_uid: str, allocated: tuple[str, ...]) -> str | None:
-        """This group member's node: the one reserved for it, else the first unreserved."""
-        reserved = self._group_nodes.setdefault(owner, {})
-        if pod_uid in reserved:
-            return reserved[pod_uid]
-        taken = set(reserved.values())
-        for node in allocated:
-            if node not in taken:
-                reserved[pod_uid] = node
-                return node
-        return None
+    def reserved(self, owner: str, pod_uid: str) -> str | None:
+        """The node reserved for this group member, as far as this process knows."""
+        return self._group_nodes.get(owner, {}).get(pod_uid)
+
+    def reserved_nodes(self, owner: str) -> set[str]:
+        return set(self._group_nodes.get(owner, {}).values())
 
     def reserve(self, owner: str, pod_uid: str, node: str) -> None:
-        """Record a member already bound (learnt after a restart from its annotation)."""
+        """Remember a member's node once it is recorded on the group's claim."""
         self._group_nodes.setdefault(owner, {})[pod_uid] = node

@@ -196,17 +196,18 @@ YAML
   kubectl -n "$NAMESPACE" exec "deploy/$RELEASE-extender" -- slurmbridge --log-level warning status
   echo
   echo "\$ squeue"
-  docker exec "$SLURM" squeue -o '%.6i %.28j %.9T %.22N %.12b'
+  docker exec "$SLURM" squeue -o '%.6i %.28j %.9T %.40N %.12b'
   echo "\$ scontrol show job -d (GPU indices per job)"
   docker exec "$SLURM" scontrol show job -d -o | awk '/JobState=RUNNING/ {
-    id = name = nodes = ""; gres = "GRES=-"
+    id = name = nodes = gres = ""
     for (i = 1; i <= NF; i++) {
       if ($i ~ /^JobId=/) id = substr($i, 7)
       else if ($i ~ /^JobName=/) name = substr($i, 9)
       else if ($i ~ /^NodeList=/) nodes = substr($i, 10)
-      else if ($i ~ /^GRES=/) gres = $i
+      else if ($i ~ /^Nodes=/) node = substr($i, 7)
+      else if ($i ~ /^GRES=/) gres = gres " " node ":" substr($i, 6)
     }
-    printf "  %5s %-28s %-22s %s\n", id, name, nodes, gres }'
+    printf "  %5s %-28s %-40s %s\n", id, name, nodes, (gres == "" ? " -" : gres) }'
 }
 
 up() {

@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,14 +50,18 @@ from tests.e2e.helpers import (
 )
 from tests.fixtures.bridge import (
     BRIDGE_NS,
+    WEBHOOK_CONFIG,
     BridgeProcess,
     BridgeStack,
+    ValidatingWebhookConfiguration,
     free_port,
     make_e2e_namespace,
+    replace_scheduler,
 )
 from tests.fixtures.kube import (
     ControlPlane,
     set_pod_phase,
+    stop_scheduler,
     unique_name,
     wait_for,
 )
@@ -336,6 +341,55 @@ async def _still_placed(kube: AsyncClient, ns: str, name: str) -> bool:
     return bool(pod.metadata and not pod.metadata.deletionTimestamp and not ended)
 
 
+@contextlib.asynccontextmanager
+async def _validating_webhook_gone(kube: AsyncClient) -> AsyncIterator[None]:
+    """The validating webhook fails open for a while (deleted, or down with failurePolicy
+    Ignore): whatever admission would refuse gets through."""
+    config = await kube.get(ValidatingWebhookConfiguration, WEBHOOK_CONFIG)
+    saved: dict[str, Any] = config.to_dict()  # type: ignore[no-untyped-call]
+    await kube.delete(ValidatingWebhookConfiguration, WEBHOOK_CONFIG)
+    try:
+        yield
+    finally:
+        saved["metadata"] = {"name": WEBHOOK_CONFIG}
+        await kube.create(ValidatingWebhookConfiguration.from_dict(saved))
+
+
+async def _relabel_keeps_the_job(
+    stack: BridgeStack, kube: AsyncClient, ns: str, job_id: str, labels: dict[str, str | None]
+) -> str:
+    """Relabel the running pod as its owner would; "refused" if admission said no."""
+    try:
+        await kube.patch(Pod, "runner", {"metadata": {"labels": labels}}, namespace=ns)
+        outcome = "accepted"
+    except ApiError as exc:
+        outcome = f"refused: {exc.status.message}"
+    await asyncio.sleep(5)  # several poll and reconcile periods (1 s each)
+    assert _squeue(stack, job_id) == "RUNNING", (
+        f"Slurm job {job_id} of the running pod ended after relabel {labels} ({outcome})"
+    )
+    assert await _still_placed(kube, ns, "runner"), "the running pod was evicted"
+    return outcome
+
+
+async def test_relabelling_a_running_pod_does_not_cancel_its_job(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    """A researcher puts a running pod into a group and takes it out again, with admission
+    in place and while the validating webhook fails open: the job under it must stay."""
+    ns = await make_e2e_namespace(kube, "relabel")
+    e2e_namespaces.append(ns)
+    job_id = _job_of(await _running_pod(bridge_stack, kube, ns, "runner"))
+    assert _squeue(bridge_stack, job_id) == "RUNNING"
+    join: dict[str, str | None] = {keys.GROUP: "hijack", keys.GROUP_SIZE: "2"}
+    leave: dict[str, str | None] = {keys.GROUP: None, keys.GROUP_SIZE: None}
+    await _relabel_keeps_the_job(bridge_stack, kube, ns, job_id, join)
+    async with _validating_webhook_gone(kube):
+        for labels in (join, leave):
+            outcome = await _relabel_keeps_the_job(bridge_stack, kube, ns, job_id, labels)
+            assert outcome == "accepted", outcome  # the bridge alone must hold the line here
+
+
 def _since(path: Path, offset: int, event: str) -> bool:
     """Did the bridge log ``event`` after byte ``offset`` of its log file?"""
     with path.open("rb") as log:
@@ -560,3 +614,96 @@ async def test_poller_survives_an_answer_it_cannot_parse(
             proxied.kill(signal.SIGTERM)
             bridge_stack.extender = original
             original.start()
+
+
+async def _filter(
+    http: httpx.AsyncClient, url: str, kube: AsyncClient, ns: str, name: str
+) -> str | None:
+    """Act as kube-scheduler: one filter call at ``url``; the node kept, if any."""
+    pod = await kube.get(Pod, name, namespace=ns)
+    body = {"Pod": pod.to_dict(), "NodeNames": [f"kube-node{k}" for k in range(1, 5)]}
+    answer = (await http.post(f"{url}/filter", json=body)).raise_for_status().json()
+    kept = answer.get("NodeNames") or []
+    assert len(kept) <= 1, answer
+    return str(kept[0]) if kept else None
+
+
+async def _keeps(http: httpx.AsyncClient, url: str, kube: AsyncClient, ns: str, name: str) -> str:
+    """Filter the pod at ``url`` until the extender keeps a node (kube-scheduler's retries)."""
+    while (node := await _filter(http, url, kube, ns, name)) is None:
+        await asyncio.sleep(0.5)
+    return node
+
+
+async def _bind(
+    http: httpx.AsyncClient, url: str, kube: AsyncClient, ns: str, name: str, *, node: str
+) -> str:
+    pod = await kube.get(Pod, name, namespace=ns)
+    assert pod.metadata is not None and pod.metadata.uid
+    args = {"PodName": name, "PodNamespace": ns, "PodUID": pod.metadata.uid, "Node": node}
+    return str((await http.post(f"{url}/bind", json=args)).raise_for_status().json()["Error"])
+
+
+async def test_two_replicas_never_put_two_group_members_on_one_node(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    """The chart's two replicas each filter one member of a new 2-pod group at the same
+    moment (the stack's own extender, leading, submits on creation too); one replica dies
+    and the other binds both: one Slurm job, one member per node."""
+    ns = await make_e2e_namespace(kube, "group-replicas")
+    e2e_namespaces.append(ns)
+    await slurm_idle(bridge_stack.slurm)
+    first = bridge_stack.extender
+    replicas, urls = [], []
+    stop_scheduler(bridge_stack.scheduler_name)  # this test plays kube-scheduler
+    try:
+        async with bridge_stack.scheduler_client() as http:
+            for name in ("a", "b"):  # same settings as the stack's extender, other ports
+                port, health = free_port(), free_port()
+                replicas.append(replace(
+                    first, env={**first.env, "SLURMBRIDGE_EXTENDER__PORT": str(port),
+                                "SLURMBRIDGE_EXTENDER__HEALTH_PORT": str(health),
+                                "SLURMBRIDGE_CONTROLLERS__ENABLED": "false"},
+                    log_file=first.log_file.with_suffix(f".replica-{name}.log"),
+                    health_url=f"http://127.0.0.1:{health}/healthz", proc=None,
+                ))
+                urls.append(f"{http.base_url.scheme}://127.0.0.1:{port}")
+            await _race_two_replicas(bridge_stack, kube, http, ns, replicas=replicas, urls=urls)
+    finally:
+        replace_scheduler(bridge_stack)
+
+
+async def _race_two_replicas(
+    stack: BridgeStack, kube: AsyncClient, http: httpx.AsyncClient, ns: str, *,
+    replicas: list[BridgeProcess], urls: list[str],
+) -> None:
+    try:
+        for replica in replicas:
+            replica.start()
+        labels = {keys.GROUP: "pair", keys.GROUP_SIZE: "2"}
+        for i in range(2):
+            await create_pod(kube, ns, pod_manifest(f"member-{i}", labels=labels))
+        await asyncio.gather(  # both replicas see a member of the new group at once
+            _filter(http, urls[0], kube, ns, "member-0"),
+            _filter(http, urls[1], kube, ns, "member-1"),
+        )
+        kept = await asyncio.wait_for(asyncio.gather(
+            _keeps(http, urls[0], kube, ns, "member-0"),
+            _keeps(http, urls[1], kube, ns, "member-1"),
+        ), 60)
+        name = f"k8s:{ns}/pair"  # every job ever submitted for the group, cancelled ones too
+        jobs = stack.slurm.admin("squeue", "-h", "-t", "all", "-o", "%i", "-n", name).split()
+        assert len(jobs) == 1, f"Slurm jobs for one group: {jobs}"
+        replicas[0].kill()  # replica a dies; kube-scheduler's retries reach b
+        again = await asyncio.wait_for(_keeps(http, urls[1], kube, ns, "member-0"), 30)
+        assert again == kept[0], f"replica b moved member-0 from {kept[0]} to {again}"
+        errors = [await _bind(http, urls[1], kube, ns, f"member-{i}", node=kept[i])
+                  for i in range(2)]
+        bound = [await kube.get(Pod, f"member-{i}", namespace=ns) for i in range(2)]
+        nodes = [p.spec.nodeName if p.spec else None for p in bound]
+        assert nodes[0] != nodes[1], f"both members on {nodes[0]} (bind errors: {errors})"
+        assert errors == ["", ""] and nodes == list(kept), (errors, nodes, kept)
+    finally:
+        for replica in replicas:
+            replica.kill()
+        stack.slurm.admin("scancel", "-n", f"k8s:{ns}/pair")

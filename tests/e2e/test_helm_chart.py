@@ -440,7 +440,7 @@ def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
         "namespaces": ["get", "list", "watch"],
         "events": ["create"],
     })
-    leases = grants({"leases.coordination.k8s.io": ["get", "create", "update"]})
+    leases = grants({"leases.coordination.k8s.io": ["get", "list", "create", "update", "delete"]})
     assert permissions(control_plane, extender, namespace) - baseline \
         == extender_cluster | leases
     assert permissions(control_plane, extender, elsewhere) - baseline == extender_cluster

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from lightkube import AsyncClient
 
-from bridge.placement.claims import PodClaims
+from bridge.placement.claims import Claims
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.placer import Placer
@@ -33,7 +33,10 @@ async def test_two_replicas_racing_on_one_pod_submit_one_job(
     assert pod.metadata is not None
     async with SlurmClient(slurm.settings()) as one, SlurmClient(slurm.settings()) as two:
         replicas = [
-            Placer(JobIndex(client), NodeMap(), PodRegistry(), claims=PodClaims(kube, name))
+            Placer(
+                JobIndex(client), NodeMap(), PodRegistry(),
+                claims=Claims(kube, name, namespace=ns),
+            )
             for name, client in (("replica-a", one), ("replica-b", two))
         ]
         verdicts = await asyncio.gather(*(r.filter(pod, ["kube-node1"]) for r in replicas))

@@ -6,7 +6,7 @@ from typing import Any, cast
 from lightkube.models.core_v1 import Pod
 
 from bridge.jobs.request import JobRequest
-from bridge.placement.claims import PodClaims
+from bridge.placement.claims import Claims
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.placer import Placer
@@ -95,15 +95,19 @@ class CountingClaims:
     def __init__(self) -> None:
         self.claims = 0
 
-    async def claim(self, pod: Pod) -> None:
+    async def claim(self, pod: Pod, owner: str) -> bool:
         self.claims += 1
         await asyncio.sleep(0.01)  # an apiserver round trip: the other caller arrives meanwhile
+        return False
+
+    async def submitted(self, pod: Pod, owner: str, job_id: int) -> None:
+        pass
 
 
 async def test_intake_and_filter_racing_on_one_pod_claim_and_submit_once() -> None:
     fake, claims = FakeSlurm(), CountingClaims()
     placer = Placer(
-        _index(fake), NodeMap(), PodRegistry(), claims=cast(PodClaims, cast(Any, claims))
+        _index(fake), NodeMap(), PodRegistry(), claims=cast(Claims, cast(Any, claims))
     )
     pod = cast(Pod, Pod.from_dict({
         "metadata": {"name": "p", "namespace": "ns", "uid": "uid-9"},

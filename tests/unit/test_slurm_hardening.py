@@ -8,18 +8,39 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from lightkube.models.core_v1 import Pod
 from prometheus_client import REGISTRY
 
 from bridge import keys
 from bridge.config import SlurmSettings
 from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
+from bridge.placement.nodes import NodeMap
+from bridge.placement.owner import owner_key
+from bridge.placement.placer import Placer
+from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.slurm.client import JobListing, SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.types import Allocation, JobState, SlurmJob
 
 BRIDGE_USER = "slurm"
+
+
+def _pod(labels: dict[str, str], annotations: dict[str, str] | None = None) -> Pod:
+    return cast(Pod, Pod.from_dict({"metadata": {
+        "name": "p", "namespace": "ns", "uid": "uid-1", "labels": labels,
+        "annotations": annotations or {},
+    }}))
+
+
+def test_owner_recorded_by_the_bridge_outlives_a_relabel() -> None:
+    assert owner_key(_pod({})) == "uid-1"
+    assert owner_key(_pod({keys.GROUP: "g"})) == "group:ns/g"
+    recorded = {keys.OWNER: "uid-1"}
+    assert owner_key(_pod({keys.GROUP: "hijack"}, recorded)) == "uid-1"
+    grouped = {keys.OWNER: "group:ns/g"}
+    assert owner_key(_pod({}, grouped)) == "group:ns/g"
 
 
 def _job(job_id: int, user: str, **fields: Any) -> dict[str, Any]:
@@ -136,3 +157,22 @@ async def test_the_poller_outlives_any_error_and_counts_it() -> None:
         assert poller.read_within(1.0)
     finally:
         task.cancel()
+
+
+async def test_known_placement_is_none_until_the_job_runs() -> None:
+    """prioritize and bind ask from memory: a pending job is "no preference", not an error."""
+    fake = BrokenOnce()
+    client = cast(SlurmClient, cast(Any, fake))
+    index = JobIndex(client)
+    placer = Placer(index, NodeMap(), PodRegistry())
+    pod = cast(Pod, Pod.from_dict({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
+        "spec": {"schedulerName": "slurmbridge", "containers": [{"name": "c", "image": "x"}]},
+    }))
+    index.record(fake.job)
+    verdict = await placer.filter(pod, ["node1"])
+    assert verdict.keep == [] and "waiting for Slurm job 1" in verdict.message
+    assert placer.known_placement("uid-1") is None
+    index.record(SlurmJob(1, "k8s:ns/p", JobState.RUNNING, "None", "uid-1", Allocation(("node1",))))
+    known = placer.known_placement("uid-1")
+    assert known is not None and known.kube_node == "node1" and known.owner == "uid-1"
