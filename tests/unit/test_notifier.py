@@ -60,12 +60,12 @@ async def test_a_job_slurm_starts_at_once_costs_only_the_job_id_annotation() -> 
     await notifier.job_known(pod, PENDING)
     await notifier.job_changed(RUNNING)
     await _settle(notifier)
-    assert kube.writes == [("annotate", f"{keys.JOB_ID},{keys.SUBMITTING}")]
+    assert kube.writes == [("annotate", f"{keys.JOB_ID},{keys.OWNER},{keys.SUBMITTING}")]
 
 
 async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
     notifier, kube, registry = _notifier()
-    pod = _pod(annotations={keys.JOB_ID: "7"})
+    pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
     registry.remember(pod)
     await notifier.job_known(pod, PENDING)
     registry.park("uid-1")  # filter answered "waiting": kube-scheduler set the pod aside
@@ -80,7 +80,7 @@ async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
 
 async def test_a_job_that_keeps_pending_is_shown_after_the_quiet_period() -> None:
     notifier, kube, registry = _notifier()
-    pod = _pod(annotations={keys.JOB_ID: "7"})
+    pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
     registry.remember(pod)
     await notifier.job_known(pod, PENDING)
     await asyncio.sleep(0)
