@@ -10,12 +10,15 @@ FROM ${BASE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# The dependencies first, from pyproject.toml alone: this layer survives code changes.
+RUN python3 -m venv /opt/slurmbridge \
+ && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > /tmp/requirements.txt \
+ && /opt/slurmbridge/bin/pip install -r /tmp/requirements.txt
 COPY bridge ./bridge
 COPY extender ./extender
 COPY admission ./admission
-# The package and its dependencies in one virtual environment, copied whole below.
-RUN python3 -m venv /opt/slurmbridge \
- && /opt/slurmbridge/bin/pip install . \
+# Then the package itself, into the same virtual environment (copied whole below).
+RUN /opt/slurmbridge/bin/pip install --no-deps . \
  && /opt/slurmbridge/bin/slurmbridge --help >/dev/null
 
 FROM ${BASE}

@@ -66,9 +66,15 @@ create_cluster() {
   local node_image
   node_image="$(bash "$here/node-image.sh")"
   if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
-    log "kind cluster $CLUSTER exists"
-    kind export kubeconfig --name "$CLUSTER" --kubeconfig "$KUBECONFIG" >/dev/null 2>&1
-    return
+    local stopped
+    stopped="$(kind get nodes --name "$CLUSTER" | xargs docker inspect -f '{{.Name}} {{.State.Running}}' | grep -v ' true$' || true)"
+    if [[ -z "$stopped" ]]; then
+      log "kind cluster $CLUSTER exists"
+      kind export kubeconfig --name "$CLUSTER" --kubeconfig "$KUBECONFIG" >/dev/null 2>&1
+      return
+    fi
+    log "kind cluster $CLUSTER has stopped nodes (${stopped//$'\n'/, }): creating it again"
+    kind delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG" >/dev/null
   fi
   log "creating kind cluster $CLUSTER from $node_image (1 control plane + 2 workers)"
   mkdir -p "$STATE"
