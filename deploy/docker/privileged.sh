@@ -9,7 +9,8 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-BASE="${1:-slurmbridge/debian:sid}"
+# The image the check runs (no registry here: a local one, built when missing).
+BASE="${1:-$(bash "$here/base-image.sh" trixie)}"
 NAME=slurmbridge-runc
 SHIM=/usr/local/libexec/slurmbridge/runc-capfilter
 CONF=/etc/docker/daemon.json
