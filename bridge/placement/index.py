@@ -33,6 +33,9 @@ class JobIndex:
         self._last_submit = -float("inf")  # loop time of the latest submit
         self._resyncing = False
         self._listing: asyncio.Future[JobListing | None] | None = None
+        # Highest job id the last full listing held (any user's job): the poller reads each
+        # newer job once, so jobs other replicas submit reach this index between resyncs.
+        self.listed_upto = 0
 
     def by_uid(self, pod_uid: str) -> SlurmJob | None:
         return self._by_uid.get(pod_uid)
@@ -112,6 +115,7 @@ class JobIndex:
         assert listing is not None  # without ``since`` Slurm always answers in full
         # Jobs submitted while the listing was under way may be missing from it: keep them.
         listed = {j.job_id for j in listing.jobs}
+        self.listed_upto = max(listed, default=self.listed_upto)
         newer = [self._by_id[i] for i in self._submitted - listed if i in self._by_id]
         self._submitted.clear()
         self._by_uid.clear()

@@ -2,7 +2,9 @@
 
 Each cycle is one ``GET /jobs/state/`` (ids and states only) plus one
 ``GET /job/<id>`` per tracked job whose state changed, plus a fixed number of
-pending jobs whose reason is refreshed round-robin.  Cycles come every
+pending jobs whose reason is refreshed round-robin, plus one for each live job
+newer than any seen before (once: jobs another replica submitted become tracked
+within a cycle, native jobs are not read again).  Cycles come every
 ``interval``, or every ``fast_interval`` for ``fast_window`` after a submit.  The full listing runs
 only at start and every ``resync_interval`` (it also cancels duplicates).
 Nothing here grows with the length of the queue except the state list's bytes.
@@ -58,6 +60,7 @@ class Poller:
         self._reasons_per_cycle = reasons_per_cycle
         self._reason_queue: deque[int] = deque()
         self._misses: dict[int, int] = {}
+        self._seen_upto = 0  # job ids up to here were read (or listed) once already
         self._fetch_slots = asyncio.Semaphore(_FETCH_CONCURRENCY)
         self.healthy = False  # the last cycle reached Slurm
         self.synced = False  # the index was built from a full listing at least once
@@ -66,8 +69,7 @@ class Poller:
 
     async def poll_once(self) -> None:
         tracked = {j.job_id: j for j in self._index.jobs() if j.state.is_live}
-        if tracked:
-            await self._refresh_tracked(tracked)
+        await self._refresh_tracked(tracked)  # even with none tracked: new jobs may appear
         live = [j for j in self._index.jobs() if j.state.is_live]
         for state in JobState:
             metrics.PLACEHOLDER_JOBS.labels(state.value).set(
@@ -79,7 +81,23 @@ class Poller:
         stale = [j for i, j in tracked.items() if states.get(i) != j.state]
         stale_ids = {j.job_id for j in stale}
         batch = stale + self._reason_batch(tracked, stale_ids)
-        await asyncio.gather(*(self._refresh(j) for j in batch))
+        self._seen_upto = max(self._seen_upto, self._index.listed_upto)
+        new = [i for i, state in states.items()
+               if i > self._seen_upto and state.is_live and i not in tracked]
+        await asyncio.gather(*(self._refresh(j) for j in batch), *(self._discover(i) for i in new))
+        self._seen_upto = max([self._seen_upto, *new])
+
+    async def _discover(self, job_id: int) -> None:
+        """Track a job this process has not seen: another replica's placeholder (the index
+        ignores native jobs).  Read once; a job that cannot be read waits for the resync."""
+        async with self._fetch_slots:
+            try:
+                job = await self._client.get_job(job_id)
+            except (SlurmJobNotFound, SlurmProtocolError) as exc:
+                log.info("poller.new_job_unreadable", job_id=job_id, error=str(exc))
+                return
+        if self._index.by_id(job_id) is None:
+            self._index.record(job)
 
     def _reason_batch(self, tracked: dict[int, SlurmJob], skip: set[int]) -> list[SlurmJob]:
         """A few pending jobs whose reason (not visible in the state list) is re-read."""

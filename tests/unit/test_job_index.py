@@ -22,6 +22,7 @@ class FakeSlurm:
     def __init__(self) -> None:
         self.jobs: dict[int, SlurmJob] = {}
         self.cancelled: list[int] = []
+        self.fetched: list[int] = []
         self.hold_listing: asyncio.Event | None = None
         self.listing_started = asyncio.Event()
 
@@ -31,7 +32,11 @@ class FakeSlurm:
         return job_id
 
     async def get_job(self, job_id: int) -> SlurmJob:
+        self.fetched.append(job_id)
         return self.jobs[job_id]
+
+    async def job_states(self) -> dict[int, JobState]:
+        return {i: j.state for i, j in self.jobs.items()}
 
     async def list_jobs(self, since: int | None = None) -> JobListing:
         snapshot = list(self.jobs.values())
@@ -89,6 +94,29 @@ async def test_a_change_seen_only_by_a_resync_is_reported() -> None:
 
     await Poller(cast(SlurmClient, cast(Any, fake)), index, on_change).resync()
     assert seen == [(JobState.PENDING, JobState.RUNNING)]
+
+
+async def test_a_job_another_replica_submitted_is_tracked_at_the_next_poll() -> None:
+    """The leader cancels the jobs of deleted pods from its own index: a job submitted by
+    another replica after the leader's last resync must reach that index within one poll."""
+    fake = FakeSlurm()
+    leader, other = _index(fake), _index(fake)
+
+    async def on_change(before: SlurmJob, after: SlurmJob) -> None:
+        return None
+
+    poller = Poller(cast(SlurmClient, cast(Any, fake)), leader, on_change)
+    await poller.resync()
+    job = await other.ensure(JobRequest(name="k8s:ns/p", pod_uid="uid-4"))
+    native = len(fake.jobs) + 1
+    fake.jobs[native] = SlurmJob(native, "native", JobState.RUNNING, "None", None, None)
+
+    await poller.poll_once()
+    tracked = leader.by_uid("uid-4")
+    assert tracked is not None and tracked.job_id == job.job_id
+    # Each new job is read once: a native job is not fetched again on every poll.
+    await poller.poll_once()
+    assert fake.fetched.count(native) == 1
 
 
 class CountingClaims:
