@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need, starts the real Slurm
-# clusters (chroots and the dockerized one) and Kubernetes control plane they use,
-# then lints and runs pytest.
+# clusters (chroots and the dockerized one), the Kubernetes control plane and the kind
+# cluster they use, then lints and runs pytest.
 # Leaves the clusters running for a faster next run unless SLURMBRIDGE_STOP=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ if [[ -z "${SLURMBRIDGE_TEST_SLURM_URL:-}" ]]; then
 fi
 
 if [[ "${SLURMBRIDGE_STOP:-0}" == 1 ]]; then
-  trap 'bash deploy/k8s/controlplane.sh down; for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh down "$v"; done; bash deploy/slurm/docker.sh down' EXIT
+  trap 'bash deploy/k8s/controlplane.sh down; for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh down "$v"; done; bash deploy/slurm/docker.sh down; bash deploy/kind/up.sh down' EXIT
 fi
 
 ruff check .
@@ -31,3 +31,8 @@ python -m pytest --junitxml=.ci/junit.xml "$@"
 if [[ -n "${docker_env:-}" ]]; then
   (eval "$docker_env"; python -m pytest tests/integration --junitxml=.ci/junit-docker.xml)
 fi
+# Real kubelets and hybrid nodes (kubelet + slurmd on each kind worker, Kubernetes 1.36, the
+# chart installed with its own RBAC): deploy/kind/up.sh builds every image here, then tests/kind.
+bash deploy/kind/up.sh
+bash deploy/kind/up.sh demo-clean
+python -m pytest -m kind tests/kind --junitxml=.ci/junit-kind.xml
