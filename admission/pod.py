@@ -43,6 +43,7 @@ class PodSpec(_Open):
     tolerations: list[Toleration] | None = None
     scheduler_name: str | None = Field(default=None, alias="schedulerName")
     node_name: str | None = Field(default=None, alias="nodeName")
+    active_deadline_seconds: int | None = Field(default=None, alias="activeDeadlineSeconds")
     scheduling_gates: list[dict[str, Any]] | None = Field(default=None, alias="schedulingGates")
 
 

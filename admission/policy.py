@@ -108,6 +108,26 @@ def _value_refusal(
     return None
 
 
+def deadline_refusal(
+    namespace: str, seconds: int | None, settings: AdmissionSettings
+) -> str | None:
+    """``activeDeadlineSeconds`` becomes the job's time limit: bounded like the annotation.
+
+    Only where the namespace sets ``max_time_limit_minutes``: a deadline mostly shortens a
+    pod's life, so without a maximum it passes (the translation caps it at Slurm's largest).
+    """
+    limit = settings.policy_for(namespace).max_time_limit_minutes
+    if seconds is None or limit is None or seconds <= 0:
+        return None
+    if -(-seconds // 60) > limit:
+        return (
+            f"spec.activeDeadlineSeconds={seconds} is too high in namespace {namespace!r}: it "
+            f"becomes the Slurm time limit, above "
+            f"{settings.policy_setting(namespace)}.max_time_limit_minutes={limit}"
+        )
+    return None
+
+
 def submit_refusal(pod: Pod, settings: AdmissionSettings) -> str | None:
     """Why the bridge must not submit a job for ``pod`` (None: go ahead).
 
@@ -121,4 +141,7 @@ def submit_refusal(pod: Pod, settings: AdmissionSettings) -> str | None:
             f"namespace {namespace!r} is not covered by slurmbridge's admission webhooks: "
             "the bridge places no pod from it; run the pod in another namespace"
         )
-    return policy_refusal(namespace, (meta.annotations if meta else None) or {}, settings)
+    deadline = pod.spec.activeDeadlineSeconds if pod.spec else None
+    return policy_refusal(
+        namespace, (meta.annotations if meta else None) or {}, settings
+    ) or deadline_refusal(namespace, deadline, settings)

@@ -8,7 +8,7 @@ from lightkube.models.core_v1 import Pod
 
 from admission.config import POLICY_ANNOTATIONS, AdmissionSettings
 from admission.pod import PodShape
-from admission.policy import policy_refusal
+from admission.policy import deadline_refusal, policy_refusal
 from admission.review import AdmissionRequest
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
@@ -58,6 +58,8 @@ def check(
             return denial
     checked = POLICY_ANNOTATIONS if old is None else [k for k in POLICY_ANNOTATIONS if k in changed]
     refusal = policy_refusal(request.namespace, after, settings, checked)
+    if refusal is None and old is None:
+        refusal = deadline_refusal(request.namespace, pod.spec.active_deadline_seconds, settings)
     if refusal:
         return Denial(403, refusal)
     if old is None:

@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from admission.app import TLSConfigError, create_app, server_config
 from admission.config import AdmissionSettings, NamespacePolicy
-from admission.policy import policy_refusal, submit_refusal
+from admission.policy import deadline_refusal, policy_refusal, submit_refusal
 from admission.scope import CachedNamespaceLabels, NamespaceLookupError, kube_namespace_labels
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
@@ -678,6 +678,12 @@ async def test_namespace_grants_are_honoured_up_to_their_limits() -> None:
                              (keys.RESERVATION, "maint,big", "'big'")):
         message = policy_refusal("ml", {**granted, key: value}, settings)
         assert message is not None and part in message and "admission.default_policy" in message
+    # activeDeadlineSeconds becomes the time limit: bounded the same way.
+    deadline = make_pod(namespace="ml", activeDeadlineSeconds=7201)
+    message = submit_refusal(cast(Pod, Pod.from_dict(deadline)), settings)
+    assert message is not None and "activeDeadlineSeconds" in message and "120" in message
+    assert deadline_refusal("ml", 7200, settings) is None
+    assert deadline_refusal("ml", 10**9, AdmissionSettings()) is None  # no maximum set
     # "false" and blank values ask for nothing.
     closed = AdmissionSettings()
     assert policy_refusal("ml", {keys.EXCLUSIVE: "false", keys.PRIORITY: " "}, closed) is None
@@ -703,3 +709,14 @@ async def test_preset_node_name_is_refused(client: httpx.AsyncClient) -> None:
                    schedulerName=keys.SCHEDULER_NAME)
     message = await denial(client, make_review(pod))
     assert "nodeName" in message and "'n1'" in message
+
+
+async def test_a_deadline_above_the_namespace_maximum_is_refused() -> None:
+    settings = AdmissionSettings(default_policy=NamespacePolicy(max_time_limit_minutes=60))
+    transport = httpx.ASGITransport(app=create_app(settings, namespace_lookup=FakeLabels()))
+    async with httpx.AsyncClient(transport=transport, base_url="https://webhook") as c:
+        long = make_pod(schedulerName=keys.SCHEDULER_NAME, activeDeadlineSeconds=3601)
+        message = await denial(c, make_review(long))
+        assert "activeDeadlineSeconds=3601" in message and "max_time_limit_minutes=60" in message
+        short = make_pod(schedulerName=keys.SCHEDULER_NAME, activeDeadlineSeconds=3600)
+        assert (await post(c, "validate", make_review(short)))["allowed"] is True
