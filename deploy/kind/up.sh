@@ -66,14 +66,21 @@ create_cluster() {
   local node_image
   node_image="$(bash "$here/node-image.sh")"
   if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
-    local stopped
-    stopped="$(kind get nodes --name "$CLUSTER" | xargs docker inspect -f '{{.Name}} {{.State.Running}}' | grep -v ' true$' || true)"
+    local stopped image_id
+    image_id="$(docker image inspect -f '{{.Id}}' "$node_image")"
+    # Stopped nodes, or nodes of an older node image (its recipe changed since).
+    stopped="$(kind get nodes --name "$CLUSTER" | xargs docker inspect -f '{{.Name}} {{.State.Running}} {{.Image}}' \
+      | grep -v " true $image_id\$" || true)"
     if [[ -z "$stopped" ]]; then
-      log "kind cluster $CLUSTER exists"
       kind export kubeconfig --name "$CLUSTER" --kubeconfig "$KUBECONFIG" >/dev/null 2>&1
-      return
+      # Nodes restarted with the engine may come back broken (e.g. other addresses).
+      if kubectl wait --for=condition=Ready nodes --all --timeout=120s >/dev/null 2>&1; then
+        log "kind cluster $CLUSTER exists"
+        return
+      fi
+      stopped="nodes not Ready"
     fi
-    log "kind cluster $CLUSTER has stopped nodes (${stopped//$'\n'/, }): creating it again"
+    log "kind cluster $CLUSTER is not usable (${stopped//$'\n'/, }): creating it again"
     kind delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG" >/dev/null
   fi
   log "creating kind cluster $CLUSTER from $node_image (1 control plane + 2 workers)"
@@ -165,8 +172,11 @@ demo() {
     docker exec "$SLURM" sbatch --parsable -J native-gpu-training --gres=gpu:2 -c 2 -w "$first" \
       -o /dev/null --wrap 'sleep 3600' >/dev/null
   fi
+  # A group name of its own each run: a group created again under an ended group's name,
+  # while Slurm still lists that job (MinJobAge), is tied to it (bridge bug, reported).
+  local group; group="allreduce-$(date +%H%M%S)"
   # create, not apply: the webhook rewrote the existing pods' GPU requests.
-  local err; err="$(kubectl -n "$DEMO_NS" create -f - 2>&1 >/dev/null <<'YAML'
+  local err; err="$(kubectl -n "$DEMO_NS" create -f - 2>&1 >/dev/null <<YAML
 apiVersion: v1
 kind: Pod
 metadata: {name: train-gpu}
@@ -179,14 +189,14 @@ spec:
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: worker-0, labels: {slurmbridge.io/group: allreduce, slurmbridge.io/group-size: "2"}}
+metadata: {name: worker-0, labels: {slurmbridge.io/group: $group, slurmbridge.io/group-size: "2"}}
 spec:
   restartPolicy: Never
   containers: [{name: main, image: registry.k8s.io/pause:3.10.2, resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: worker-1, labels: {slurmbridge.io/group: allreduce, slurmbridge.io/group-size: "2"}}
+metadata: {name: worker-1, labels: {slurmbridge.io/group: $group, slurmbridge.io/group-size: "2"}}
 spec:
   restartPolicy: Never
   containers: [{name: main, image: registry.k8s.io/pause:3.10.2, resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
@@ -202,7 +212,7 @@ YAML
   kubectl -n "$NAMESPACE" exec "deploy/$RELEASE-extender" -- slurmbridge --log-level warning status
   echo
   echo "\$ squeue"
-  docker exec "$SLURM" squeue -o '%.6i %.28j %.9T %.40N %.12b'
+  docker exec "$SLURM" squeue -o '%.6i %.34j %.9T %.40N %.12b'
   echo "\$ scontrol show job -d (GPU indices per job)"
   docker exec "$SLURM" scontrol show job -d -o | awk '/JobState=RUNNING/ {
     id = name = nodes = gres = ""
@@ -213,7 +223,7 @@ YAML
       else if ($i ~ /^Nodes=/) node = substr($i, 7)
       else if ($i ~ /^GRES=/) gres = gres " " node ":" substr($i, 6)
     }
-    printf "  %5s %-28s %-40s %s\n", id, name, nodes, (gres == "" ? " -" : gres) }'
+    printf "  %5s %-34s %-40s %s\n", id, name, nodes, (gres == "" ? " -" : gres) }'
 }
 
 up() {
