@@ -79,9 +79,16 @@ async def test_mixed_load_never_shares_a_gpu_and_pending_pods_say_why(
                 )
 
             await wait_for(says_why, 30, what=f"Slurm's pending reason in the events of {name}")
-            pod = await kube.get(Pod, name, namespace=ns)
-            conditions = {c.type: c for c in (pod.status.conditions or [])} if pod.status else {}
-            assert conditions[keys.POD_CONDITION_SLURM].status == "False"
+
+            # The notifier writes the event, then the condition: a reader may come between.
+            async def condition(pod: str = name) -> str | None:
+                got = await kube.get(Pod, pod, namespace=ns)
+                conditions = got.status.conditions or [] if got.status else []
+                return next((c.status for c in conditions
+                             if c.type == keys.POD_CONDITION_SLURM), None)
+
+            assert await wait_for(condition, 10, what=f"{name}'s {keys.POD_CONDITION_SLURM}") \
+                == "False"
     finally:
         slurm.admin("scancel", *native)
 
