@@ -19,8 +19,12 @@ CONSTRAINTS: Final = PREFIX + "constraints"
 PRIORITY: Final = PREFIX + "priority"
 TIME_LIMIT: Final = PREFIX + "time-limit"
 EXCLUSIVE: Final = PREFIX + "exclusive"
+# The Slurm user the pod's job runs as: filled in by the webhook from the namespace's tenancy
+# (admission/tenancy.py); a pod may only name its namespace's user.
+SLURM_USER: Final = PREFIX + "slurm-user"
 USER_ANNOTATIONS: Final = (
     PARTITION, ACCOUNT, QOS, RESERVATION, WCKEY, CONSTRAINTS, PRIORITY, TIME_LIMIT, EXCLUSIVE,
+    SLURM_USER,
 )
 
 # Annotations the webhook writes: the GPU count moved out of the pod's resources.
@@ -60,6 +64,13 @@ UNAVAILABLE_TAINT: Final = PREFIX + "slurm-unavailable"
 
 # Pod / node condition types.
 POD_CONDITION_SLURM: Final = "SlurmJobAllocated"
+# Condition reason (on POD_CONDITION_SLURM) and event reason when Slurm preempts a pod's job.
+REASON_PREEMPTED: Final = "PreemptedBySlurm"
+EVENT_PREEMPTED: Final = "SlurmPreempted"
+# Event reasons: Slurm refused to submit the pod's job; the pod's grace period outlasts the
+# QOS GraceTime (Slurm kills the job before the pod has stopped).
+EVENT_SUBMIT_REFUSED: Final = "SlurmSubmitRefused"
+EVENT_GRACE_TOO_LONG: Final = "GraceLongerThanSlurm"
 NODE_CONDITION_SLURM: Final = "SlurmNodeAvailable"
 
 # Extended resource names of GPUs that Slurm allocates instead of the device plugin.
