@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kube-scheduler, kubectl (from k8s.io/kubernetes) and
+# Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (from k8s.io/kubernetes) and
 # helm (from helm.sh/helm/v3) with the Go toolchain, cached by version.  A
 # second run builds nothing.  Prints the bin directory on stdout.
 #   K8S_VERSION=1.36.3 K8S_TOOLS="kubelet kubeadm ..." build.sh    other version / binaries
@@ -11,7 +11,7 @@ HELM_VERSION="${HELM_VERSION:-3.22.0}"
 CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 BIN="$CACHE/k8s-$K8S_VERSION/bin"
 HELM_BIN="$CACHE/helm-$HELM_VERSION/bin"
-read -r -a K8S_TOOLS <<< "${K8S_TOOLS:-kube-apiserver kube-scheduler kubectl}"
+read -r -a K8S_TOOLS <<< "${K8S_TOOLS:-kube-apiserver kube-controller-manager kube-scheduler kubectl}"
 # Every command any caller builds: tools.go pins them all, so the wrapper module's
 # go.sum stays the same whichever subset one run asks for.
 ALL_TOOLS=(kube-apiserver kube-scheduler kubectl kube-controller-manager kube-proxy kubelet kubeadm)

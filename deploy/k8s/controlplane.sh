@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on 127.0.0.1 for tests and development:
-# etcd (Debian's etcd-server) + kube-apiserver + kube-scheduler, no kubelet.
+# etcd (Debian's etcd-server) + kube-apiserver + kube-controller-manager +
+# kube-scheduler, no kubelet.
 #   controlplane.sh up                     start (idempotent: healthy -> nothing to do)
 #   controlplane.sh down                   stop every process it started, drop cluster state
 #   controlplane.sh env                    print KUBECONFIG, server URL, bin dir (KEY=VALUE)
@@ -12,8 +13,9 @@
 #                                          SLURMBRIDGE_CP_HOLDER); `down` when none is left.
 #                                          An `up` without that variable holds it until `down`.
 # Fixed ports (all 127.0.0.1, clear of Slurm's 6817-6830 and 7817-7830, below the
-# ephemeral range): etcd 12379 (peer 12380), kube-apiserver 16443, default
-# kube-scheduler 16459, extra schedulers 16460-16479.  State: $CACHE/k8s/run/.
+# ephemeral range): etcd 12379 (peer 12380), kube-apiserver 16443,
+# kube-controller-manager 16457, default kube-scheduler 16459, extra schedulers
+# 16460-16479.  State: $CACHE/k8s/run/.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,11 +29,23 @@ ETCD_PORT="${SLURMBRIDGE_ETCD_PORT:-12379}"
 ETCD_PEER_PORT="${SLURMBRIDGE_ETCD_PEER_PORT:-12380}"
 APISERVER_PORT="${SLURMBRIDGE_APISERVER_PORT:-16443}"
 SCHEDULER_PORT="${SLURMBRIDGE_SCHEDULER_PORT:-16459}"
+CONTROLLER_MANAGER_PORT="${SLURMBRIDGE_CONTROLLER_MANAGER_PORT:-16457}"
 EXTRA_PORTS=($(seq "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MIN:-16460}" "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MAX:-16479}"))
 SERVER="https://127.0.0.1:$APISERVER_PORT"
 SERVICE_CIDR="10.96.0.0/12"
 ETCD_SUITE_VERSION=26.05   # the Slurm chroot (Debian sid) that carries etcd-server
 READY_TIMEOUT="${SLURMBRIDGE_CP_TIMEOUT:-90}"
+# The Workload API (scheduling.k8s.io/v1beta1 Workload + PodGroup, pod
+# spec.schedulingGroup; beta and off by default in 1.37) and the Job controller
+# creating them for Jobs (alpha): on in every component, as a cluster would set them.
+FEATURE_GATES="GenericWorkload=true,WorkloadWithJob=true"
+RUNTIME_CONFIG="scheduling.k8s.io/v1beta1=true"
+# kube-controller-manager: the default set minus node-lifecycle-controller.  Nodes
+# here are API objects without a kubelet: nobody renews their heartbeat Lease or
+# status, so that controller would mark every node NotReady after
+# --node-monitor-grace-period (50 s), taint it node.kubernetes.io/unreachable
+# (NoSchedule: nothing schedules; NoExecute: taint-eviction deletes the pods).
+CONTROLLERS="*,-node-lifecycle-controller"
 
 log() { echo "[k8s] $*" >&2; }
 die() { echo "[k8s] error: $*" >&2; exit 1; }
@@ -104,12 +118,14 @@ etcd_healthy() { curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/
 apiserver_healthy() { curl -fsS --max-time 3 --cacert "$PKI/ca.crt" "$SERVER/readyz" >/dev/null 2>&1; }
 # Schedulers serve a self-signed cert; /readyz is open to anonymous callers.
 scheduler_healthy() { curl -fsSk --max-time 3 "https://127.0.0.1:$1/readyz" >/dev/null 2>&1; }
+# Same for kube-controller-manager's /healthz (it has no /readyz).
+controller_manager_healthy() { curl -fsSk --max-time 3 "https://127.0.0.1:$CONTROLLER_MANAGER_PORT/healthz" >/dev/null 2>&1; }
 
 # --- prerequisites -----------------------------------------------------------
 
 require_binaries() {
   local t missing=()
-  for t in kube-apiserver kube-scheduler kubectl; do [[ -x "$BIN/$t" ]] || missing+=("$BIN/$t"); done
+  for t in kube-apiserver kube-controller-manager kube-scheduler kubectl; do [[ -x "$BIN/$t" ]] || missing+=("$BIN/$t"); done
   (( ${#missing[@]} == 0 )) || die "missing ${missing[*]}: build with K8S_VERSION=$K8S_VERSION $here/build.sh (first run ~10 min)"
   local c; for c in openssl curl flock; do command -v "$c" >/dev/null || die "$c is missing: apt-get install $c"; done
 }
@@ -153,7 +169,10 @@ sign() {
 # Like kubeadm: cluster CA (serving + clients), front-proxy CA (aggregation
 # request headers, which every component's delegated authn reads), SA keys.
 ensure_pki() {
-  [[ -s "$PKI/ca.crt" && -s "$PKI/sa.key" && -s "$PKI/front-proxy-client.crt" ]] && return
+  if [[ -s "$PKI/ca.crt" && -s "$PKI/sa.key" && -s "$PKI/front-proxy-client.crt" ]]; then
+    ensure_controller_manager_cert
+    return
+  fi
   log "generating CA, serving, client and service-account keys in $PKI"
   rm -rf "$PKI"; mkdir -p "$PKI"; chmod 700 "$PKI"
   new_ca ca slurmbridge-test-ca
@@ -167,10 +186,20 @@ extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   sign ca admin "/O=system:masters/CN=kubernetes-admin" "$client"
   sign ca scheduler "/CN=system:kube-scheduler" "$client"
+  ensure_controller_manager_cert
   sign front-proxy-ca front-proxy-client "/CN=front-proxy-client" "$client"
   openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
   openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
   rm -f "$RUN"/*.kubeconfig
+}
+
+# Added later than the rest: a PKI made before it gets the cert without starting over.
+ensure_controller_manager_cert() {
+  [[ -s "$PKI/controller-manager.crt" ]] && return
+  sign ca controller-manager "/CN=system:kube-controller-manager" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+  rm -f "$RUN/controller-manager.kubeconfig"
 }
 
 b64() { base64 -w0 < "$1"; }
@@ -201,6 +230,8 @@ KC
 ensure_kubeconfigs() {
   [[ -s "$RUN/admin.kubeconfig" ]] || write_kubeconfig "$RUN/admin.kubeconfig" admin kubernetes-admin
   [[ -s "$RUN/scheduler.kubeconfig" ]] || write_kubeconfig "$RUN/scheduler.kubeconfig" scheduler system:kube-scheduler
+  [[ -s "$RUN/controller-manager.kubeconfig" ]] \
+    || write_kubeconfig "$RUN/controller-manager.kubeconfig" controller-manager system:kube-controller-manager
 }
 
 # --- components --------------------------------------------------------------
@@ -243,6 +274,7 @@ start_apiserver() {
     --authorization-mode Node,RBAC \
     --enable-admission-plugins NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
     --endpoint-reconciler-type none \
+    --feature-gates "$FEATURE_GATES" --runtime-config "$RUNTIME_CONFIG" \
     --allow-privileged=true --profiling=false
   wait_ready kube-apiserver apiserver_healthy
 }
@@ -258,9 +290,30 @@ start_default_scheduler() {
     --kubeconfig "$RUN/scheduler.kubeconfig" \
     --authentication-kubeconfig "$RUN/scheduler.kubeconfig" --authorization-kubeconfig "$RUN/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --cert-dir "$RUN/scheduler-default-certs" \
-    --leader-elect=false
+    --feature-gates "$FEATURE_GATES" --leader-elect=false
   echo "$SCHEDULER_PORT" > "$RUN/scheduler-default.port"
   wait_ready scheduler-default scheduler_healthy "$SCHEDULER_PORT"
+}
+
+# Identity system:kube-controller-manager (bootstrap RBAC); each controller then runs
+# as its own kube-system ServiceAccount (--use-service-account-credentials), as
+# kubeadm sets it.  The SA signing key makes the legacy token controller work and
+# --root-ca-file is what it puts next to each token.  Leader election off: one instance.
+start_controller_manager() {
+  stop controller-manager
+  listening "$CONTROLLER_MANAGER_PORT" && die "port $CONTROLLER_MANAGER_PORT is taken by another process (set SLURMBRIDGE_CONTROLLER_MANAGER_PORT)"
+  log "starting kube-controller-manager on port $CONTROLLER_MANAGER_PORT (controllers $CONTROLLERS)"
+  start controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig "$RUN/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$RUN/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$RUN/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$CONTROLLER_MANAGER_PORT" --cert-dir "$RUN/controller-manager-certs" \
+    --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --client-ca-file "$PKI/ca.crt" \
+    --root-ca-file "$PKI/ca.crt" --service-account-private-key-file "$PKI/sa.key" \
+    --use-service-account-credentials --service-cluster-ip-range "$SERVICE_CIDR" \
+    --controllers "$CONTROLLERS" --feature-gates "$FEATURE_GATES" \
+    --leader-elect=false --profiling=false
+  wait_ready controller-manager controller_manager_healthy
 }
 
 write_env() {
@@ -285,12 +338,14 @@ cmd_up() {
   ensure_pki
   ensure_kubeconfigs
   if alive etcd && etcd_healthy && alive kube-apiserver && apiserver_healthy \
+      && alive controller-manager && controller_manager_healthy \
       && alive scheduler-default && scheduler_healthy "$SCHEDULER_PORT"; then
     log "control plane already up at $SERVER"
   else
     ensure_etcd
     if ! { alive etcd && etcd_healthy; }; then start_etcd; stop kube-apiserver; fi
     alive kube-apiserver && apiserver_healthy || start_apiserver
+    alive controller-manager && controller_manager_healthy || start_controller_manager
     alive scheduler-default && scheduler_healthy "$SCHEDULER_PORT" || start_default_scheduler
     log "control plane up at $SERVER (kube-apiserver v$K8S_VERSION)"
   fi
@@ -306,6 +361,7 @@ down_locked() {
     [[ -e "$f" ]] || continue
     name="$(basename "$f" .pid)"; stop "$name"
   done
+  stop controller-manager
   stop kube-apiserver
   stop etcd
   rm -rf "$RUN/etcd-data" "$RUN/holders" "$RUN/env" "$RUN"/scheduler-*.yaml "$RUN"/*-certs
@@ -335,7 +391,7 @@ cmd_env() {
 
 cmd_status() {
   local f name port
-  for name in etcd kube-apiserver; do
+  for name in etcd kube-apiserver controller-manager; do
     if alive "$name"; then echo "$name running (pid $(pid_of "$name"))"; else echo "$name stopped"; fi
   done
   for f in "$RUN"/scheduler-*.pid; do
@@ -393,7 +449,8 @@ cmd_scheduler() {
   log "starting kube-scheduler '$name' on port $port with $config"
   start "scheduler-$name" "$BIN/kube-scheduler" --config "$RUN/scheduler-$name.yaml" \
     --authentication-kubeconfig "$RUN/scheduler.kubeconfig" --authorization-kubeconfig "$RUN/scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port "$port" --cert-dir "$RUN/scheduler-$name-certs"
+    --bind-address 127.0.0.1 --secure-port "$port" --cert-dir "$RUN/scheduler-$name-certs" \
+    --feature-gates "$FEATURE_GATES"
   echo "$port" > "$RUN/scheduler-$name.port"
   wait_ready "scheduler-$name" scheduler_healthy "$port"
   echo "$port"
