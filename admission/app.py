@@ -25,6 +25,7 @@ from admission.scope import (
     Scope,
     kube_namespace_labels,
 )
+from admission.tenancy import TenancySource
 from bridge.jobs.translate import job_request_for_pod
 
 log = structlog.get_logger(__name__)
@@ -44,8 +45,11 @@ def create_app(
     settings: AdmissionSettings,
     namespace_lookup: NamespaceLabels | None = None,
     translate: validate.PodTranslator = job_request_for_pod,
+    tenancy: TenancySource | None = None,
 ) -> FastAPI:
-    """The webhook app; ``namespace_lookup`` defaults to the API server (cached either way)."""
+    """The webhook app; ``namespace_lookup`` defaults to the API server (cached either way),
+    ``tenancy`` to the file ``settings.tenancy_file`` (re-read when it changes)."""
+    tenancy = tenancy or TenancySource(settings.tenancy_file)
     labels = CachedNamespaceLabels(
         namespace_lookup or kube_namespace_labels(), settings.namespace_cache_ttl_seconds
     )
@@ -55,7 +59,9 @@ def create_app(
     async def review(endpoint: Endpoint, http: Request) -> JSONResponse:
         try:
             request = _parse(await http.body())
-            response = await _decide(endpoint, request, scope, settings, translate)
+            response = await _decide(
+                endpoint, request, scope, settings, translate, tenancy=tenancy
+            )
         except BadReview as err:
             log.warning("admission.bad_review", endpoint=endpoint, reason=str(err))
             return JSONResponse({"error": str(err)}, status_code=400)
@@ -118,6 +124,8 @@ async def _decide(
     scope: Scope,
     settings: AdmissionSettings,
     translate: validate.PodTranslator,
+    *,
+    tenancy: TenancySource,
 ) -> AdmissionResponse:
     """One review's answer."""
     if (request.resource.group, request.resource.resource) != ("", "pods"):
@@ -136,14 +144,17 @@ async def _decide(
     if not in_scope:
         return AdmissionResponse.allow(request.uid)
     if endpoint == "validate":
-        denial = validate.check(request, pod, old, settings, translate)
+        denial = validate.check(request, pod, old, settings, translate, tenancy=tenancy)
         if denial:
             return AdmissionResponse.deny(request.uid, denial.code, denial.message)
         return AdmissionResponse.allow(request.uid)
     if old is not None:  # a pod's spec is (nearly) immutable: mutate on creation only
         return AdmissionResponse.allow(request.uid)
     try:
-        return AdmissionResponse.allow(request.uid, patch=mutate.patch_for(pod))
+        defaults = tenancy.current().defaults(
+            request.namespace, pod.annotations, pod.spec.priority_class_name
+        )
+        return AdmissionResponse.allow(request.uid, patch=mutate.patch_for(pod, defaults))
     except mutate.InvalidGpuRequest as err:
         return AdmissionResponse.deny(request.uid, 422, str(err))
 

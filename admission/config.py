@@ -13,7 +13,7 @@ from bridge import keys
 # The user annotations a namespace policy restricts: every one that changes what Slurm grants.
 POLICY_ANNOTATIONS = (
     keys.ACCOUNT, keys.PARTITION, keys.QOS, keys.RESERVATION, keys.WCKEY, keys.CONSTRAINTS,
-    keys.PRIORITY, keys.TIME_LIMIT, keys.EXCLUSIVE,
+    keys.PRIORITY, keys.TIME_LIMIT, keys.EXCLUSIVE, keys.SLURM_USER,
 )
 
 
@@ -65,6 +65,12 @@ class AdmissionSettings(BaseModel):
         default_factory=list,
         description="namespaces the webhooks never see besides kube-system and the bridge's own "
         "(the chart's webhook.excludeNamespaces): the bridge places no pod from them",
+    )
+    tenancy_file: Path | None = Field(
+        None,
+        description="YAML file mapping each namespace to its Slurm account, user, partitions "
+        "and QOS, and PriorityClasses to QOS (docs/operations.md, Tenancy); re-read when it "
+        "changes.  Unset: no namespace is mapped and every pod is refused, saying so",
     )
     namespace_cache_ttl_seconds: float = Field(default=30.0, ge=0)
     tls_cert_file: Path | None = None

@@ -6,6 +6,7 @@ the pod already has the wanted value, so the patch of a patched pod is empty
 """
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from admission.pod import Container, PodShape
@@ -41,13 +42,19 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def patch_for(pod: PodShape) -> list[PatchOp]:
-    """The JSON Patch that makes ``pod`` a slurmbridge pod; raises ``InvalidGpuRequest``."""
+def patch_for(pod: PodShape, defaults: Mapping[str, str] | None = None) -> list[PatchOp]:
+    """The JSON Patch that makes ``pod`` a slurmbridge pod; raises ``InvalidGpuRequest``.
+
+    ``defaults``: annotations the namespace's tenancy fills in (account, user, partition,
+    QOS), only those the pod does not set itself (``TenancyMap.defaults``).
+    """
     ops: list[PatchOp] = []
     if pod.spec.scheduler_name != keys.SCHEDULER_NAME:
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": keys.SCHEDULER_NAME})
     ops += _toleration_ops(pod)
-    ops += _gpu_ops(pod)
+    gpu_ops, gpus = _gpu_ops(pod)
+    ops += gpu_ops
+    ops += _annotation_ops(pod, {**(defaults or {}), **({keys.GPUS: gpus} if gpus else {})})
     for field, containers in _container_lists(pod):
         for index, container in enumerate(containers):
             ops += _env_ops(pointer("spec", field, index), container)
@@ -71,8 +78,8 @@ def _toleration_ops(pod: PodShape) -> list[PatchOp]:
     return [] if tolerated else [{"op": "add", "path": "/spec/tolerations/-", "value": TOLERATION}]
 
 
-def _gpu_ops(pod: PodShape) -> list[PatchOp]:
-    """Move GPU requests and limits out of every container into the ``gpus`` annotation.
+def _gpu_ops(pod: PodShape) -> tuple[list[PatchOp], str | None]:
+    """Move GPU requests and limits out of every container; the ``gpus`` annotation's value.
 
     The device plugin must not pick devices on its own: Slurm is the only GPU allocator.
     With no GPU resource left (e.g. an already patched pod) the annotation is left alone.
@@ -92,10 +99,9 @@ def _gpu_ops(pod: PodShape) -> list[PatchOp]:
                     ops.append({"op": "remove", "path": path})
             counts[field].append((max(found, default=0), container.restart_policy == "Always"))
     if not ops:
-        return []
+        return [], None
     app = sum(n for n, _ in counts["containers"])
-    value = str(effective_gpus(app, counts["initContainers"]))
-    return ops + _annotation_ops(pod, keys.GPUS, value)
+    return ops, str(effective_gpus(app, counts["initContainers"]))
 
 
 def effective_gpus(app_total: int, init: list[tuple[int, bool]]) -> int:
@@ -126,14 +132,19 @@ def _gpu_count(container: str, quantity: Any) -> int:
     return int(text)
 
 
-def _annotation_ops(pod: PodShape, key: str, value: str) -> list[PatchOp]:
-    if "metadata" not in pod.model_fields_set:
-        return [{"op": "add", "path": "/metadata", "value": {"annotations": {key: value}}}]
-    if pod.metadata.annotations is None:
-        return [{"op": "add", "path": "/metadata/annotations", "value": {key: value}}]
-    if pod.metadata.annotations.get(key) == value:
+def _annotation_ops(pod: PodShape, values: Mapping[str, str]) -> list[PatchOp]:
+    """Set these annotations (one op where the pod has none yet: ops on one path do not add up)."""
+    if not values:
         return []
-    return [{"op": "add", "path": pointer("metadata", "annotations", key), "value": value}]
+    if "metadata" not in pod.model_fields_set:
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": dict(values)}}]
+    if pod.metadata.annotations is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(values)}]
+    current = pod.metadata.annotations
+    return [
+        {"op": "add", "path": pointer("metadata", "annotations", key), "value": value}
+        for key, value in values.items() if current.get(key) != value
+    ]
 
 
 def _env_ops(path: str, container: Container) -> list[PatchOp]:

@@ -45,6 +45,7 @@ class PodSpec(_Open):
     node_name: str | None = Field(default=None, alias="nodeName")
     active_deadline_seconds: int | None = Field(default=None, alias="activeDeadlineSeconds")
     scheduling_gates: list[dict[str, Any]] | None = Field(default=None, alias="schedulingGates")
+    priority_class_name: str | None = Field(default=None, alias="priorityClassName")
 
 
 class ObjectMeta(_Open):

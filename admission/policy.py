@@ -4,17 +4,23 @@ Checked by the validating webhook when a pod is created, and again by the bridge
 before it submits the pod's job: the bridge does not trust that admission ran (a namespace
 the webhooks skip, a webhook registered with ``failurePolicy: Ignore``, a policy tightened
 since).  A refusal names the namespace setting an admin would change.
+
+Account, user, partitions and QOS come from the namespace's tenancy (``tenancy.py``) where
+it sets them, else from the namespace policy: one check, two sources.
 """
 
+import copy
 from collections.abc import Iterable, Mapping
 
 from lightkube.models.core_v1 import Pod
+from lightkube.models.meta_v1 import ObjectMeta
 
 from admission.config import POLICY_ANNOTATIONS, AdmissionSettings, NamespacePolicy
+from admission.tenancy import TENANT_FIELDS, TenancyMap, TenancySource, missing_tenant
 from bridge import keys
 from bridge.jobs.timelimit import parse_time_limit
 
-_LISTS = (keys.ACCOUNT, keys.PARTITION, keys.QOS, keys.RESERVATION, keys.WCKEY)
+_LISTS = (keys.ACCOUNT, keys.PARTITION, keys.QOS, keys.RESERVATION, keys.WCKEY, keys.SLURM_USER)
 # Lists whose empty value allows anything (the others: an empty list allows nothing).
 _OPEN_LISTS = (keys.ACCOUNT, keys.PARTITION, keys.QOS)
 _LIST_SETTING = {
@@ -28,8 +34,9 @@ def policy_refusal(
     annotations: Mapping[str, str],
     settings: AdmissionSettings,
     checked: Iterable[str] = POLICY_ANNOTATIONS,
+    tenancy: TenancyMap | None = None,
 ) -> str | None:
-    """Why the namespace's policy refuses these annotations (None: allowed).
+    """Why the namespace's policy (and tenancy) refuses these annotations (None: allowed).
 
     A blank value counts as unset, as the translation reads it.  A value the translation
     would refuse anyway (not a number, ...) is left to the translation's message.
@@ -41,8 +48,8 @@ def policy_refusal(
     for key in checked:
         value = present.get(key)
         if key in _LISTS:
-            where = f"{setting}.{_LIST_SETTING[key]}"
-            refusal = _list_refusal(key, value, policy, where, ns)
+            allowed, where = _allowed(key, namespace, policy, setting, tenancy)
+            refusal = _list_refusal(key, value, allowed, where, ns)
         elif value is None:
             continue
         else:
@@ -52,10 +59,21 @@ def policy_refusal(
     return None
 
 
+def _allowed(
+    key: str, namespace: str, policy: NamespacePolicy, setting: str, tenancy: TenancyMap | None
+) -> tuple[list[str], str]:
+    """The values allowed for a list annotation, and where an admin sets them."""
+    tenant = tenancy.tenant(namespace) if tenancy is not None else None
+    from_tenant = tenant.allowed(key) if tenant is not None else []
+    if from_tenant or key == keys.SLURM_USER:  # the user comes from the tenancy only
+        place = tenancy.setting(namespace) if tenancy is not None else f"namespaces.{namespace}"
+        return from_tenant, f"tenancy {place}.{TENANT_FIELDS[key]}"
+    return policy.allowed(key), f"{setting}.{_LIST_SETTING[key]}"
+
+
 def _list_refusal(
-    key: str, value: str | None, policy: NamespacePolicy, setting: str, ns: str
+    key: str, value: str | None, allowed: list[str], setting: str, ns: str
 ) -> str | None:
-    allowed = policy.allowed(key)
     if key in _OPEN_LISTS and not allowed:
         return None
     if value is None:
@@ -128,20 +146,41 @@ def deadline_refusal(
     return None
 
 
-def submit_refusal(pod: Pod, settings: AdmissionSettings) -> str | None:
-    """Why the bridge must not submit a job for ``pod`` (None: go ahead).
+class SubmitRefused(Exception):
+    """The bridge must not submit this pod's job; the message says why and what to change."""
+
+
+def for_submit(pod: Pod, settings: AdmissionSettings, tenancy: TenancySource) -> Pod:
+    """``pod`` as the bridge submits it, or ``SubmitRefused``.
 
     The last check before Slurm hears of a pod, whatever admission did: the pod's
-    namespace must be one the webhooks cover, and its annotations within policy.
+    namespace must be one the webhooks cover and have a tenancy, whose defaults are filled
+    in here where the webhook did not (it may not have run), and the annotations must be
+    within tenancy and policy.  The tenancy is read as it is now: a namespace unmapped since
+    the pod was admitted is refused.
     """
-    meta = pod.metadata
-    namespace = (meta.namespace if meta else None) or ""
+    meta = pod.metadata or ObjectMeta()
+    namespace = meta.namespace or ""
     if namespace in settings.excluded_namespaces:
-        return (
+        raise SubmitRefused(
             f"namespace {namespace!r} is not covered by slurmbridge's admission webhooks: "
             "the bridge places no pod from it; run the pod in another namespace"
         )
+    mapping = tenancy.current()
+    if mapping.tenant(namespace) is None:
+        raise SubmitRefused(missing_tenant(namespace, tenancy))
+    annotations = dict(meta.annotations or {})
+    priority_class = pod.spec.priorityClassName if pod.spec else None
+    annotations.update(mapping.defaults(namespace, annotations, priority_class))
     deadline = pod.spec.activeDeadlineSeconds if pod.spec else None
-    return policy_refusal(
-        namespace, (meta.annotations if meta else None) or {}, settings
+    refusal = policy_refusal(
+        namespace, annotations, settings, tenancy=mapping
     ) or deadline_refusal(namespace, deadline, settings)
+    if refusal:
+        raise SubmitRefused(refusal)
+    if annotations == (meta.annotations or {}):
+        return pod
+    filled = copy.deepcopy(pod)
+    assert filled.metadata is not None
+    filled.metadata.annotations = annotations
+    return filled

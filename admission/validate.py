@@ -10,6 +10,7 @@ from admission.config import POLICY_ANNOTATIONS, AdmissionSettings
 from admission.pod import PodShape
 from admission.policy import deadline_refusal, policy_refusal
 from admission.review import AdmissionRequest
+from admission.tenancy import TenancySource, missing_tenant
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
 
@@ -31,6 +32,8 @@ def check(
     old: PodShape | None,
     settings: AdmissionSettings,
     translate: PodTranslator,
+    *,
+    tenancy: TenancySource,
 ) -> Denial | None:
     """The first reason to refuse ``pod`` (CREATE, or UPDATE from ``old``), or None to admit."""
     if old is None and pod.is_bound and pod.spec.scheduler_name == keys.SCHEDULER_NAME:
@@ -56,8 +59,11 @@ def check(
         denial = _frozen(pod, old, changed)
         if denial:
             return denial
+    mapping = tenancy.current()
+    if old is None and mapping.tenant(request.namespace) is None:
+        return Denial(403, missing_tenant(request.namespace, tenancy))
     checked = POLICY_ANNOTATIONS if old is None else [k for k in POLICY_ANNOTATIONS if k in changed]
-    refusal = policy_refusal(request.namespace, after, settings, checked)
+    refusal = policy_refusal(request.namespace, after, settings, checked, mapping)
     if refusal is None and old is None:
         refusal = deadline_refusal(request.namespace, pod.spec.active_deadline_seconds, settings)
     if refusal:

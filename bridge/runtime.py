@@ -2,12 +2,13 @@
 
 import asyncio
 import contextlib
-import functools
 
 import structlog
+from lightkube.models.core_v1 import Pod as PodModel
 from lightkube.resources.core_v1 import Node, Pod
 
-from admission.policy import submit_refusal
+from admission.policy import SubmitRefused, for_submit
+from admission.tenancy import TenancySource
 from bridge import metrics
 from bridge.binding.binder import Binder
 from bridge.config import Settings
@@ -21,7 +22,7 @@ from bridge.placement.index import JobIndex
 from bridge.placement.intake import UNBOUND, Intake
 from bridge.placement.nodes import NodeMap
 from bridge.placement.notifier import PodNotifier
-from bridge.placement.placer import Placer
+from bridge.placement.placer import PlacementError, Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.slurm.client import SlurmClient
@@ -41,6 +42,7 @@ class Bridge:
         self.index = JobIndex(self.slurm)
         self.nodes = NodeMap()
         self.pods = PodRegistry()
+        self.tenancy = TenancySource(settings.admission.tenancy_file)
         self.notifier = PodNotifier(
             self.kube, self.pods, quiet_seconds=settings.placement.notify_quiet_seconds
         )
@@ -53,7 +55,7 @@ class Bridge:
         self.placer = Placer(
             self.index, self.nodes, self.pods, self.notifier.job_known,
             claims=self.claims,
-            admit=functools.partial(submit_refusal, settings=settings.admission),
+            admit=self._admit,
         )
         self.binder = Binder(
             self.kube, self.placer, cuda_numbering=settings.placement.cuda_visible_devices
@@ -75,6 +77,13 @@ class Bridge:
         )
         self.nodesync = NodeSync(self.kube, self.slurm, self.nodes)
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _admit(self, pod: PodModel) -> PodModel:
+        """The pod as its job is submitted: tenancy and policy as they are now."""
+        try:
+            return for_submit(pod, self.settings.admission, self.tenancy)
+        except SubmitRefused as exc:
+            raise PlacementError(str(exc)) from exc
 
     async def _job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
         await self.notifier.job_changed(after)

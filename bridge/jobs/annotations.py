@@ -42,6 +42,7 @@ class SlurmOptions:
     time_limit_minutes: int | None = None
     exclusive: bool = False
     gpus: int | None = None  # written by the webhook when it moves the GPU request
+    user: str | None = None  # the namespace's Slurm user (tenancy), filled in by the webhook
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,7 @@ def slurm_options(annotations: Mapping[str, str] | None) -> SlurmOptions:
         time_limit_minutes=read(keys.TIME_LIMIT, _time_limit),
         exclusive=read(keys.EXCLUSIVE, _flag) or False,
         gpus=read(keys.GPUS, _count),
+        user=read(keys.SLURM_USER, _name),
     )
 
 

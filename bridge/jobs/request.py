@@ -21,6 +21,7 @@ class JobRequest:
     time_limit_minutes: int | None = None
     partition: str | None = None
     account: str | None = None
+    user: str | None = None  # Slurm user the job runs as; None: the bridge's own (slurm.user)
     qos: str | None = None
     reservation: str | None = None
     wckey: str | None = None

@@ -34,6 +34,7 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
         time_limit_minutes=options.time_limit_minutes or _deadline_minutes(pod),
         partition=options.partition,
         account=options.account,
+        user=options.user,
         qos=options.qos,
         reservation=options.reservation,
         wckey=options.wckey,

@@ -70,8 +70,9 @@ class ClaimedElsewhere(PlacementError):
 
 
 OnJobKnown = Callable[[Pod, SlurmJob], Awaitable[None]]
-# Why a pod's job must not be submitted (namespace not covered, outside policy), or None.
-SubmitCheck = Callable[[Pod], str | None]
+# The pod as its job is submitted (the namespace's tenancy filled in); raises PlacementError
+# when it must not be (namespace not covered or not mapped, outside tenancy or policy).
+SubmitCheck = Callable[[Pod], Pod]
 
 
 class Placer:
@@ -165,9 +166,8 @@ class Placer:
             attempt.exception()  # retrieved: every waiter has seen it, or none is left
 
     async def _claim_and_submit(self, pod: Pod, owner: str) -> SlurmJob:
-        refusal = self._admit(pod) if self._admit is not None else None
-        if refusal:  # checked here too: the bridge does not trust that admission ran
-            raise PlacementError(refusal)
+        if self._admit is not None:  # checked here too: the bridge does not trust admission
+            pod = self._admit(pod)
         request = dataclasses.replace(job_request_for_pod(pod), pod_uid=owner)
         if self._claims is None:
             return await self._index.ensure(request)

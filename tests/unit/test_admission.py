@@ -23,8 +23,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from admission.app import TLSConfigError, create_app, server_config
 from admission.config import AdmissionSettings, NamespacePolicy
-from admission.policy import deadline_refusal, policy_refusal, submit_refusal
+from admission.policy import SubmitRefused, deadline_refusal, for_submit, policy_refusal
 from admission.scope import CachedNamespaceLabels, NamespaceLookupError, kube_namespace_labels
+from admission.tenancy import Tenant, TenancyMap, TenancySource
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
 
@@ -123,6 +124,9 @@ SETTINGS = AdmissionSettings(
     enrolled_namespaces=["team-a"],
     policies={"team-a": NamespacePolicy(accounts=["physics", "chem"], qos=["normal"])},
 )
+# Every namespace mapped, nothing set: the policies above decide (tests of the tenancy itself
+# are in test_tenancy.py).
+OPEN = TenancySource(None, fixed=TenancyMap(default=Tenant()))
 
 
 @pytest.fixture
@@ -132,7 +136,7 @@ def labels() -> FakeLabels:
 
 @pytest.fixture
 async def client(labels: FakeLabels) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(SETTINGS, namespace_lookup=labels)
+    app = create_app(SETTINGS, namespace_lookup=labels, tenancy=OPEN)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as c:
         yield c
@@ -363,7 +367,7 @@ async def test_policy_refusals_name_value_namespace_and_allowed(
 
 async def test_default_policy_applies_to_namespaces_without_their_own() -> None:
     settings = AdmissionSettings(default_policy=NamespacePolicy(partitions=["gpu"]))
-    app = create_app(settings, namespace_lookup=FakeLabels())
+    app = create_app(settings, namespace_lookup=FakeLabels(), tenancy=OPEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         pod = make_pod(
             namespace="x",
@@ -380,7 +384,9 @@ async def test_translation_refusal_is_reported() -> None:
             keys.TIME_LIMIT, "forever", "minutes or D-HH:MM:SS", kind="annotation"
         )
 
-    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), translate=translate)
+    app = create_app(
+        SETTINGS, namespace_lookup=FakeLabels(), translate=translate, tenancy=OPEN
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"})
         message = await denial(c, make_review(pod))
@@ -680,8 +686,9 @@ async def test_namespace_grants_are_honoured_up_to_their_limits() -> None:
         assert message is not None and part in message and "admission.default_policy" in message
     # activeDeadlineSeconds becomes the time limit: bounded the same way.
     deadline = make_pod(namespace="ml", activeDeadlineSeconds=7201)
-    message = submit_refusal(cast(Pod, Pod.from_dict(deadline)), settings)
-    assert message is not None and "activeDeadlineSeconds" in message and "120" in message
+    with pytest.raises(SubmitRefused) as refused:
+        for_submit(cast(Pod, Pod.from_dict(deadline)), settings, OPEN)
+    assert "activeDeadlineSeconds" in str(refused.value) and "120" in str(refused.value)
     assert deadline_refusal("ml", 7200, settings) is None
     assert deadline_refusal("ml", 10**9, AdmissionSettings()) is None  # no maximum set
     # "false" and blank values ask for nothing.
@@ -696,12 +703,15 @@ def test_the_bridge_refuses_to_submit_what_admission_would_refuse() -> None:
     def pod(namespace: str, **annotations: str) -> Pod:
         return cast(Pod, Pod.from_dict(make_pod(namespace=namespace, annotations=annotations)))
 
-    assert submit_refusal(pod("ml"), settings) is None
-    for namespace in ("kube-system", "sb", "monitoring"):
-        message = submit_refusal(pod(namespace), settings)
-        assert message is not None and "not covered" in message and namespace in message
-    message = submit_refusal(pod("ml", **{keys.PRIORITY: "9"}), settings)
-    assert message is not None and "max_priority" in message
+    admitted = pod("ml")
+    assert for_submit(admitted, settings, OPEN) is admitted
+    for namespace, part in (("kube-system", "not covered"), ("sb", "not covered"),
+                            ("monitoring", "not covered")):
+        with pytest.raises(SubmitRefused, match=part) as refused:
+            for_submit(pod(namespace), settings, OPEN)
+        assert namespace in str(refused.value)
+    with pytest.raises(SubmitRefused, match="max_priority"):
+        for_submit(pod("ml", **{keys.PRIORITY: "9"}), settings, OPEN)
 
 
 async def test_preset_node_name_is_refused(client: httpx.AsyncClient) -> None:
@@ -713,7 +723,7 @@ async def test_preset_node_name_is_refused(client: httpx.AsyncClient) -> None:
 
 async def test_a_deadline_above_the_namespace_maximum_is_refused() -> None:
     settings = AdmissionSettings(default_policy=NamespacePolicy(max_time_limit_minutes=60))
-    transport = httpx.ASGITransport(app=create_app(settings, namespace_lookup=FakeLabels()))
+    transport = httpx.ASGITransport(app=create_app(settings, namespace_lookup=FakeLabels(), tenancy=OPEN))
     async with httpx.AsyncClient(transport=transport, base_url="https://webhook") as c:
         long = make_pod(schedulerName=keys.SCHEDULER_NAME, activeDeadlineSeconds=3601)
         message = await denial(c, make_review(long))

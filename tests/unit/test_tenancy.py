@@ -1,0 +1,204 @@
+"""Tenancy: the namespace → Slurm account/user/partition/QOS mapping, at admission and submit."""
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pytest
+from lightkube.models.core_v1 import Pod
+
+from admission.app import create_app
+from admission.config import AdmissionSettings
+from admission.policy import SubmitRefused, for_submit
+from admission.tenancy import TenancyError, TenancyMap, TenancySource, Tenant
+from bridge import keys
+from bridge.jobs.translate import job_request_for_pod
+from tests.unit.test_admission import FakeLabels, apply, make_pod, make_review
+
+MAPPING = """
+namespaces:
+  team-a:
+    account: physics
+    user: alice
+    partitions: [gpu, debug]
+    qos: [normal, low, high]
+  team-b: {account: chemistry, user: bob}
+priority_classes:
+  researcher-high: high
+  batch-low: low
+  vip: vip
+"""
+
+
+@pytest.fixture
+def tenancy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tenancy.yaml"
+    path.write_text(MAPPING)
+    return path
+
+
+@pytest.fixture
+async def webhook(tenancy_file: Path) -> AsyncIterator[httpx.AsyncClient]:
+    settings = AdmissionSettings(enrolled_namespaces=["team-a", "team-b", "lost"],
+                                 tenancy_file=tenancy_file)
+    app = create_app(settings, namespace_lookup=FakeLabels())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
+        yield c
+
+
+async def _review(client: httpx.AsyncClient, endpoint: str, pod: dict[str, Any]) -> dict[str, Any]:
+    reply = await client.post(f"/{endpoint}", json=make_review(pod))
+    assert reply.status_code == 200, reply.text
+    response: dict[str, Any] = reply.json()["response"]
+    return response
+
+
+async def _admit(client: httpx.AsyncClient, pod: dict[str, Any]) -> dict[str, Any]:
+    """Mutate, then validate the result, as the API server does; the stored pod or a refusal."""
+    mutated = apply(pod, await _review(client, "mutate", pod))
+    verdict = await _review(client, "validate", mutated)
+    if not verdict["allowed"]:
+        raise PermissionError(verdict["status"]["message"])
+    return mutated
+
+
+def _pod(namespace: str, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    return make_pod(namespace=namespace, annotations=annotations or {}, **spec)
+
+
+async def test_mutation_fills_in_the_namespace_tenancy(webhook: httpx.AsyncClient) -> None:
+    out = await _admit(webhook, _pod("team-a"))
+    annotations = out["metadata"]["annotations"]
+    assert annotations[keys.ACCOUNT] == "physics"
+    assert annotations[keys.SLURM_USER] == "alice"
+    assert annotations[keys.PARTITION] == "gpu"  # the first allowed
+    assert annotations[keys.QOS] == "normal"
+    team_b = (await _admit(webhook, _pod("team-b")))["metadata"]["annotations"]
+    assert (team_b[keys.ACCOUNT], team_b[keys.SLURM_USER]) == ("chemistry", "bob")
+    assert keys.PARTITION not in team_b and keys.QOS not in team_b  # Slurm's defaults
+
+
+async def test_a_pod_keeps_its_own_allowed_choices(webhook: httpx.AsyncClient) -> None:
+    out = await _admit(webhook, _pod("team-a", {keys.PARTITION: "debug", keys.QOS: "low"}))
+    annotations = out["metadata"]["annotations"]
+    assert (annotations[keys.PARTITION], annotations[keys.QOS]) == ("debug", "low")
+
+
+async def test_priority_class_maps_to_qos(webhook: httpx.AsyncClient) -> None:
+    out = await _admit(webhook, _pod("team-a", priorityClassName="researcher-high"))
+    assert out["metadata"]["annotations"][keys.QOS] == "high"
+    own = await _admit(webhook, _pod("team-a", {keys.QOS: "low"},
+                                     priorityClassName="researcher-high"))
+    assert own["metadata"]["annotations"][keys.QOS] == "low"  # the pod's own choice wins
+    with pytest.raises(PermissionError) as refused:  # the class's QOS is not the namespace's
+        await _admit(webhook, _pod("team-a", priorityClassName="vip"))
+    assert "'vip'" in str(refused.value) and "namespaces.team-a.qos" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        ({keys.ACCOUNT: "chemistry"}, ["'chemistry'", "['physics']", "namespaces.team-a.account"]),
+        ({keys.SLURM_USER: "root"}, ["'root'", "['alice']", "namespaces.team-a.user"]),
+        ({keys.PARTITION: "gpu,big"}, ["'big'", "namespaces.team-a.partitions"]),
+        ({keys.QOS: "vip"}, ["'vip'", "['normal', 'low', 'high']", "namespaces.team-a.qos"]),
+    ],
+)
+async def test_values_outside_the_tenancy_are_refused(
+    webhook: httpx.AsyncClient, annotations: dict[str, str], expected: list[str]
+) -> None:
+    with pytest.raises(PermissionError) as refused:
+        await _admit(webhook, _pod("team-a", annotations))
+    for part in expected:
+        assert part in str(refused.value)
+
+
+async def test_unmapped_namespace_is_refused_naming_what_to_configure(
+    webhook: httpx.AsyncClient, tenancy_file: Path
+) -> None:
+    with pytest.raises(PermissionError) as refused:
+        await _admit(webhook, _pod("lost"))
+    message = str(refused.value)
+    assert "'lost'" in message and "namespaces.lost" in message and str(tenancy_file) in message
+    assert "tenancy.namespaces.lost" in message  # the Helm value
+
+
+async def test_without_a_tenancy_file_every_pod_is_refused_saying_so() -> None:
+    settings = AdmissionSettings(enrolled_namespaces=["ml"])
+    app = create_app(settings, namespace_lookup=FakeLabels())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
+        with pytest.raises(PermissionError) as refused:
+            await _admit(c, _pod("ml"))
+    assert "admission.tenancy_file" in str(refused.value)
+
+
+async def test_the_mapping_changes_without_a_restart(
+    webhook: httpx.AsyncClient, tenancy_file: Path
+) -> None:
+    with pytest.raises(PermissionError):
+        await _admit(webhook, _pod("lost"))
+    _rewrite(tenancy_file, MAPPING + "default: {account: shared, user: guest}\n")
+    out = await _admit(webhook, _pod("lost"))
+    assert out["metadata"]["annotations"][keys.SLURM_USER] == "guest"
+    _rewrite(tenancy_file, "namespaces: [not, a, mapping]\n")  # broken edit: last good stays
+    assert (await _admit(webhook, _pod("lost")))["metadata"]["annotations"][keys.ACCOUNT] == (
+        "shared"
+    )
+
+
+def _rewrite(path: Path, text: str) -> None:
+    """An admin's edit; a new mtime even within the file system's timestamp granularity."""
+    path.write_text(text)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+def test_an_invalid_file_fails_at_start_with_its_name(tmp_path: Path) -> None:
+    bad = tmp_path / "t.yaml"
+    bad.write_text("namespaces: {a: {account: 'no spaces allowed'}}\n")
+    with pytest.raises(TenancyError, match=str(bad)):
+        TenancySource(bad)
+    bad.write_text("namespaces: {a: {qos: [normal], default_qos: high}}\n")
+    with pytest.raises(TenancyError, match="default_qos"):
+        TenancySource(bad)
+
+
+def _lightkube_pod(namespace: str, annotations: dict[str, str] | None = None,
+                   **spec: Any) -> Pod:
+    raw = _pod(namespace, annotations, **spec)
+    raw["metadata"].update(uid="u-1", name="p")
+    return cast(Pod, Pod.from_dict(raw))
+
+
+def test_submit_carries_the_tenancy_even_when_admission_did_not_run(tenancy_file: Path) -> None:
+    source = TenancySource(tenancy_file)
+    settings = AdmissionSettings()
+    pod = for_submit(_lightkube_pod("team-a", priorityClassName="batch-low"), settings, source)
+    request = job_request_for_pod(pod)
+    assert (request.account, request.user, request.partition, request.qos) == (
+        "physics", "alice", "gpu", "low"
+    )
+
+
+def test_submit_refuses_what_the_tenancy_refuses_now(tenancy_file: Path) -> None:
+    source = TenancySource(tenancy_file)
+    settings = AdmissionSettings()
+    with pytest.raises(SubmitRefused, match=r"namespaces\.lost"):
+        for_submit(_lightkube_pod("lost"), settings, source)
+    with pytest.raises(SubmitRefused, match="'root'"):  # a forged user annotation
+        for_submit(_lightkube_pod("team-a", {keys.SLURM_USER: "root"}), settings, source)
+    # An admin unmaps team-b after its pod was admitted: the bridge no longer submits it.
+    admitted = for_submit(_lightkube_pod("team-b"), settings, source)
+    _rewrite(tenancy_file, MAPPING.replace("  team-b: {account: chemistry, user: bob}\n", ""))
+    with pytest.raises(SubmitRefused, match=r"namespaces\.team-b"):
+        for_submit(admitted, settings, source)
+
+
+def test_a_tenant_without_a_user_lets_no_pod_name_one() -> None:
+    source = TenancySource(None, fixed=TenancyMap(default=Tenant(account="shared")))
+    with pytest.raises(SubmitRefused, match=r"default\.user"):
+        for_submit(_lightkube_pod("any", {keys.SLURM_USER: "root"}), AdmissionSettings(), source)
+    request = job_request_for_pod(for_submit(_lightkube_pod("any"), AdmissionSettings(), source))
+    assert (request.account, request.user) == ("shared", None)  # None: the bridge's own user
