@@ -7,17 +7,17 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if [[ "${1:-}" == down ]]; then
-  python3 deploy/demo/demo.py down || true
+  "${SLURMBRIDGE_VENV:-.venv}/bin/python" deploy/demo/demo.py down || true
   bash deploy/k8s/controlplane.sh down
   bash deploy/slurm/cluster.sh down 26.05
   exit 0
 fi
 
 start=$SECONDS
-bash deploy/dev/install.sh
+export PATH="$(bash deploy/dev/install.sh):$PATH"   # the virtualenv first
 export PATH="$(bash deploy/k8s/build.sh):$PATH"
 bash deploy/slurm/cluster.sh up 26.05 >/dev/null
 bash deploy/k8s/controlplane.sh up >/dev/null
-python3 deploy/demo/demo.py down   # a previous demo's bridge, if any
-python3 deploy/demo/demo.py up
+python deploy/demo/demo.py down   # a previous demo's bridge, if any
+python deploy/demo/demo.py up
 echo "demo ready in $((SECONDS - start)) s"

@@ -6,7 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash deploy/dev/install.sh
+# The virtualenv's python, ruff, mypy, lint-imports and slurmbridge from here on.
+export PATH="$(bash deploy/dev/install.sh):$PATH"
+# The same install step on a stock Debian 12 (fresh container; skipped when nothing changed).
+bash deploy/dev/check-install.sh
 export PATH="$(bash deploy/k8s/build.sh):$PATH"
 versions="${SLURMBRIDGE_TEST_SLURM_VERSIONS:-24.11,26.05}"
 if [[ -z "${SLURMBRIDGE_TEST_SLURM_URL:-}" ]]; then

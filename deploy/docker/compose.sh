@@ -12,7 +12,8 @@ VERSION="${SLURMBRIDGE_COMPOSE_VERSION:-v2.40.3}"
 CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 PLUGINS=/usr/local/lib/docker/cli-plugins
 bin="$CACHE/compose/$VERSION/docker-compose"
-export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=0
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/go.sh"   # Go new enough for Kubernetes
+export CGO_ENABLED=0
 log() { echo "[compose] $*" >&2; }
 
 docker compose version >/dev/null 2>&1 && exit 0

@@ -16,7 +16,7 @@ read -r -a K8S_TOOLS <<< "${K8S_TOOLS:-kube-apiserver kube-controller-manager ku
 # go.sum stays the same whichever subset one run asks for.
 ALL_TOOLS=(kube-apiserver kube-scheduler kubectl kube-controller-manager kube-proxy kubelet kubeadm)
 export GOFLAGS="${GOFLAGS:--mod=mod}" CGO_ENABLED=0
-export PATH="/usr/local/go/bin:$PATH"
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/go.sh"   # Go new enough for Kubernetes
 
 log() { echo "[k8s-build] $*" >&2; }
 

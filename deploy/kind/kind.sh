@@ -9,7 +9,8 @@ set -euo pipefail
 KIND_VERSION="${KIND_VERSION:-v0.33.0}"
 CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 BIN="$CACHE/kind-$KIND_VERSION/bin"
-export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=0
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/go.sh"   # Go new enough for Kubernetes
+export CGO_ENABLED=0
 
 if [[ ! -x "$BIN/kind" ]]; then
   echo "[kind] building kind $KIND_VERSION from its Go module" >&2

@@ -25,7 +25,8 @@ CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 IMAGE="${KIND_NODE_IMAGE:-slurmbridge/kind-node:v$K8S_VERSION}"
 work="$CACHE/kind/node-$K8S_VERSION"
 tools="$CACHE/kind/tools"
-export PATH="/usr/local/go/bin:$PATH" CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--mod=mod}"
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/go.sh"   # Go new enough for Kubernetes
+export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--mod=mod}"
 log() { echo "[node-image] $*" >&2; }
 die() { echo "[node-image] error: $*" >&2; exit 1; }
 
