@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from admission import mutate, validate
+from admission import mutate, validate, workloads
 from admission.config import AdmissionSettings
 from admission.pod import PodShape
 from admission.review import AdmissionRequest, AdmissionResponse, AdmissionReview
@@ -46,10 +46,13 @@ def create_app(
     namespace_lookup: NamespaceLabels | None = None,
     translate: validate.PodTranslator = job_request_for_pod,
     tenancy: TenancySource | None = None,
+    owners: workloads.OwnerReader | None = None,
 ) -> FastAPI:
     """The webhook app; ``namespace_lookup`` defaults to the API server (cached either way),
-    ``tenancy`` to the file ``settings.tenancy_file`` (re-read when it changes)."""
+    ``tenancy`` to the file ``settings.tenancy_file`` (re-read when it changes), ``owners``
+    (what sizes a pod's group) to the API server."""
     tenancy = tenancy or TenancySource(settings.tenancy_file)
+    read_owner = owners or workloads.kube_owner_reader()
     labels = CachedNamespaceLabels(
         namespace_lookup or kube_namespace_labels(), settings.namespace_cache_ttl_seconds
     )
@@ -60,7 +63,8 @@ def create_app(
         try:
             request = _parse(await http.body())
             response = await _decide(
-                endpoint, request, scope, settings, translate, tenancy=tenancy
+                endpoint, request, scope, settings, translate, tenancy=tenancy,
+                owners=read_owner,
             )
         except BadReview as err:
             log.warning("admission.bad_review", endpoint=endpoint, reason=str(err))
@@ -126,6 +130,7 @@ async def _decide(
     translate: validate.PodTranslator,
     *,
     tenancy: TenancySource,
+    owners: workloads.OwnerReader,
 ) -> AdmissionResponse:
     """One review's answer."""
     if (request.resource.group, request.resource.resource) != ("", "pods"):
@@ -151,10 +156,17 @@ async def _decide(
     if old is not None:  # a pod's spec is (nearly) immutable: mutate on creation only
         return AdmissionResponse.allow(request.uid)
     try:
+        group = await workloads.membership(pod, request.namespace, owners)
+    except workloads.WorkloadError as err:
+        return AdmissionResponse.deny(request.uid, 422, f"slurmbridge cannot group this pod: {err}")
+    except workloads.WorkloadLookupError as err:  # the owner's controller retries the create
+        log.error("admission.owner_lookup_failed", uid=request.uid, reason=str(err))
+        return AdmissionResponse.deny(request.uid, 503, f"slurmbridge: {err}; retry")
+    try:
         defaults = tenancy.current().defaults(
             request.namespace, pod.annotations, pod.spec.priority_class_name
         )
-        return AdmissionResponse.allow(request.uid, patch=mutate.patch_for(pod, defaults))
+        return AdmissionResponse.allow(request.uid, patch=mutate.patch_for(pod, defaults, group))
     except mutate.InvalidGpuRequest as err:
         return AdmissionResponse.deny(request.uid, 422, str(err))
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from admission.pod import Container, PodShape
+from admission.workloads import Membership
 from bridge import keys
 
 PatchOp = dict[str, Any]
@@ -42,19 +43,28 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def patch_for(pod: PodShape, defaults: Mapping[str, str] | None = None) -> list[PatchOp]:
+def patch_for(
+    pod: PodShape, defaults: Mapping[str, str] | None = None, group: Membership | None = None
+) -> list[PatchOp]:
     """The JSON Patch that makes ``pod`` a slurmbridge pod; raises ``InvalidGpuRequest``.
 
     ``defaults``: annotations the namespace's tenancy fills in (account, user, partition,
     QOS), only those the pod does not set itself (``TenancyMap.defaults``).
+    ``group``: the pod's group as its workload says (admission/workloads.py), written as the
+    bridge's group labels over any the pod carried.
     """
     ops: list[PatchOp] = []
+    if "metadata" not in pod.model_fields_set:
+        ops.append({"op": "add", "path": "/metadata", "value": {}})
     if pod.spec.scheduler_name != keys.SCHEDULER_NAME:
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": keys.SCHEDULER_NAME})
     ops += _toleration_ops(pod)
     gpu_ops, gpus = _gpu_ops(pod)
     ops += gpu_ops
-    ops += _annotation_ops(pod, {**(defaults or {}), **({keys.GPUS: gpus} if gpus else {})})
+    annotations = {**(defaults or {}), **({keys.GPUS: gpus} if gpus else {})}
+    ops += _metadata_ops(pod, "annotations", annotations)
+    if group is not None:
+        ops += _group_ops(pod, group)
     for field, containers in _container_lists(pod):
         for index, container in enumerate(containers):
             ops += _env_ops(pointer("spec", field, index), container)
@@ -132,19 +142,26 @@ def _gpu_count(container: str, quantity: Any) -> int:
     return int(text)
 
 
-def _annotation_ops(pod: PodShape, values: Mapping[str, str]) -> list[PatchOp]:
-    """Set these annotations (one op where the pod has none yet: ops on one path do not add up)."""
+def _metadata_ops(pod: PodShape, field: str, values: Mapping[str, str]) -> list[PatchOp]:
+    """Set these annotations or labels (``field``); one op where the pod has none yet: ops
+    on one path do not add up."""
     if not values:
         return []
-    if "metadata" not in pod.model_fields_set:
-        return [{"op": "add", "path": "/metadata", "value": {"annotations": dict(values)}}]
-    if pod.metadata.annotations is None:
-        return [{"op": "add", "path": "/metadata/annotations", "value": dict(values)}]
-    current = pod.metadata.annotations
+    current: dict[str, str] | None = getattr(pod.metadata, field)
+    if current is None:
+        return [{"op": "add", "path": pointer("metadata", field), "value": dict(values)}]
     return [
-        {"op": "add", "path": pointer("metadata", "annotations", key), "value": value}
+        {"op": "add", "path": pointer("metadata", field, key), "value": value}
         for key, value in values.items() if current.get(key) != value
     ]
+
+
+def _group_ops(pod: PodShape, group: Membership) -> list[PatchOp]:
+    """The group labels as the workload says; a rank label the workload does not give goes."""
+    ops = _metadata_ops(pod, "labels", group.labels())
+    if group.rank is None and keys.GROUP_RANK in (pod.metadata.labels or {}):
+        ops.append({"op": "remove", "path": pointer("metadata", "labels", keys.GROUP_RANK)})
+    return ops
 
 
 def _env_ops(path: str, container: Container) -> list[PatchOp]:

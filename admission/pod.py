@@ -37,6 +37,12 @@ class Toleration(_Open):
     effect: str | None = None
 
 
+class SchedulingGroup(_Open):
+    """``spec.schedulingGroup`` (Workload API, Kubernetes 1.36+): the pod's PodGroup."""
+
+    pod_group_name: str | None = Field(default=None, alias="podGroupName")
+
+
 class PodSpec(_Open):
     containers: list[Container] = Field(min_length=1)
     init_containers: list[Container] | None = Field(default=None, alias="initContainers")
@@ -45,7 +51,16 @@ class PodSpec(_Open):
     node_name: str | None = Field(default=None, alias="nodeName")
     active_deadline_seconds: int | None = Field(default=None, alias="activeDeadlineSeconds")
     scheduling_gates: list[dict[str, Any]] | None = Field(default=None, alias="schedulingGates")
+    scheduling_group: SchedulingGroup | None = Field(default=None, alias="schedulingGroup")
     priority_class_name: str | None = Field(default=None, alias="priorityClassName")
+
+
+class OwnerReference(_Open):
+    api_version: str = Field(default="", alias="apiVersion")
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool | None = None
 
 
 class ObjectMeta(_Open):
@@ -53,6 +68,7 @@ class ObjectMeta(_Open):
     namespace: str | None = None
     annotations: dict[str, str] | None = None
     labels: dict[str, str] | None = None
+    owner_references: list[OwnerReference] | None = Field(default=None, alias="ownerReferences")
 
 
 class PodShape(_Open):

@@ -48,6 +48,26 @@ BRIDGE_OWNED_ANNOTATIONS: Final = (
 # Pod labels for pod groups (one Slurm job of n nodes).
 GROUP: Final = PREFIX + "group"
 GROUP_SIZE: Final = PREFIX + "group-size"
+# The member's rank in its group (0..size-1): rank r runs on the r-th node of the job's
+# node list.  Written by the webhook from the workload's own index (admission/workloads.py).
+GROUP_RANK: Final = PREFIX + "group-rank"
+# Annotation on a batch Job: "true" makes its pods one group (parallelism == completions).
+GANG: Final = PREFIX + "gang"
+
+# Keys other controllers put on the pods they create, read to find a pod's group.
+# batch Job controller (k8s.io/api batch/v1 JobCompletionIndexAnnotation):
+JOB_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+# JobSet controller (sigs.k8s.io/jobset api/jobset/v1alpha2/jobset_types.go), labels:
+JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_REPLICATED_JOB: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_JOB_INDEX: Final = "jobset.sigs.k8s.io/job-index"
+# LeaderWorkerSet controller (sigs.k8s.io/lws api/leaderworkerset/v1/leaderworkerset_types.go):
+# labels name, group-index, worker-index (leader 0); annotation size (its spec's
+# leaderWorkerTemplate.size).
+LWS_NAME: Final = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX: Final = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX: Final = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_SIZE: Final = "leaderworkerset.sigs.k8s.io/size"
 # A group's claim is a Lease in the bridge's namespace (placement/claims.py): this label marks
 # it; it carries SUBMITTING, JOB_ID, OWNER and, as JSON, the node each member got.
 GROUP_CLAIM: Final = PREFIX + "group-claim"

@@ -24,7 +24,7 @@ from bridge import keys, metrics
 from bridge.kube import pods as kpods
 from bridge.placement.claims import Claims
 from bridge.placement.index import JobIndex
-from bridge.placement.owner import owner_key, pod_ref
+from bridge.placement.owner import owner_key, pod_ref, tied_to
 from bridge.placement.pods import PodKey, PodRegistry
 from bridge.slurm.allocation import format_gpu_ids
 from bridge.slurm.client import SlurmClient
@@ -52,11 +52,26 @@ def containers_stopped(pod: Pod) -> bool:
 def _holds(annotations: dict[str, str], job: SlurmJob) -> bool:
     """The job still runs on the Slurm node and GPUs the pod was bound to (bind annotations)."""
     allocation = job.allocation
-    if job.state is not JobState.RUNNING or allocation is None:
+    if job.state is not JobState.RUNNING or allocation is None or job.preempting:
         return False
     node = annotations.get(keys.SLURM_NODE, "")
     gpus = format_gpu_ids(allocation.gpu_ids.get(node, ()))
     return node in allocation.nodes and annotations.get(keys.GPU_IDS, "") == gpus
+
+
+def preempted(job: SlurmJob) -> bool:
+    """Slurm took the job's resources for another job (ended PREEMPTED, in its GraceTime, or
+    requeued by preemption)."""
+    return (
+        job.state is JobState.PREEMPTED or job.preempting
+        or (job.state is JobState.PENDING and "preempt" in job.reason.lower())
+    )
+
+
+def _grace(pod: Pod) -> int:
+    """The pod's terminationGracePeriodSeconds (Kubernetes' default: 30)."""
+    seconds = pod.spec.terminationGracePeriodSeconds if pod.spec else None
+    return 30 if seconds is None else seconds
 
 
 def _what_happened(job: SlurmJob) -> str:
@@ -173,7 +188,7 @@ class Lifecycle:
         annotations = meta.annotations or {}
         if pod.spec and pod.spec.nodeName:
             return annotations.get(keys.JOB_ID) == str(job.job_id) and not _holds(annotations, job)
-        if job.state.is_live:
+        if job.state.is_live or not tied_to(pod, job):  # untied: the group's next run
             return False
         current = self._index.by_uid(owner_key(pod))
         return current is None or current.job_id == job.job_id
@@ -181,7 +196,15 @@ class Lifecycle:
     async def _evict(self, pod: Pod, job: SlurmJob) -> None:
         meta = pod.metadata or ObjectMeta()
         assert meta.name and meta.namespace and meta.uid
-        message = f"{_what_happened(job)} while the pod still needed it: evicting the pod"
+        if preempted(job):
+            qos = f" (QOS {job.qos})" if job.qos else ""
+            message = (
+                f"preempted by Slurm: job {job.job_id}{qos} gave its resources to a "
+                f"higher-priority job ({job.state}, reason {job.reason}); evicting the pod, "
+                f"which has its terminationGracePeriodSeconds={_grace(pod)} to stop"
+            )
+        else:
+            message = f"{_what_happened(job)} while the pod still needed it: evicting the pod"
         try:
             await self._kube.create(
                 Pod.Eviction(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace)),
@@ -196,5 +219,12 @@ class Lifecycle:
         self._evicted.add(meta.uid)
         metrics.CONTROLLER_ACTIONS.labels("evict").inc()
         ref = PodKey(meta.namespace, meta.name, meta.uid)
-        await kpods.record_event(self._kube, ref, "SlurmJobEnded", message, warning=True)
+        if preempted(job):
+            await kpods.record_event(self._kube, ref, keys.EVENT_PREEMPTED, message, warning=True)
+            await kpods.set_slurm_condition(
+                self._kube, meta.namespace, meta.name, allocated=False,
+                reason=keys.REASON_PREEMPTED, message=message,
+            )
+        else:
+            await kpods.record_event(self._kube, ref, "SlurmJobEnded", message, warning=True)
         log.warning("lifecycle.evicted", pod=pod_ref(pod), job_id=job.job_id, state=job.state)

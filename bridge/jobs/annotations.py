@@ -47,10 +47,14 @@ class SlurmOptions:
 
 @dataclass(frozen=True, slots=True)
 class PodGroup:
-    """Pods sharing one multi-node Slurm job: ``size`` nodes, one pod per node."""
+    """Pods sharing one multi-node Slurm job: ``size`` nodes, one pod per node.
+
+    ``rank``: this member's place, which runs on the job's ``rank``-th node (None: any).
+    """
 
     name: str
     size: int
+    rank: int | None = None
 
 
 def _name(text: str) -> str:
@@ -149,4 +153,8 @@ def pod_group(labels: Mapping[str, str] | None) -> PodGroup | None:
     if size is None:
         accepted = f"the number of pods in group {name!r}"
         raise InvalidPodRequest(keys.GROUP_SIZE, None, accepted, kind="label")
-    return PodGroup(name, size)
+    rank = read(keys.GROUP_RANK, _count)
+    if rank is not None and rank >= size:
+        accepted = f"a rank from 0 to {size - 1} (the group has {size} pods)"
+        raise InvalidPodRequest(keys.GROUP_RANK, str(rank), accepted, kind="label")
+    return PodGroup(name, size, rank)

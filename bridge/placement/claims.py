@@ -183,22 +183,23 @@ class Claims:
             return _LeaseRecord(self._kube, self._namespace, owner, self.identity)
         return _PodRecord(self._kube, pod, owner)
 
-    async def claim(self, pod: Pod, owner: str) -> bool:
+    async def claim(self, pod: Pod, owner: str, *, replacing: int | None = None) -> bool:
         """Claim the owner's submission, reading once more if our copy is out of date.
 
         True when the claim was taken over from another replica (stale): that replica may
         have submitted before it died, so the caller looks in Slurm before submitting.
+        ``replacing``: a recorded job id that ended, which the new job replaces.
         """
         record = self._record(pod, owner)
         try:
-            return await self._claim(record, owner)
+            return await self._claim(record, owner, replacing)
         except _Outdated:
-            return await self._claim(record, owner)
+            return await self._claim(record, owner, replacing)
 
-    async def _claim(self, record: _Record, owner: str) -> bool:
+    async def _claim(self, record: _Record, owner: str, replacing: int | None) -> bool:
         annotations, version = await record.read()
         recorded = annotations.get(keys.JOB_ID, "")
-        if recorded.isdigit():
+        if recorded.isdigit() and int(recorded) != replacing:
             raise AlreadySubmitted(int(recorded))
         held = annotations.get(keys.SUBMITTING, "")
         mine = not held or held.startswith(f"{self.identity}@")
@@ -208,7 +209,10 @@ class Claims:
                 retry_in=self._stale_after - self._age(held),
             )
         stamp = f"{self.identity}@{int(time.time())}"
-        await record.write({keys.SUBMITTING: stamp, keys.OWNER: owner}, version)
+        changes: dict[str, str | None] = {keys.SUBMITTING: stamp, keys.OWNER: owner}
+        if recorded:  # the ended job's id goes: the claim is for its successor
+            changes[keys.JOB_ID] = None
+        await record.write(changes, version)
         return not mine
 
     async def submitted(self, pod: Pod, owner: str, job_id: int) -> None:
@@ -228,10 +232,12 @@ class Claims:
                 continue
 
     async def member_node(
-        self, pod: Pod, owner: str, job_id: int, allocated: tuple[str, ...]
+        self, pod: Pod, owner: str, job_id: int, allocated: tuple[str, ...],
+        rank: int | None = None,
     ) -> str | None:
         """The node of group job ``job_id`` reserved for this member: its earlier one, else
-        the first no other member holds (None: every node is taken)."""
+        its rank's node (taken over from a member it replaces), else the first no other
+        member holds (None: every node is taken)."""
         meta = pod.metadata
         assert meta is not None and meta.uid
         record = self._record(pod, owner)
@@ -240,10 +246,11 @@ class Claims:
             taken = _member_nodes(annotations, job_id)
             if meta.uid in taken:
                 return taken[meta.uid]
-            free = next((n for n in allocated if n not in taken.values()), None)
+            free = member_slot(allocated, set(taken.values()), rank)
             if free is None:
                 return None
-            table = json.dumps({"job": job_id, "nodes": {**taken, meta.uid: free}})
+            others = {uid: node for uid, node in taken.items() if node != free}
+            table = json.dumps({"job": job_id, "nodes": {**others, meta.uid: free}})
             try:
                 await record.write({keys.GROUP_NODES: table, keys.JOB_ID: str(job_id)}, version)
             except _Outdated:  # another member was given a node meanwhile: look again
@@ -283,6 +290,14 @@ class Claims:
     def _age(held: str) -> float:
         _, _, stamp = held.rpartition("@")
         return time.time() - int(stamp) if stamp.isdigit() else float("inf")
+
+
+def member_slot(allocated: tuple[str, ...], taken: set[str], rank: int | None) -> str | None:
+    """A group member's node: the ``rank``-th of the job's nodes (Slurm's order, so rank 0
+    gets the first), else the first no other member holds (None: all are held)."""
+    if rank is not None and rank < len(allocated):
+        return allocated[rank]
+    return next((n for n in allocated if n not in taken), None)
 
 
 def _member_nodes(annotations: Annotations, job_id: int) -> dict[str, str]:

@@ -11,6 +11,7 @@ running pod cannot make its job look orphaned.
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
+from bridge.slurm.types import SlurmJob
 
 GROUP_PREFIX = "group:"
 
@@ -35,3 +36,16 @@ def declared_owner(pod: Pod) -> str:
 def pod_ref(pod: Pod) -> str:
     meta = pod.metadata
     return f"{meta.namespace}/{meta.name}" if meta else "<unnamed pod>"
+
+
+def tied_to(pod: Pod, job: SlurmJob) -> bool:
+    """Whether an ended ``job`` is this pod's for good.
+
+    A lone pod's job is its own.  A group's ended job binds only the members it was
+    recorded on (``slurmbridge.io/job-id``): a member that never saw it belongs to the
+    group's next run (a Job resumed after suspend, a group re-created under its name).
+    """
+    if not (job.pod_uid or "").startswith(GROUP_PREFIX):
+        return True
+    annotations = (pod.metadata and pod.metadata.annotations) or {}
+    return annotations.get(keys.JOB_ID) == str(job.job_id)

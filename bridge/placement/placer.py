@@ -6,6 +6,7 @@ happens here: known jobs come from the index, new ones are submitted once.
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -14,15 +15,24 @@ import structlog
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys, metrics
+from bridge.jobs.annotations import pod_group
 from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import job_request_for_pod
-from bridge.placement.claims import AlreadySubmitted, ClaimLost, Claims, OwnerChanged
+from bridge.placement.claims import (
+    AlreadySubmitted,
+    ClaimLost,
+    Claims,
+    OwnerChanged,
+    member_slot,
+)
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
-from bridge.placement.owner import GROUP_PREFIX, owner_key, pod_ref
+from bridge.placement.owner import GROUP_PREFIX, owner_key, pod_ref, tied_to
 from bridge.placement.pods import PodRegistry
+from bridge.placement.reasons import refusal, waiting_message
 from bridge.slurm.allocation import format_gpu_ids
-from bridge.slurm.errors import SlurmError, SlurmJobNotFound
+from bridge.slurm.errors import SlurmError, SlurmJobNotFound, SlurmRejected
 from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -73,6 +83,9 @@ OnJobKnown = Callable[[Pod, SlurmJob], Awaitable[None]]
 # The pod as its job is submitted (the namespace's tenancy filled in); raises PlacementError
 # when it must not be (namespace not covered or not mapped, outside tenancy or policy).
 SubmitCheck = Callable[[Pod], Pod]
+# Slurm refused to submit the pod's job: (pod, condition reason, message for its owner).
+OnRefused = Callable[[Pod, str, str], Awaitable[None]]
+REFUSED_RETRY_SECONDS = 30.0
 
 
 class Placer:
@@ -85,8 +98,12 @@ class Placer:
         *,
         claims: Claims | None = None,
         admit: SubmitCheck | None = None,
+        on_refused: OnRefused | None = None,
     ) -> None:
         self._index = index
+        self._on_refused = on_refused
+        # owner → (monotonic time until which it is not resubmitted, Slurm's refusal in words)
+        self._refused: dict[str, tuple[float, str]] = {}
         self._admit = admit
         self._nodes = nodes
         self._pods = pods
@@ -138,24 +155,27 @@ class Placer:
     async def _job_for(self, pod: Pod, *, submit: bool = True) -> SlurmJob:
         owner = self._pods.remember(pod)
         job = self._index.by_uid(owner) or await self._adopt_annotated(pod)
-        if job is None or not job.state.is_live:
-            if job is not None:
+        replacing = None
+        if job is not None and not job.state.is_live:
+            if tied_to(pod, job):
                 raise PlacementError(
                     f"Slurm job {job.job_id} for this pod ended ({job.state}, reason "
                     f"{job.reason}); the bridge will not resubmit it: recreate the pod"
                 )
+            replacing, job = job.job_id, None  # the group's next run (e.g. a resumed Job)
+        if job is None:
             if not submit:
                 raise PlacementError(f"no Slurm job for pod {pod_ref(pod)}")
-            job = await self._submit_once(pod, owner)
+            job = await self._submit_once(pod, owner, replacing)
         if self._on_job_known is not None:
             await self._on_job_known(pod, job)
         return job
 
-    async def _submit_once(self, pod: Pod, owner: str) -> SlurmJob:
+    async def _submit_once(self, pod: Pod, owner: str, replacing: int | None) -> SlurmJob:
         """Claim and submit; callers racing on one owner (intake, filter) share one attempt."""
         attempt = self._submitting.get(owner)
         if attempt is None:
-            attempt = asyncio.ensure_future(self._claim_and_submit(pod, owner))
+            attempt = asyncio.ensure_future(self._claim_and_submit(pod, owner, replacing))
             self._submitting[owner] = attempt
             attempt.add_done_callback(lambda done: self._submitted(owner, done))
         return await asyncio.shield(attempt)
@@ -165,14 +185,17 @@ class Placer:
         if not attempt.cancelled():
             attempt.exception()  # retrieved: every waiter has seen it, or none is left
 
-    async def _claim_and_submit(self, pod: Pod, owner: str) -> SlurmJob:
+    async def _claim_and_submit(self, pod: Pod, owner: str, replacing: int | None) -> SlurmJob:
+        refused = self._refused.get(owner)
+        if refused is not None and refused[0] > time.monotonic():
+            raise PlacementError(refused[1])  # Slurm said no moments ago: no retry storm
         if self._admit is not None:  # checked here too: the bridge does not trust admission
             pod = self._admit(pod)
         request = dataclasses.replace(job_request_for_pod(pod), pod_uid=owner)
         if self._claims is None:
-            return await self._index.ensure(request)
+            return await self._ensure(pod, request)
         try:
-            took_over = await self._claims.claim(pod, owner)
+            took_over = await self._claims.claim(pod, owner, replacing=replacing)
         except AlreadySubmitted as exc:
             return await self._index.adopt(exc.job_id)
         except ClaimLost as exc:
@@ -183,13 +206,31 @@ class Placer:
             raise PlacementError(f"waiting: cannot claim the pod's job: {exc!r}") from exc
         # A taken-over claim's holder may have submitted, then died before recording it.
         job = (await self._index.find_live(owner) if took_over else None) or (
-            await self._index.ensure(request)
+            await self._ensure(pod, request)
         )
         try:
             await self._claims.submitted(pod, owner, job.job_id)
         except Exception as exc:  # the claim goes stale; its taker finds the job in Slurm
             log.warning("placement.record_failed", owner=owner, job_id=job.job_id, error=repr(exc))
         return job
+
+    async def _ensure(self, pod: Pod, request: JobRequest) -> SlurmJob:
+        """Submit; a refusal is told to the pod's owner in words, and not retried for a while
+        (an account removed from slurmdbd must not turn into a submission per filter)."""
+        try:
+            return await self._index.ensure(request)
+        except SlurmRejected as exc:
+            reason, sentence = refusal(
+                "; ".join(exc.errors) or str(exc), account=request.account,
+                user=request.user, qos=request.qos, partition=request.partition,
+            )
+            message = f"Slurm refused the pod's job: {sentence}"
+            self._refused[request.pod_uid] = (time.monotonic() + REFUSED_RETRY_SECONDS, message)
+            log.warning("placement.submit_refused", owner=request.pod_uid, reason=reason,
+                        error=str(exc))
+            if self._on_refused is not None:
+                await self._on_refused(pod, reason, message)
+            raise PlacementError(message) from exc
 
     async def _adopt_annotated(self, pod: Pod) -> SlurmJob | None:
         """A job another replica (or this one before a restart) recorded on the pod."""
@@ -234,12 +275,13 @@ class Placer:
         """This member's node of the group's job, reserved on the group's claim (shared by
         every replica) before any replica may bind it there."""
         assert pod.metadata is not None and pod.metadata.uid
-        if self._claims is None:  # one process alone: first free node in memory
-            taken = self._pods.reserved_nodes(owner)
-            node = next((n for n in allocated if n not in taken), None)
+        group = pod_group(pod.metadata.labels)
+        rank = group.rank if group is not None else None
+        if self._claims is None:  # one process alone: in memory
+            node = member_slot(allocated, set(self._pods.reserved_nodes(owner)), rank)
         else:
             try:
-                node = await self._claims.member_node(pod, owner, job.job_id, allocated)
+                node = await self._claims.member_node(pod, owner, job.job_id, allocated, rank)
             except Exception as exc:  # apiserver away: reserve nothing unrecorded
                 raise PlacementError(f"waiting: cannot reserve a node: {exc!r}") from exc
         if node is None:
@@ -264,7 +306,5 @@ class Placer:
 def _allocated_nodes(job: SlurmJob) -> tuple[str, ...]:
     """The nodes of a running job (PlacementError "waiting" until it runs)."""
     if job.state is not JobState.RUNNING or job.allocation is None or not job.allocation.nodes:
-        raise PlacementError(
-            f"waiting for Slurm job {job.job_id} ({job.state}, reason {job.reason})"
-        )
+        raise PlacementError(waiting_message(job))
     return job.allocation.nodes

@@ -123,7 +123,7 @@ class CountingClaims:
     def __init__(self) -> None:
         self.claims = 0
 
-    async def claim(self, pod: Pod, owner: str) -> bool:
+    async def claim(self, pod: Pod, owner: str, *, replacing: int | None = None) -> bool:
         self.claims += 1
         await asyncio.sleep(0.01)  # an apiserver round trip: the other caller arrives meanwhile
         return False

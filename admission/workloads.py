@@ -1,0 +1,301 @@
+"""Which group a new pod belongs to, from what its workload already says.
+
+The one place that answers "which group, what size, what rank".  The mutating webhook
+writes the answer as the bridge's own group labels (``slurmbridge.io/group``,
+``group-size``, ``group-rank``), so everything downstream keeps working on those.  The
+size comes from the owner, never from whichever member arrives first.  Sources, first
+match wins:
+
+1. JobSet: the ``jobset.sigs.k8s.io`` labels its controller puts on pods; the whole
+   JobSet is one group, sized from the JobSet object (replicas x parallelism summed over
+   its replicated jobs).
+2. LeaderWorkerSet: one group per replica (``<lws>-<group-index>``, the leader pod's
+   name), sized by the ``size`` annotation the controller copies from the LWS spec; the
+   rank is the worker index (leader 0).
+3. Workload API: ``spec.schedulingGroup.podGroupName`` names a ``scheduling.k8s.io``
+   PodGroup; a gang policy makes it a group of ``minCount`` (a basic policy is pod by pod).
+4. A batch Job annotated ``slurmbridge.io/gang: "true"``: parallelism == completions pods.
+5. The bridge's own labels, as the user wrote them (nothing to resolve).
+
+Ranks come from the workload's own index (the Job completion index, the JobSet job index,
+the LWS worker index), so a replaced pod gets its predecessor's node.
+"""
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_namespaced_resource
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from admission.pod import OwnerReference, PodShape
+from bridge import keys
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """A pod's group: ``size`` members, this one ``rank`` (None: any free node)."""
+
+    name: str
+    size: int
+    rank: int | None
+    source: str  # what said so, for messages: "Job ns/name", "PodGroup ns/name", ...
+
+    def labels(self) -> dict[str, str]:
+        labels = {keys.GROUP: self.name, keys.GROUP_SIZE: str(self.size)}
+        if self.rank is not None:
+            labels[keys.GROUP_RANK] = str(self.rank)
+        return labels
+
+
+class WorkloadError(ValueError):
+    """The workload asks for a group the bridge cannot form; the message says how to fix it."""
+
+
+class WorkloadLookupError(RuntimeError):
+    """The owner could not be read (API unreachable, RBAC): the pod cannot be placed yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    group: str
+    version: str
+    kind: str
+    plural: str
+
+
+JOB = Kind("batch", "v1", "Job", "jobs")
+POD_GROUP = Kind("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups")
+JOBSET = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
+
+OwnerReader = Callable[[Kind, str, str], Awaitable[dict[str, Any] | None]]
+"""Async read of one namespaced object as a dict (None: it does not exist)."""
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+# --- the owners' wire shapes: only the fields read here ------------------------------------
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class _Meta(_Wire):
+    name: str = ""
+    uid: str = ""
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class _JobSpec(_Wire):
+    parallelism: int | None = None
+    completions: int | None = None
+
+
+class _Job(_Wire):
+    metadata: _Meta = Field(default_factory=_Meta)
+    spec: _JobSpec = Field(default_factory=_JobSpec)
+
+
+class _Gang(_Wire):
+    min_count: int = Field(alias="minCount")
+
+
+class _Policy(_Wire):
+    gang: _Gang | None = None
+
+
+class _PodGroupSpec(_Wire):
+    scheduling_policy: _Policy = Field(default_factory=_Policy, alias="schedulingPolicy")
+
+
+class _PodGroup(_Wire):
+    spec: _PodGroupSpec = Field(default_factory=_PodGroupSpec)
+
+
+class _JobTemplate(_Wire):
+    spec: _JobSpec = Field(default_factory=_JobSpec)
+
+
+class _ReplicatedJob(_Wire):
+    name: str
+    replicas: int = 1
+    template: _JobTemplate = Field(default_factory=_JobTemplate)
+
+
+class _JobSetSpec(_Wire):
+    replicated_jobs: list[_ReplicatedJob] = Field(default_factory=list, alias="replicatedJobs")
+
+
+class _JobSet(_Wire):
+    metadata: _Meta = Field(default_factory=_Meta)
+    spec: _JobSetSpec = Field(default_factory=_JobSetSpec)
+
+
+# --- resolution ------------------------------------------------------------------------------
+
+
+async def membership(pod: PodShape, namespace: str, read: OwnerReader) -> Membership | None:
+    """The group ``pod`` (being created in ``namespace``) belongs to; None: a lone pod, or
+    one whose own group labels stand as written.  Raises WorkloadError, WorkloadLookupError."""
+    labels = pod.metadata.labels or {}
+    annotations = pod.annotations
+    if keys.JOBSET_NAME in labels:
+        return await _jobset(namespace, labels, annotations, read)
+    if keys.LWS_NAME in labels:
+        return _leader_worker_set(labels, annotations)
+    group = pod.spec.scheduling_group
+    if group is not None and group.pod_group_name:
+        found = await _pod_group(namespace, group.pod_group_name, annotations, read)
+        if found is not None:
+            return found
+    owner = _controller(pod.metadata.owner_references or [])
+    if owner is not None and (owner.api_version, owner.kind) == ("batch/v1", "Job"):
+        return await _gang_job(namespace, owner, annotations, read)
+    return None
+
+
+def _controller(refs: list[OwnerReference]) -> OwnerReference | None:
+    return next((r for r in refs if r.controller), None)
+
+
+def _index(values: dict[str, str], key: str, where: str) -> int | None:
+    text = values.get(key)
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise WorkloadError(f"{where} {key}={text!r} is not a whole number")
+    return int(text)
+
+
+def _ranked(rank: int | None, size: int) -> int | None:
+    """A rank only where it names one of the group's nodes."""
+    return rank if rank is not None and rank < size else None
+
+
+def group_name(text: str) -> str:
+    """A label value (<= 63 characters) that is also a Slurm job name part, unique for ``text``."""
+    if len(text) <= 63:
+        return text
+    return f"{text[:50].rstrip('-_.')}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+async def _get(read: OwnerReader, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
+    try:
+        found = await read(kind, namespace, name)
+    except Exception as err:  # unreachable, RBAC: never guess a group
+        raise WorkloadLookupError(
+            f"cannot read {kind.kind} {namespace}/{name} to size the pod's group: {err}"
+        ) from err
+    if found is None:
+        raise WorkloadError(f"{kind.kind} {namespace}/{name}, which owns this pod, does not exist")
+    return found
+
+
+async def _gang_job(
+    namespace: str, owner: OwnerReference, annotations: dict[str, str], read: OwnerReader
+) -> Membership | None:
+    ref = f"Job {namespace}/{owner.name}"
+    job = _parse(_Job, await _get(read, JOB, namespace, owner.name), ref)
+    if job.metadata.annotations.get(keys.GANG, "").strip().lower() != "true":
+        return None
+    if job.metadata.uid and job.metadata.uid != owner.uid:
+        raise WorkloadLookupError(f"{ref} was recreated while its pod was being created")
+    parallelism, completions = job.spec.parallelism or 1, job.spec.completions
+    if completions != parallelism:
+        raise WorkloadError(
+            f"{ref} has {keys.GANG}=true, so its pods run together as one Slurm job: set "
+            f"spec.completions equal to spec.parallelism (now {completions} and {parallelism})"
+        )
+    rank = _index(annotations, keys.JOB_COMPLETION_INDEX, "pod annotation")
+    return Membership(group_name(owner.name), parallelism, _ranked(rank, parallelism), ref)
+
+
+async def _pod_group(
+    namespace: str, name: str, annotations: dict[str, str], read: OwnerReader
+) -> Membership | None:
+    ref = f"PodGroup {namespace}/{name}"
+    gang = _parse(_PodGroup, await _get(read, POD_GROUP, namespace, name), ref)
+    policy = gang.spec.scheduling_policy.gang
+    if policy is None:  # basic policy: scheduled pod by pod
+        return None
+    size = policy.min_count
+    rank = _index(annotations, keys.JOB_COMPLETION_INDEX, "pod annotation")
+    return Membership(group_name(name), size, _ranked(rank, size), ref)
+
+
+def _leader_worker_set(labels: dict[str, str], annotations: dict[str, str]) -> Membership:
+    lws = labels[keys.LWS_NAME]
+    ref = f"LeaderWorkerSet {lws}"
+    group = _index(labels, keys.LWS_GROUP_INDEX, "pod label")
+    size = _index(annotations, keys.LWS_SIZE, "pod annotation")
+    if group is None or not size:
+        raise WorkloadError(
+            f"pod of {ref} lacks label {keys.LWS_GROUP_INDEX} or annotation {keys.LWS_SIZE} "
+            "(its controller sets both)"
+        )
+    rank = _index(labels, keys.LWS_WORKER_INDEX, "pod label")
+    return Membership(group_name(f"{lws}-{group}"), size, _ranked(rank, size), ref)
+
+
+async def _jobset(
+    namespace: str, labels: dict[str, str], annotations: dict[str, str], read: OwnerReader
+) -> Membership:
+    name = labels[keys.JOBSET_NAME]
+    ref = f"JobSet {namespace}/{name}"
+    jobset = _parse(_JobSet, await _get(read, JOBSET, namespace, name), ref)
+    size, offset = 0, None
+    replicated = labels.get(keys.JOBSET_REPLICATED_JOB)
+    job_index = _index(labels, keys.JOBSET_JOB_INDEX, "pod label")
+    completion = _index(annotations, keys.JOB_COMPLETION_INDEX, "pod annotation")
+    for rj in jobset.spec.replicated_jobs:
+        per_job = rj.template.spec.parallelism or 1
+        if rj.name == replicated:  # members of earlier replicated jobs rank first
+            offset = _jobset_rank(size, per_job, rj.replicas, job_index, completion)
+        size += rj.replicas * per_job
+    if size < 1:
+        raise WorkloadError(f"{ref} has no replicated jobs")
+    return Membership(group_name(name), size, offset, ref)
+
+
+def _jobset_rank(
+    before: int, per_job: int, replicas: int, job_index: int | None, completion: int | None
+) -> int | None:
+    if job_index is None or completion is None or job_index >= replicas or completion >= per_job:
+        return None
+    return before + job_index * per_job + completion
+
+
+def _parse(model: type[M], raw: dict[str, Any], ref: str) -> M:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        raise WorkloadError(f"{ref} cannot be read: {err.errors()[0]['msg']}") from None
+
+
+def kube_owner_reader(client: AsyncClient | None = None) -> OwnerReader:
+    """Reads owners through the API server (a client from in-cluster config or
+    ``$KUBECONFIG`` is made on first use, so building the app needs no cluster)."""
+    resources: dict[Kind, Any] = {}
+
+    async def read(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        nonlocal client
+        client = client or AsyncClient()
+        resource = resources.get(kind)
+        if resource is None:
+            resource = create_namespaced_resource(kind.group, kind.version, kind.kind, kind.plural)
+            resources[kind] = resource
+        try:
+            found = await client.get(resource, name, namespace=namespace)
+        except ApiError as err:
+            if err.status.code == 404:
+                return None
+            raise
+        result: dict[str, Any] = found.to_dict()
+        return result
+
+    return read
