@@ -260,7 +260,7 @@ def format_cpu(used: dict[str, float]) -> str:
 def _process_kind(pid: int, argv: list[str]) -> str:
     if pid == os.getpid():
         return "benchmark client"
-    if "bridge.cli" in argv or (argv and Path(argv[0]).name == "slurmbridge"):
+    if "slurmbridge_cli" in argv or (argv and Path(argv[0]).name == "slurmbridge"):
         role = next((a for a in argv if a in ("extender", "webhook")), "")
         return f"slurmbridge {role}".strip()
     names = [Path(a).name for a in argv[:4]]  # etcd runs under the chroot's ld.so

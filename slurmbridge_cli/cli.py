@@ -106,6 +106,3 @@ def config_reference() -> None:
     """Print the configuration reference (Markdown) generated from the settings models."""
     click.echo(markdown(), nl=False)
 
-
-if __name__ == "__main__":
-    main()

@@ -78,7 +78,7 @@ async def up() -> None:
                 "SLURMBRIDGE_SLURM__TOKEN_FILE": str(slurm.token_file),
                 "SLURMBRIDGE_KUBE__KUBECONFIG": str(cp.kubeconfig)}
     print("\n$ slurmbridge status")
-    status = [sys.executable, "-m", "bridge.cli", "--log-level", "warning", "status"]
+    status = [sys.executable, "-m", "slurmbridge_cli", "--log-level", "warning", "status"]
     await asyncio.to_thread(subprocess.run, status, env=env_vars, check=True)
     print("\n$ squeue")
     print(slurm.admin("squeue", "-o", "%.6i %.28j %.9T %.8N %.12b"))

@@ -14,7 +14,7 @@ log() { echo "[install-check] $*" >&2; }
 
 bash "$repo/deploy/docker/engine.sh"
 image="$(bash "$repo/deploy/docker/base-image.sh" bookworm)"
-inputs=(pyproject.toml README.md bridge extender admission deploy/dev)
+inputs=(pyproject.toml README.md bridge extender admission slurmbridge_cli deploy/dev)
 stamp="$( (docker image inspect "$image" --format '{{.Id}}'
   cd "$repo" && find "${inputs[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' | sort | xargs sha256sum) \
   | sha256sum | cut -c1-16)"

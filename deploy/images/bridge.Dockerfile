@@ -17,6 +17,7 @@ RUN python3 -m venv /opt/slurmbridge \
 COPY bridge ./bridge
 COPY extender ./extender
 COPY admission ./admission
+COPY slurmbridge_cli ./slurmbridge_cli
 # Then the package itself, into the same virtual environment (copied whole below).
 RUN /opt/slurmbridge/bin/pip install --no-deps . \
  && /opt/slurmbridge/bin/slurmbridge --help >/dev/null

@@ -25,7 +25,7 @@ DOCKERFILE
 fi
 
 ctx="$(mktemp -d)"; trap 'rm -rf "$ctx"' EXIT
-cp -r "$repo/pyproject.toml" "$repo/README.md" "$repo/bridge" "$repo/extender" "$repo/admission" "$ctx/"
+cp -r "$repo/pyproject.toml" "$repo/README.md" "$repo/bridge" "$repo/extender" "$repo/admission" "$repo/slurmbridge_cli" "$ctx/"
 find "$ctx" \( -name __pycache__ -o -name '*.pyc' -o -name .mypy_cache \) -prune -exec rm -rf {} +
 log "building $IMAGE"
 docker build -q --build-arg BASE="$PYBASE" -f "$repo/deploy/images/bridge.Dockerfile" -t "$IMAGE" "$ctx" >/dev/null

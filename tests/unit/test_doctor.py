@@ -6,7 +6,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from bridge.cli import main
+from slurmbridge_cli.cli import main
 
 
 def test_stopped_slurmrestd_is_one_line_with_a_hint(
