@@ -56,6 +56,7 @@ class Bridge:
             self.index, self.nodes, self.pods, self.notifier.job_known,
             claims=self.claims,
             admit=self._admit,
+            on_refused=self.notifier.submit_refused,
         )
         self.binder = Binder(
             self.kube, self.placer, cuda_numbering=settings.placement.cuda_visible_devices

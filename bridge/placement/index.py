@@ -100,7 +100,7 @@ class JobIndex:
             # PENDING anyway; the poller reads the job when its state changes.
             job = SlurmJob(
                 job_id, req.name, JobState.PENDING, "None", req.pod_uid, None,
-                partition=req.partition or "",
+                partition=req.partition or "", account=req.account or "", qos=req.qos or "",
             )
             self.record(job)
             return job

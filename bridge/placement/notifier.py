@@ -22,6 +22,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from bridge import keys
 from bridge.kube import pods as kpods
 from bridge.placement.pods import PodKey, PodRegistry
+from bridge.placement.reasons import waiting_message
 from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -30,7 +31,7 @@ log = structlog.get_logger(__name__)
 def describe(job: SlurmJob) -> str:
     if job.allocation is not None and job.state is not JobState.PENDING:
         return f"Slurm job {job.job_id} allocated {','.join(job.allocation.nodes)}"
-    return f"waiting for Slurm job {job.job_id} ({job.state}, reason {job.reason})"
+    return waiting_message(job)
 
 
 Status = tuple[int, JobState, str]
@@ -54,6 +55,7 @@ class PodNotifier:
         self._seen: dict[str, Status] = {}  # pod uid -> its job's last known status
         self._latest: dict[str, SlurmJob] = {}  # pod uid -> that job, until first shown
         self._shown: dict[str, Status] = {}  # pod uid -> status written on the pod
+        self._refusals: dict[str, str] = {}  # pod uid -> Slurm's last submit refusal shown
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def job_known(self, pod: Pod, job: SlurmJob) -> None:
@@ -105,7 +107,7 @@ class PodNotifier:
 
     def prune(self) -> None:
         """Drop what is remembered about pods the registry has forgotten."""
-        for memory in (self._seen, self._shown, self._latest):
+        for memory in (self._seen, self._shown, self._latest, self._refusals):
             for uid in [u for u in memory if self._registry.owner_of(u) is None]:
                 del memory[uid]
 
@@ -116,6 +118,24 @@ class PodNotifier:
                 self._kube, key.namespace, key.name, allocated=False,
                 reason="SlurmReachable", message="slurmrestd answers again: retrying",
             ))
+
+    async def submit_refused(self, pod: Pod, reason: str, message: str) -> None:
+        """Slurm refused the pod's job: event and condition, once per distinct refusal."""
+        meta = pod.metadata or ObjectMeta()
+        assert meta.uid and meta.namespace and meta.name
+        key = PodKey(meta.namespace, meta.name, meta.uid)
+        if self._refusals.get(key.uid) == message:
+            return
+        self._refusals[key.uid] = message
+        self._spawn(self._refused(key, reason, message))
+
+    async def _refused(self, key: PodKey, reason: str, message: str) -> None:
+        await kpods.record_event(
+            self._kube, key, keys.EVENT_SUBMIT_REFUSED, message, warning=True
+        )
+        await kpods.set_slurm_condition(
+            self._kube, key.namespace, key.name, allocated=False, reason=reason, message=message,
+        )
 
     async def drain(self) -> None:
         """Wait for pending writes (tests, shutdown)."""

@@ -47,6 +47,9 @@ def slurm_job(info: JobInfo, bridge_user: str) -> SlurmJob:
         allocation=allocation_from(info.nodes, info.gres_detail) if allocated else None,
         partition=info.partition,
         user=info.user_name,
+        account=info.account,
+        qos=info.qos,
+        preempting=info.preempt_time.set and info.preempt_time.number > 0,
     )
 
 

@@ -46,6 +46,11 @@ class SlurmJob:
     allocation: Allocation | None  # None until Slurm allocated it
     partition: str = ""
     user: str = ""
+    account: str = ""
+    qos: str = ""
+    # Slurm signalled preemption (QOS preemption with a GraceTime): the job still runs for
+    # the grace time, then ends PREEMPTED; the pod must stop within it.
+    preempting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from admission.app import TLSConfigError, create_app, server_config
 from admission.config import AdmissionSettings, NamespacePolicy
 from admission.policy import SubmitRefused, deadline_refusal, for_submit, policy_refusal
 from admission.scope import CachedNamespaceLabels, NamespaceLookupError, kube_namespace_labels
-from admission.tenancy import Tenant, TenancyMap, TenancySource
+from admission.tenancy import TenancyMap, TenancySource, Tenant
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
 
@@ -723,7 +723,8 @@ async def test_preset_node_name_is_refused(client: httpx.AsyncClient) -> None:
 
 async def test_a_deadline_above_the_namespace_maximum_is_refused() -> None:
     settings = AdmissionSettings(default_policy=NamespacePolicy(max_time_limit_minutes=60))
-    transport = httpx.ASGITransport(app=create_app(settings, namespace_lookup=FakeLabels(), tenancy=OPEN))
+    app = create_app(settings, namespace_lookup=FakeLabels(), tenancy=OPEN)
+    transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="https://webhook") as c:
         long = make_pod(schedulerName=keys.SCHEDULER_NAME, activeDeadlineSeconds=3601)
         message = await denial(c, make_review(long))

@@ -51,6 +51,9 @@ class JobInfo(WireModel):
     gres_detail: list[str] = Field(default_factory=list)
     partition: str = ""
     user_name: str = ""
+    account: str = ""
+    qos: str = ""
+    preempt_time: NoVal = NoVal()  # set (non-zero) once Slurm signalled preemption
 
 
 class JobsResponse(Envelope):

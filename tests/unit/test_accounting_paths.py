@@ -1,0 +1,207 @@
+"""What a researcher reads when accounting holds, refuses or preempts a pod's job."""
+
+from typing import Any, cast
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.models.core_v1 import Pod
+from lightkube.resources.core_v1 import Event
+
+from bridge import keys
+from bridge.controllers.lifecycle import Lifecycle
+from bridge.jobs.request import JobRequest
+from bridge.placement.index import JobIndex
+from bridge.placement.nodes import NodeMap
+from bridge.placement.notifier import PodNotifier
+from bridge.placement.placer import PlacementError, Placer
+from bridge.placement.pods import PodRegistry
+from bridge.placement.reasons import explain, refusal, waiting_message
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.errors import SlurmRejected
+from bridge.slurm.types import Allocation, JobState, SlurmJob
+
+
+def _job(state: JobState, reason: str = "None", **extra: Any) -> SlurmJob:
+    allocation = Allocation(("node1",), {"node1": (0,)}) if state is JobState.RUNNING else None
+    fields: dict[str, Any] = {"user": "alice", "account": "team-a", "qos": "gpu2"} | extra
+    return SlurmJob(7, "k8s:ns/p", state, reason, "uid-1", allocation, **fields)
+
+
+# --- the reason table -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reason", "parts"),
+    [
+        ("QOSGrpGRES", ["QOS 'gpu2'", "limit on GPUs"]),
+        ("AssocGrpGRES", ["account 'team-a'", "GPUs"]),
+        ("AssocMaxJobsLimit", ["user 'alice'", "account 'team-a'", "as many jobs"]),
+        ("QOSMaxGRESPerUser", ["user 'alice'", "QOS 'gpu2'"]),
+        ("AssocGrpCpuLimit", ["account 'team-a'", "CPUs"]),
+        ("AssocGrpCPULimit", ["account 'team-a'", "CPUs"]),  # spelling in the issue: same entry
+        ("InvalidAccount", ["account 'team-a'", "user 'alice'", "tenancy"]),
+        ("InvalidQOS", ["QOS 'gpu2'", "tenancy"]),
+        ("QOSGrpWallLimit", ["QOS 'gpu2'", "QOSGrpWallLimit"]),  # not in the table: by family
+        ("AssocGrpNodeLimit", ["account 'team-a'", "AssocGrpNodeLimit"]),
+        ("SomethingNew", ["SomethingNew"]),
+    ],
+)
+def test_pending_reasons_read_as_sentences(reason: str, parts: list[str]) -> None:
+    sentence = explain(_job(JobState.PENDING, reason))
+    for part in parts:
+        assert part in sentence
+
+
+def test_the_waiting_message_keeps_slurms_code_and_adds_the_sentence() -> None:
+    message = waiting_message(_job(JobState.PENDING, "QOSGrpGRES"))
+    assert message.startswith("waiting for Slurm job 7 (PENDING, reason QOSGrpGRES): ")
+    assert "limit on GPUs" in message
+    assert waiting_message(_job(JobState.SUSPENDED, "Preempted")).endswith("reason Preempted)")
+
+
+def test_submit_refusals_name_the_tenancy_values() -> None:
+    reason, sentence = refusal(
+        "Invalid account or account/partition combination specified",
+        account="team-b", user="bob", qos=None, partition=None,
+    )
+    assert reason == "InvalidAccount"
+    assert "'team-b'" in sentence and "'bob'" in sentence and "sacctmgr" in sentence
+    assert "Invalid account or account/partition" in sentence  # Slurm's own words kept
+    assert refusal("odd", account=None, user=None, qos=None, partition=None) == (
+        "SlurmRejected", "odd"
+    )
+
+
+# --- a refused submit: told once, not retried per filter ---------------------------------
+
+
+class RefusingSlurm:
+    def __init__(self) -> None:
+        self.submits = 0
+
+    async def submit(self, req: JobRequest) -> int:
+        self.submits += 1
+        raise SlurmRejected(
+            "submit", ["Invalid account or account/partition combination specified"], 500
+        )
+
+
+def _pod(uid: str = "uid-1", **spec: Any) -> Pod:
+    return cast(Pod, Pod.from_dict({
+        "metadata": {"name": "p", "namespace": "ns", "uid": uid,
+                     "annotations": {keys.ACCOUNT: "team-b", keys.SLURM_USER: "bob"}},
+        "spec": {"schedulerName": keys.SCHEDULER_NAME,
+                 "containers": [{"name": "c", "image": "x"}], **spec},
+    }))
+
+
+async def test_a_refused_submit_reaches_the_pod_once_without_a_retry_storm() -> None:
+    slurm = RefusingSlurm()
+    told: list[tuple[str, str]] = []
+
+    async def on_refused(pod: Pod, reason: str, message: str) -> None:
+        told.append((reason, message))
+
+    placer = Placer(JobIndex(cast(SlurmClient, slurm)), NodeMap(), PodRegistry(),
+                    on_refused=on_refused)
+    verdicts = [await placer.filter(_pod(), ["node1"]) for _ in range(5)]
+    assert slurm.submits == 1  # kube-scheduler retries; Slurm is asked once per backoff
+    assert told == [("InvalidAccount", verdicts[0].message)]
+    assert "'team-b'" in verdicts[0].message and "'bob'" in verdicts[0].message
+    assert all(v.message == verdicts[0].message and not v.keep for v in verdicts)
+    with pytest.raises(PlacementError, match="team-b"):
+        await placer.prepare(_pod())
+
+
+class FakeKube:
+    """Records the writes the bridge makes; lists the pods it is given."""
+
+    def __init__(self, pods: list[Pod] | None = None) -> None:
+        self.pods = pods or []
+        self.writes: list[tuple[str, Any]] = []
+
+    async def patch(self, res: Any, name: str, obj: dict[str, Any], **_: Any) -> None:
+        condition = obj["status"]["conditions"][0]
+        self.writes.append(("condition", (condition["reason"], condition["message"])))
+
+    async def create(self, obj: Any, *args: Any, **_: Any) -> None:
+        if isinstance(obj, Event):
+            self.writes.append(("event", (obj.reason, obj.message, obj.type)))
+        else:
+            self.writes.append(("evict", obj.metadata.name))
+
+    async def list(self, *_: Any, **__: Any) -> Any:
+        for pod in self.pods:
+            yield pod
+
+
+async def test_submit_refusal_is_an_event_and_a_condition_once() -> None:
+    kube = FakeKube()
+    notifier = PodNotifier(cast(AsyncClient, kube), PodRegistry(), quiet_seconds=0)
+    for _ in range(3):
+        await notifier.submit_refused(_pod(), "InvalidAccount", "Slurm refused: account")
+    await notifier.drain()
+    assert kube.writes == [
+        ("event", (keys.EVENT_SUBMIT_REFUSED, "Slurm refused: account", "Warning")),
+        ("condition", ("InvalidAccount", "Slurm refused: account")),
+    ]
+
+
+# --- preemption ------------------------------------------------------------------------------
+
+
+class FreshSlurm:
+    """Answers the lifecycle's confirming read with ``job``."""
+
+    def __init__(self, job: SlurmJob) -> None:
+        self.job = job
+
+    async def get_job(self, job_id: int) -> SlurmJob:
+        return self.job
+
+
+def _bound_pod(grace: int) -> Pod:
+    pod = _pod(nodeName="kube-node1", terminationGracePeriodSeconds=grace)
+    assert pod.metadata is not None and pod.metadata.annotations is not None
+    pod.metadata.annotations |= {keys.JOB_ID: "7", keys.SLURM_NODE: "node1", keys.GPU_IDS: "0"}
+    return pod
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        _job(JobState.PREEMPTED, "None", qos="low"),  # PreemptMode CANCEL, grace over
+        _job(JobState.RUNNING, qos="low", preempting=True),  # in Slurm's GraceTime
+        _job(JobState.PENDING, "Preempted", qos="low"),  # REQUEUE
+    ],
+    ids=["ended", "in-grace", "requeued"],
+)
+async def test_a_preempted_job_evicts_its_pod_with_the_reason(job: SlurmJob) -> None:
+    kube = FakeKube([_bound_pod(grace=45)])
+    index = JobIndex(cast(SlurmClient, None))
+    index.record(job)  # as the poller saw it; the lifecycle confirms with a fresh read
+    lifecycle = Lifecycle(cast(AsyncClient, kube), cast(SlurmClient, FreshSlurm(job)), index,
+                          PodRegistry())
+    await lifecycle.reconcile_once()
+    assert kube.writes[0] == ("evict", "p")  # the Eviction API: the pod's grace period holds
+    (reason, message, kind), = [w[1] for w in kube.writes if w[0] == "event"]
+    assert (reason, kind) == (keys.EVENT_PREEMPTED, "Warning")
+    assert "preempted by Slurm" in message and "QOS low" in message
+    assert "terminationGracePeriodSeconds=45" in message
+    conditions = [w[1] for w in kube.writes if w[0] == "condition"]
+    assert conditions == [(keys.REASON_PREEMPTED, message)]
+    await lifecycle.reconcile_once()  # evicted once
+    assert [w[0] for w in kube.writes].count("evict") == 1
+
+
+async def test_a_job_that_ended_otherwise_is_not_called_a_preemption() -> None:
+    kube = FakeKube([_bound_pod(grace=0)])
+    index = JobIndex(cast(SlurmClient, None))
+    cancelled = _job(JobState.CANCELLED)
+    index.record(cancelled)
+    lifecycle = Lifecycle(cast(AsyncClient, kube), cast(SlurmClient, FreshSlurm(cancelled)),
+                          index, PodRegistry())
+    await lifecycle.reconcile_once()
+    events = [w[1] for w in kube.writes if w[0] == "event"]
+    assert [e[0] for e in events] == ["SlurmJobEnded"]
+    assert not [w for w in kube.writes if w[0] == "condition"]
