@@ -478,6 +478,9 @@ def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
                            ("create", "events"), ("patch", "nodes")):
         assert not can(control_plane, webhook, verb, resource, "-A"), (verb, resource)
     assert can(control_plane, webhook, "watch", "namespaces")
+    for resource in ("jobs.batch", "podgroups.scheduling.k8s.io", "jobsets.jobset.x-k8s.io"):
+        assert can(control_plane, webhook, "get", resource, "-A"), resource  # group sizes
+        assert not can(control_plane, webhook, "update", resource, "-A"), resource
 
     assert can(control_plane, scheduler, "update", f"leases.coordination.k8s.io/{lease}", *ns)
     assert not can(control_plane, scheduler, "update", "leases.coordination.k8s.io/other", *ns)

@@ -1,0 +1,474 @@
+"""Workloads beyond bare pods: what their controllers create reaches Slurm as one job per group.
+
+Jobs, Deployments and StatefulSets are created through the API and their pods by the real
+kube-controller-manager (the tests play only the kubelet: pod status).  JobSet and
+LeaderWorkerSet controllers are not available here (their Go modules are not served): those
+tests install a minimal CRD, create the owner object, and create what the controller would,
+with exactly the labels and annotations it sets (bridge/keys.py cites their sources):
+JobSet child Jobs (whose pods the real Job controller then creates), LWS pods (owned here by
+the LWS object directly; the real controller puts StatefulSets in between).
+"""
+
+import asyncio
+from functools import partial
+from typing import Any, cast
+
+import pytest
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.models.meta_v1 import OwnerReference
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import CascadeType, PatchType
+
+from bridge import keys
+from bridge.slurm.allocation import expand_nodes
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle
+from slurmbridge_devkit.kube import set_pod_phase, wait_for
+from slurmbridge_devkit.slurm import SlurmTarget
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+
+pytestmark = pytest.mark.e2e
+
+Job = create_namespaced_resource("batch", "v1", "Job", "jobs")
+Deployment = create_namespaced_resource("apps", "v1", "Deployment", "deployments")
+StatefulSet = create_namespaced_resource("apps", "v1", "StatefulSet", "statefulsets")
+PodGroup = create_namespaced_resource("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups")
+JobSet = create_namespaced_resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
+LeaderWorkerSet = create_namespaced_resource(
+    "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"
+)
+CRD = create_global_resource(
+    "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions"
+)
+BIND_TIMEOUT = 120
+
+
+# --- manifests ---------------------------------------------------------------------------
+
+
+def template(
+    *, cpu: str = "1", labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None, restart: str = "Never",
+) -> dict[str, Any]:
+    """A pod template asking for the bridge; no grace period (no kubelet to wait for)."""
+    limits = {"cpu": cpu, "memory": "1Gi"}
+    return {
+        "metadata": {"labels": labels or {}, "annotations": annotations or {}},
+        "spec": {
+            "schedulerName": keys.SCHEDULER_NAME,
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"],
+                            "resources": {"requests": dict(limits), "limits": limits}}],
+        },
+    }
+
+
+def job_manifest(
+    name: str, pods: int, *, gang: bool = False, cpu: str = "1", backoff: int = 6,
+    scheduling: dict[str, Any] | None = None, labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "parallelism": pods, "completions": pods, "completionMode": "Indexed",
+        "backoffLimit": backoff, "template": template(cpu=cpu, labels=labels),
+    }
+    if scheduling is not None:
+        spec["scheduling"] = scheduling
+    annotations = {keys.GANG: "true"} if gang else {}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "annotations": annotations}, "spec": spec}
+
+
+# --- what Kubernetes and Slurm show -------------------------------------------------------
+
+
+async def create(kube: AsyncClient, resource: Any, ns: str, manifest: dict[str, Any]) -> Any:
+    manifest["metadata"]["namespace"] = ns
+    return await kube.create(resource.from_dict(manifest))
+
+
+async def live_pods(kube: AsyncClient, ns: str, labels: dict[str, str]) -> list[Pod]:
+    """Pods matching ``labels`` neither being deleted nor finished, by name."""
+    found = [p async for p in kube.list(Pod, namespace=ns, labels=dict(labels.items()))]
+    live = [
+        p for p in found
+        if p.metadata and not p.metadata.deletionTimestamp
+        and not (p.status and p.status.phase in ("Succeeded", "Failed"))
+    ]
+    return sorted(live, key=lambda p: (p.metadata.name or "") if p.metadata else "")
+
+
+async def wait_bound_pods(
+    kube: AsyncClient, ns: str, labels: dict[str, str], count: int, timeout: float = BIND_TIMEOUT  # noqa: ASYNC109
+) -> list[Pod]:
+    async def bound() -> list[Pod] | None:
+        pods = await live_pods(kube, ns, labels)
+        done = [p for p in pods if p.spec and p.spec.nodeName]
+        return done if len(done) == count else None
+
+    result: list[Pod] = await wait_for(bound, timeout, interval=0.5, what=f"{count} pods bound")
+    return result
+
+
+def slurm_jobs(slurm: SlurmTarget, name: str) -> list[tuple[str, str, int, tuple[str, ...]]]:
+    """Live jobs named ``name`` as squeue shows them: (id, state, node count, nodes)."""
+    out = slurm.admin("squeue", "-h", "-n", name, "-o", "%i|%T|%D|%N")
+    jobs = []
+    for line in out.strip().splitlines():
+        job_id, state, count, nodes = line.split("|")
+        listed = expand_nodes(nodes) if nodes and nodes != "(null)" else ()
+        jobs.append((job_id, state, int(count), tuple(listed)))
+    return jobs
+
+
+async def wait_no_jobs(slurm: SlurmTarget, name: str, timeout: float = 60) -> None:  # noqa: ASYNC109
+    await wait_for(lambda: not slurm_jobs(slurm, name), timeout, interval=0.5,
+                   what=f"no Slurm job named {name}")
+
+
+def slurm_node_of(stack: BridgeStack, pod: Pod) -> str:
+    assert pod.spec is not None and pod.spec.nodeName
+    return stack.slurm_node_of(pod.spec.nodeName)
+
+
+def assert_one_group_job(
+    stack: BridgeStack, name: str, pods: list[Pod], rank_of: dict[str, int] | None = None
+) -> str:
+    """squeue shows one running job ``name`` of len(pods) nodes; every member is bound to one
+    of its nodes, each to its own, rank r to the r-th (Slurm's node order)."""
+    jobs = slurm_jobs(stack.slurm, name)
+    assert len(jobs) == 1, f"squeue for {name}: {jobs}"
+    job_id, state, count, nodes = jobs[0]
+    assert (state, count) == ("RUNNING", len(pods)), jobs
+    placed = [slurm_node_of(stack, p) for p in pods]
+    assert sorted(placed) == sorted(nodes), (placed, nodes)
+    for pod in pods:
+        meta = pod.metadata
+        assert meta is not None and meta.name is not None
+        assert (meta.annotations or {})[keys.JOB_ID] == job_id
+        if rank_of is not None:
+            assert slurm_node_of(stack, pod) == nodes[rank_of[meta.name]], (meta.name, nodes)
+    return job_id
+
+
+def completion_ranks(pods: list[Pod]) -> dict[str, int]:
+    return {p.metadata.name: int((p.metadata.annotations or {})[keys.JOB_COMPLETION_INDEX])
+            for p in pods if p.metadata and p.metadata.name}
+
+
+async def run_pods(kube: AsyncClient, pods: list[Pod]) -> None:
+    """Play the kubelet: the bound pods' containers run."""
+    for pod in pods:
+        await set_pod_phase(kube, pod, "Running")
+
+
+def block(slurm: SlurmTarget, *nodes: str, cpus: int = 32) -> list[str]:
+    """Admin jobs holding ``cpus`` CPUs on each node, so a 48-CPU member fits only elsewhere."""
+    return [
+        slurm.admin("sbatch", "--parsable", "-c", str(cpus), "-w", node, "-o", "/dev/null",
+                    "--wrap", "sleep 900").strip()
+        for node in nodes
+    ]
+
+
+async def ensure_crd(kube: AsyncClient, group: str, version: str, kind: str, plural: str) -> None:
+    """A CRD accepting any spec (the real controller's CRD validates more)."""
+    crd = CRD.from_dict({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                 "versions": [{"name": version, "served": True, "storage": True, "schema": {
+                     "openAPIV3Schema": {"type": "object",
+                                         "x-kubernetes-preserve-unknown-fields": True}}}]},
+    })
+    try:
+        await kube.create(crd)
+    except ApiError as exc:
+        if exc.status.code != 409:
+            raise
+
+    async def established() -> bool:
+        got = await kube.get(CRD, f"{plural}.{group}")
+        conditions = (got.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    await wait_for(established, 30, interval=0.2, what=f"CRD {plural}.{group} established")
+
+
+def owner_ref(obj: Any) -> dict[str, Any]:
+    meta = obj.metadata
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta.name,
+            "uid": meta.uid, "controller": True, "blockOwnerDeletion": True}
+
+
+async def namespace(kube: AsyncClient, e2e_namespaces: list[str], prefix: str) -> str:
+    ns = await make_e2e_namespace(kube, prefix)
+    e2e_namespaces.append(ns)
+    return ns
+
+
+# --- the tests ---------------------------------------------------------------------------
+
+
+async def test_gang_job_is_one_slurm_job_never_half_placed(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    slurm = bridge_stack.slurm
+    ns = await namespace(kube, e2e_namespaces, "gang-job")
+    await slurm_idle(slurm)
+    # Two nodes keep 32 of their CPUs: 3 members of 48 CPUs would fit only 2 at a time.
+    blockers = block(slurm, "node1", "node2")
+    name, selector = f"k8s:{ns}/train", {"batch.kubernetes.io/job-name": "train"}
+    try:
+        await create(kube, Job, ns, job_manifest("train", 3, gang=True, cpu="48"))
+        await wait_for(lambda: slurm_jobs(slurm, name), 30, what=f"job {name} in squeue")
+        await asyncio.sleep(8)
+        jobs = slurm_jobs(slurm, name)
+        assert [(state, count) for _, state, count, _ in jobs] == [("PENDING", 3)], jobs
+        pods = await live_pods(kube, ns, selector)
+        assert len(pods) == 3 and not [p for p in pods if p.spec and p.spec.nodeName], (
+            "a member was bound while its group could only be half placed"
+        )
+    finally:
+        slurm.admin("scancel", *blockers)
+    pods = await wait_bound_pods(kube, ns, selector, 3)
+    assert_one_group_job(bridge_stack, name, pods, completion_ranks(pods))
+    await run_pods(kube, pods)
+    await kube.delete(Job, "train", namespace=ns, cascade=CascadeType.BACKGROUND)
+    await wait_no_jobs(slurm, name)  # the garbage collector deleted the pods
+
+
+async def test_workload_api_gang_pod_group_is_one_slurm_job_and_finishing_leaves_none(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    """A Job with a gang scheduling policy: the Job controller creates the Workload and
+    PodGroup and points its pods at it (spec.schedulingGroup); the PodGroup sizes the group."""
+    slurm = bridge_stack.slurm
+    ns = await namespace(kube, e2e_namespaces, "podgroup")
+    await slurm_idle(slurm)
+    gang: dict[str, Any] = {"schedulingPolicy": {"gang": {}}}
+    await create(kube, Job, ns, job_manifest("infer", 2, scheduling=gang, cpu="2"))
+    selector = {"batch.kubernetes.io/job-name": "infer"}
+    pods = await wait_bound_pods(kube, ns, selector, 2)
+    groups = [g async for g in kube.list(PodGroup, namespace=ns)]
+    assert len(groups) == 1
+    pod_group = groups[0]["metadata"]["name"]
+    assert groups[0]["spec"]["schedulingPolicy"]["gang"]["minCount"] == 2
+    # The webhook named the group after the PodGroup the pods point at (spec.schedulingGroup).
+    labels = [(p.metadata.labels or {}) for p in pods if p.metadata]
+    assert {lbl.get(keys.GROUP) for lbl in labels} == {pod_group}
+    name = f"k8s:{ns}/{pod_group}"
+    assert_one_group_job(bridge_stack, name, pods, completion_ranks(pods))
+    for pod in pods:
+        await set_pod_phase(kube, await set_pod_phase(kube, pod, "Running"), "Succeeded")
+
+    async def complete() -> bool:
+        job = await kube.get(Job, "infer", namespace=ns)
+        conditions = (job.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
+
+    await wait_for(complete, 60, interval=0.5, what="Job infer Complete")
+    await wait_no_jobs(slurm, name)
+
+
+async def test_jobset_is_one_group_sized_from_the_jobset(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    slurm = bridge_stack.slurm
+    ns = await namespace(kube, e2e_namespaces, "jobset")
+    await slurm_idle(slurm)
+    await ensure_crd(kube, "jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
+    replicated = [("driver", 1, 1), ("workers", 1, 2)]  # (name, replicas, parallelism): 3 pods
+    jobset = await create(kube, JobSet, ns, {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "llm"},
+        "spec": {"replicatedJobs": [
+            {"name": rj, "replicas": replicas,
+             "template": {"spec": {"parallelism": pods, "completions": pods,
+                                   "completionMode": "Indexed", "template": template()}}}
+            for rj, replicas, pods in replicated]},
+    })
+    global_index = 0
+    for rj, replicas, pods in replicated:  # the child Jobs, as the JobSet controller makes them
+        for index in range(replicas):
+            marks = {keys.JOBSET_NAME: "llm", keys.JOBSET_REPLICATED_JOB: rj,
+                     keys.JOBSET_JOB_INDEX: str(index),
+                     "jobset.sigs.k8s.io/job-global-index": str(global_index),
+                     "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas),
+                     "jobset.sigs.k8s.io/global-replicas": "2"}
+            global_index += 1
+            manifest = job_manifest(f"llm-{rj}-{index}", pods, labels=marks)
+            manifest["metadata"].update(labels=marks, annotations=marks,
+                                        ownerReferences=[owner_ref(jobset)])
+            manifest["spec"]["template"]["metadata"]["annotations"] = marks
+            await create(kube, Job, ns, manifest)
+    members = await wait_bound_pods(kube, ns, {keys.JOBSET_NAME: "llm"}, 3)
+    ranks = {}
+    for pod in members:
+        assert pod.metadata and pod.metadata.name
+        labels, annotations = pod.metadata.labels or {}, pod.metadata.annotations or {}
+        offset = 0 if labels[keys.JOBSET_REPLICATED_JOB] == "driver" else 1
+        ranks[pod.metadata.name] = offset + int(annotations[keys.JOB_COMPLETION_INDEX])
+    assert sorted(ranks.values()) == [0, 1, 2]
+    name = f"k8s:{ns}/llm"
+    assert_one_group_job(bridge_stack, name, members, ranks)
+    await run_pods(kube, members)
+    await kube.delete(JobSet, "llm", namespace=ns, cascade=CascadeType.BACKGROUND)
+    await wait_no_jobs(slurm, name)  # JobSet -> child Jobs -> pods, by the garbage collector
+
+
+async def test_leaderworkerset_replica_is_one_group_ranked_by_worker_index(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    slurm = bridge_stack.slurm
+    ns = await namespace(kube, e2e_namespaces, "lws")
+    await slurm_idle(slurm)
+    await ensure_crd(kube, "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets")
+    lws = await create(kube, LeaderWorkerSet, ns, {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "vllm"},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 3, "workerTemplate": template()}},
+    })
+    # Workers first: the group must not start before its leader exists anyway.
+    for worker, pod_name in ((2, "vllm-0-2"), (1, "vllm-0-1"), (0, "vllm-0")):
+        labels = {keys.LWS_NAME: "vllm", keys.LWS_GROUP_INDEX: "0",
+                  keys.LWS_WORKER_INDEX: str(worker),
+                  "leaderworkerset.sigs.k8s.io/group-key": "6a1f0e"}
+        pod = pod_manifest(pod_name, labels=labels, annotations={keys.LWS_SIZE: "3"})
+        assert pod.metadata is not None
+        ref = cast(OwnerReference, OwnerReference.from_dict(owner_ref(lws)))
+        pod.metadata.ownerReferences = [ref]
+        await create_pod(kube, ns, pod)
+    pods = await wait_bound_pods(kube, ns, {keys.LWS_NAME: "vllm"}, 3)
+    ranks = {p.metadata.name: int((p.metadata.labels or {})[keys.LWS_WORKER_INDEX])
+             for p in pods if p.metadata and p.metadata.name}
+    name = f"k8s:{ns}/vllm-0"
+    assert_one_group_job(bridge_stack, name, pods, ranks)
+    await kube.delete(LeaderWorkerSet, "vllm", namespace=ns, cascade=CascadeType.BACKGROUND)
+    await wait_no_jobs(slurm, name)
+
+
+async def test_deployment_scale_down_cancels_exactly_the_removed_pods_jobs(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    slurm = bridge_stack.slurm
+    ns = await namespace(kube, e2e_namespaces, "deploy")
+    await slurm_idle(slurm)
+    selector = {"app": "web"}
+    await create(kube, Deployment, ns, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": selector},
+                 "template": template(labels=selector, restart="Always")},
+    })
+    pods = await wait_bound_pods(kube, ns, selector, 3)
+    await run_pods(kube, pods)
+    jobs = {p.metadata.name: slurm_jobs(slurm, f"k8s:{ns}/{p.metadata.name}")
+            for p in pods if p.metadata and p.metadata.name}
+    assert all(len(j) == 1 and j[0][1] == "RUNNING" for j in jobs.values()), jobs
+    await kube.patch(Deployment, "web", {"spec": {"replicas": 1}}, namespace=ns,
+                     patch_type=PatchType.MERGE)
+
+    async def scaled_down() -> list[Pod] | None:
+        left = await live_pods(kube, ns, selector)
+        return left if len(left) == 1 else None
+
+    kept = (await wait_for(scaled_down, 60, interval=0.5, what="1 replica left"))[0]
+    assert kept.metadata and kept.metadata.name
+    for pod_name in jobs:
+        if pod_name != kept.metadata.name:
+            await wait_no_jobs(slurm, f"k8s:{ns}/{pod_name}")
+    assert slurm_jobs(slurm, f"k8s:{ns}/{kept.metadata.name}") == jobs[kept.metadata.name]
+
+
+async def test_statefulset_deletion_cancels_its_pods_jobs_only(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    slurm = bridge_stack.slurm
+    ns = await namespace(kube, e2e_namespaces, "sts")
+    await slurm_idle(slurm)
+    await create_pod(kube, ns, pod_manifest("bystander"))
+    selector = {"app": "db"}
+    await create(kube, StatefulSet, ns, {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {"replicas": 2, "serviceName": "db", "podManagementPolicy": "Parallel",
+                 "selector": {"matchLabels": selector},
+                 "template": template(labels=selector, restart="Always")},
+    })
+    pods = await wait_bound_pods(kube, ns, selector, 2)
+    await run_pods(kube, pods)
+    bystander = slurm_jobs(slurm, f"k8s:{ns}/bystander")
+    assert len(bystander) == 1
+    for pod_name in ("db-0", "db-1"):
+        assert len(slurm_jobs(slurm, f"k8s:{ns}/{pod_name}")) == 1
+    await kube.delete(StatefulSet, "db", namespace=ns, cascade=CascadeType.BACKGROUND)
+    for pod_name in ("db-0", "db-1"):
+        await wait_no_jobs(slurm, f"k8s:{ns}/{pod_name}")
+    assert slurm_jobs(slurm, f"k8s:{ns}/bystander") == bystander
+
+
+async def test_failed_job_pod_is_replaced_with_a_new_placeholder_until_backoff_limit(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    slurm = bridge_stack.slurm
+    ns = await namespace(kube, e2e_namespaces, "backoff")
+    await slurm_idle(slurm)
+    await create(kube, Job, ns, job_manifest("flaky", 1, backoff=1))
+    selector = {"batch.kubernetes.io/job-name": "flaky"}
+    seen: list[str] = []
+    for _ in range(2):  # the first failure is retried, the second exceeds backoffLimit 1
+        pod = (await wait_bound_pods(kube, ns, selector, 1))[0]  # failed pods not counted
+        assert pod.metadata and pod.metadata.name
+        job_id = (pod.metadata.annotations or {})[keys.JOB_ID]
+        assert job_id not in seen, "a replacement pod must get its own placeholder"
+        assert slurm_jobs(slurm, f"k8s:{ns}/{pod.metadata.name}")[0][0] == job_id
+        seen.append(job_id)
+        running = await set_pod_phase(kube, pod, "Running")
+        await set_pod_phase(kube, running, "Failed")
+        await wait_for(partial(_ended, slurm, job_id), 60, interval=0.5,
+                       what=f"job {job_id} of the failed pod ended")
+
+    async def failed() -> bool:
+        job = await kube.get(Job, "flaky", namespace=ns)
+        conditions = (job.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Failed" and c["status"] == "True" for c in conditions)
+
+    await wait_for(failed, 60, interval=0.5, what="Job flaky Failed (backoffLimit)")
+    assert not [j for j in seen if _live_job(slurm, j)]
+
+
+async def test_suspend_cancels_the_group_and_resume_submits_a_new_one(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    slurm = bridge_stack.slurm
+    ns = await namespace(kube, e2e_namespaces, "suspend")
+    await slurm_idle(slurm)
+    await create(kube, Job, ns, job_manifest("train", 2, gang=True))
+    selector, name = {"batch.kubernetes.io/job-name": "train"}, f"k8s:{ns}/train"
+    pods = await wait_bound_pods(kube, ns, selector, 2)
+    first = assert_one_group_job(bridge_stack, name, pods, completion_ranks(pods))
+    await run_pods(kube, pods)
+    await kube.patch(Job, "train", {"spec": {"suspend": True}}, namespace=ns,
+                     patch_type=PatchType.MERGE)
+    await wait_no_jobs(slurm, name)
+    await wait_for(lambda: _none(kube, ns, selector), 60, interval=0.5, what="pods deleted")
+    await kube.patch(Job, "train", {"spec": {"suspend": False}}, namespace=ns,
+                     patch_type=PatchType.MERGE)
+    pods = await wait_bound_pods(kube, ns, selector, 2)
+    second = assert_one_group_job(bridge_stack, name, pods, completion_ranks(pods))
+    assert second != first
+    await kube.delete(Job, "train", namespace=ns, cascade=CascadeType.BACKGROUND)
+    await wait_no_jobs(slurm, name)
+
+
+def _live_job(slurm: SlurmTarget, job_id: str) -> bool:
+    return bool(slurm.admin("squeue", "-h", "-j", job_id, check=False).strip())
+
+
+def _ended(slurm: SlurmTarget, job_id: str) -> bool:
+    return not _live_job(slurm, job_id)
+
+
+async def _none(kube: AsyncClient, ns: str, labels: dict[str, str]) -> bool:
+    return not [p async for p in kube.list(Pod, namespace=ns, labels=dict(labels.items()))]
