@@ -64,11 +64,14 @@ alive() {
 
 STARTED=()   # components this invocation started: stopped again if it fails
 
-# start NAME CMD...: detached, own session, stdout+stderr to $LOGS/NAME.log.
+# start NAME CMD...: detached, own session, stdout+stderr to $LOGS/NAME.log.  Every
+# inherited descriptor above 2 is closed first: a lock held by a caller (our own run/.lock
+# on fd 9, or `flock LOCK controlplane.sh up`) must not live on in the daemons.
 start() {
   local name="$1"; shift
   mkdir -p "$LOGS"
-  setsid "$@" >"$LOGS/$name.log" 2>&1 < /dev/null 9>&- &
+  ( for fd in /proc/self/fd/*; do fd="${fd##*/}"; (( fd > 2 )) && eval "exec $fd>&-"; done
+    exec setsid "$@" ) >"$LOGS/$name.log" 2>&1 < /dev/null &
   echo $! > "$RUN/$name.pid"
   STARTED+=("$name")
 }
