@@ -40,8 +40,7 @@ from bridge.config import Settings
 from bridge.jobs.translate import job_request_for_pod
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
-from tests.fixtures.bridge import replace_scheduler
-from tests.fixtures.kube import (
+from slurmbridge_devkit.kube import (
     ControlPlane,
     create_namespace,
     scheduler_config,
@@ -49,7 +48,8 @@ from tests.fixtures.kube import (
     stop_scheduler,
     unique_name,
 )
-from tests.fixtures.slurm import SlurmTarget
+from slurmbridge_devkit.slurm import SlurmTarget
+from slurmbridge_devkit.stack import replace_scheduler
 
 DEFAULT_PROFILE = "bench-default"
 # The bridge as shipped (timings, log level info): start_stack's fast test timings (1 s polls,

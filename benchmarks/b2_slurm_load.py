@@ -27,8 +27,8 @@ from bridge import keys
 from bridge.jobs.request import JobRequest
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
-from tests.fixtures.kube import ControlPlane, create_namespace, unique_name
-from tests.fixtures.slurm import SlurmTarget
+from slurmbridge_devkit.kube import ControlPlane, create_namespace, unique_name
+from slurmbridge_devkit.slurm import SlurmTarget
 
 FLAT = 1.2
 RESYNC_SECONDS = 30.0  # start_stack's SLURMBRIDGE_PLACEMENT__RESYNC_INTERVAL_SECONDS

@@ -32,7 +32,7 @@ from bridge.placement.index import JobIndex
 from bridge.placement.poller import Poller
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import SlurmJob
-from tests.fixtures.slurm import SlurmTarget
+from slurmbridge_devkit.slurm import SlurmTarget
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The real environment for B1, B2 and B5: the project's local Slurm and control plane.
 
-Everything comes from the test harness (tests/fixtures): ``_local_target`` runs
+Everything comes from the test harness (tests/fixtures): ``local_target`` runs
 ``deploy/slurm/cluster.sh up`` (a no-op when already up), ``run_controlplane("up")``
 joins or starts ``deploy/k8s/controlplane.sh`` as a holder, ``start_stack`` starts the
 extender, the webhook and the bridge's kube-scheduler as subprocesses.  These benchmarks
@@ -17,7 +17,6 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import cast
 
 import httpx
 import pytest
@@ -30,8 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from bridge import keys
 from bridge.config import SlurmSettings
 from bridge.slurm.client import SlurmClient
-from tests.fixtures.bridge import BridgeStack, start_stack, stop_stack
-from tests.fixtures.kube import (
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.kube import (
     FIELD_MANAGER,
     ControlPlane,
     delete_namespace,
@@ -41,7 +40,8 @@ from tests.fixtures.kube import (
     parse_env,
     run_controlplane,
 )
-from tests.fixtures.slurm import CLUSTER_SH, SlurmTarget, _external_target, _local_target
+from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget, external_target, local_target
+from slurmbridge_devkit.stack import BridgeStack, start_stack, stop_stack
 
 HarnessFailure: type[BaseException] = pytest.fail.Exception  # the harness reports via pytest.fail
 
@@ -52,7 +52,7 @@ class SetupError(RuntimeError):
 
 def slurm_target(version: str) -> SlurmTarget:
     try:
-        return _external_target() or _local_target(version)
+        return external_target() or local_target(version)
     except HarnessFailure as exc:
         raise SetupError(str(exc)) from None
 
@@ -156,21 +156,9 @@ async def resize_nodes(
 
 def bench_pod(name: str, scheduler: str, app: str) -> Pod:
     """A 1-CPU pod that tolerates the managed taint (bench pods skip the webhook)."""
-    return cast(Pod, Pod.from_dict({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": app}},
-        "spec": {
-            "schedulerName": scheduler,
-            "containers": [{
-                "name": "main", "image": "busybox", "command": ["sleep", "3600"],
-                "resources": {"requests": {"cpu": "1", "memory": "512Mi"},
-                              "limits": {"cpu": "1", "memory": "512Mi"}},
-            }],
-            "tolerations": [{"key": keys.MANAGED_TAINT, "operator": "Exists",
-                             "effect": "NoSchedule"}],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }))
+    toleration = {"key": keys.MANAGED_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+    return (PodBuilder(name).scheduler(scheduler).label("app", app).memory("512Mi")
+            .spec(tolerations=[toleration]).build())
 
 
 async def create_pods(kube: AsyncClient, ns: str, pods: list[Pod], parallel: int) -> None:

@@ -1,7 +1,8 @@
-"""Shared pytest wiring: fixtures live in tests/fixtures/, one module per real component."""
+"""Shared pytest wiring: the fixtures live in the dev kit (slurmbridge_devkit/), one module
+per real component."""
 
 pytest_plugins = [
-    "tests.fixtures.slurm",
-    "tests.fixtures.kube",
-    "tests.fixtures.bridge",
+    "slurmbridge_devkit.slurm",
+    "slurmbridge_devkit.kube",
+    "slurmbridge_devkit.stack",
 ]

@@ -1,8 +1,8 @@
 """The demo: pods and a native Slurm job sharing GPUs, placed by Slurm.
 
 Runs on the local Slurm 26.05 and control plane that deploy/demo.sh starts,
-reusing the end-to-end harness (tests/fixtures) to start the bridge the way
-the tests do.  `demo.py up` leaves everything running; `demo.py down` stops it.
+reusing the dev kit (slurmbridge_devkit) to start the bridge the way the
+tests do.  `demo.py up` leaves everything running; `demo.py down` stops it.
 """
 
 import asyncio
@@ -18,10 +18,9 @@ from pathlib import Path
 from lightkube import AsyncClient, KubeConfig
 from lightkube.resources.core_v1 import Pod
 
-from bridge import keys
-from tests.e2e.helpers import create_pod, pod_manifest
-from tests.fixtures.bridge import make_e2e_namespace, start_stack
-from tests.fixtures.kube import (
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.e2e import create_pod
+from slurmbridge_devkit.kube import (
     ControlPlane,
     cache_dir,
     delete_namespace,
@@ -29,7 +28,8 @@ from tests.fixtures.kube import (
     run_controlplane,
     wait_for,
 )
-from tests.fixtures.slurm import _local_target
+from slurmbridge_devkit.slurm import local_target
+from slurmbridge_devkit.stack import make_e2e_namespace, start_stack
 
 STATE = cache_dir() / "demo"
 NAMESPACE = "demo"
@@ -37,7 +37,7 @@ NAMESPACE = "demo"
 
 async def up() -> None:
     STATE.mkdir(parents=True, exist_ok=True)
-    slurm = _local_target("26.05")
+    slurm = local_target("26.05")
     env = parse_env(run_controlplane("env"))
     cp = ControlPlane(
         kubeconfig=Path(env["KUBECONFIG"]), server=env["SLURMBRIDGE_KUBE_SERVER"],
@@ -59,15 +59,14 @@ async def up() -> None:
     print(f"native sbatch job {native}: 4 GPUs on node1")
     await delete_namespace(kube, NAMESPACE)  # a previous demo's pods
     await make_e2e_namespace(kube, NAMESPACE, name=NAMESPACE, enrolled=True)
-    group = {keys.GROUP: "allreduce", keys.GROUP_SIZE: "2"}
+    # The first two leave schedulerName to the webhook (the namespace is enrolled).
     pods = [
-        pod_manifest("notebook-cpu", scheduler=False, cpu="2", memory="4Gi"),
-        pod_manifest("train-gpu", scheduler=False, cpu="8", memory="32Gi", gpus=2),
-        pod_manifest("worker-0", cpu="4", gpus=1, labels=group),
-        pod_manifest("worker-1", cpu="4", gpus=1, labels=group),
+        PodBuilder("notebook-cpu").scheduler(None).cpu("2").memory("4Gi"),
+        PodBuilder("train-gpu").scheduler(None).cpu("8").memory("32Gi").gpus(2),
+        *(PodBuilder(f"worker-{i}").cpu("4").gpus(1).group("allreduce", 2) for i in range(2)),
     ]
     for pod in pods:
-        await create_pod(kube, NAMESPACE, pod)
+        await create_pod(kube, NAMESPACE, pod.build())
 
     async def all_bound() -> bool:
         listed = [p async for p in kube.list(Pod, namespace=NAMESPACE)]

@@ -5,9 +5,9 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 
 from bridge import keys
-from tests.e2e.helpers import create_pod, pod_manifest
-from tests.fixtures.bridge import ALLOWED_ACCOUNTS, BridgeStack, make_e2e_namespace
-from tests.fixtures.kube import delete_namespace
+from slurmbridge_devkit.e2e import create_pod, pod_manifest
+from slurmbridge_devkit.kube import delete_namespace
+from slurmbridge_devkit.stack import ALLOWED_ACCOUNTS, BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
 

@@ -40,7 +40,7 @@ from starlette.routing import Route
 from bridge import keys
 from bridge.jobs.request import JobRequest
 from bridge.slurm.client import SlurmClient
-from tests.e2e.helpers import (
+from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
     pod_manifest,
@@ -48,7 +48,14 @@ from tests.e2e.helpers import (
     slurm_job_view,
     wait_bound,
 )
-from tests.fixtures.bridge import (
+from slurmbridge_devkit.kube import (
+    ControlPlane,
+    set_pod_phase,
+    stop_scheduler,
+    unique_name,
+    wait_for,
+)
+from slurmbridge_devkit.stack import (
     BRIDGE_NS,
     WEBHOOK_CONFIG,
     BridgeProcess,
@@ -57,13 +64,6 @@ from tests.fixtures.bridge import (
     free_port,
     make_e2e_namespace,
     replace_scheduler,
-)
-from tests.fixtures.kube import (
-    ControlPlane,
-    set_pod_phase,
-    stop_scheduler,
-    unique_name,
-    wait_for,
 )
 
 pytestmark = pytest.mark.e2e

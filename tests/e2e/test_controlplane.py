@@ -34,7 +34,7 @@ from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.core_v1 import Pod
 
-from tests.fixtures.kube import (
+from slurmbridge_devkit.kube import (
     ControlPlane,
     NodeFactory,
     SchedulerFactory,

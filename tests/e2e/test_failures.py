@@ -14,16 +14,16 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from bridge.slurm.client import SlurmClient
-from tests.e2e.helpers import create_pod, pod_manifest, slurm_idle, wait_bound
-from tests.fixtures.bridge import (
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, wait_bound
+from slurmbridge_devkit.kube import set_pod_phase, wait_for
+from slurmbridge_devkit.slurm import CLUSTER_SH
+from slurmbridge_devkit.stack import (
     BRIDGE_NS,
     BridgeProcess,
     BridgeStack,
     free_port,
     make_e2e_namespace,
 )
-from tests.fixtures.kube import set_pod_phase, wait_for
-from tests.fixtures.slurm import CLUSTER_SH
 
 pytestmark = pytest.mark.e2e
 

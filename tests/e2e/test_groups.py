@@ -7,8 +7,8 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from tests.e2e.helpers import create_pod, pod_manifest, slurm_idle, slurm_job_view, wait_bound
-from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, slurm_job_view, wait_bound
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
 

@@ -31,8 +31,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from bridge import keys
 from bridge.config import CONFIG_FILE_ENV, Settings
-from tests.fixtures.helm import Manifest, render
-from tests.fixtures.kube import BUILD, ControlPlane
+from slurmbridge_devkit.helm import Manifest, render
+from slurmbridge_devkit.kube import BUILD, ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -9,9 +9,9 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from bridge import keys
-from tests.e2e.helpers import create_pod, pod_manifest, slurm_job_view, wait_bound
-from tests.fixtures.bridge import BridgeStack, make_e2e_namespace, replace_scheduler
-from tests.fixtures.kube import stop_scheduler, wait_for
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_job_view, wait_bound
+from slurmbridge_devkit.kube import stop_scheduler, wait_for
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace, replace_scheduler
 
 pytestmark = pytest.mark.e2e
 

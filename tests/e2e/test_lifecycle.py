@@ -8,7 +8,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from tests.e2e.helpers import (
+from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
     pod_manifest,
@@ -16,8 +16,8 @@ from tests.e2e.helpers import (
     slurm_job_view,
     wait_bound,
 )
-from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
-from tests.fixtures.kube import set_pod_phase, wait_for
+from slurmbridge_devkit.kube import set_pod_phase, wait_for
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
 

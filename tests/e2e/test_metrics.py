@@ -4,8 +4,8 @@ import httpx
 import pytest
 from lightkube import AsyncClient
 
-from tests.e2e.helpers import create_pod, pod_manifest, wait_bound
-from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, wait_bound
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
 

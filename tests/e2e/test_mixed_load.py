@@ -7,16 +7,16 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from tests.e2e.helpers import (
+from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
     pod_manifest,
     slurm_idle,
     slurm_job_view,
 )
-from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
-from tests.fixtures.kube import wait_for
-from tests.fixtures.slurm import gpu_holders
+from slurmbridge_devkit.kube import wait_for
+from slurmbridge_devkit.scontrol import gpu_holders
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
 

@@ -9,8 +9,8 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from bridge import keys
-from tests.fixtures.bridge import BridgeStack
-from tests.fixtures.kube import wait_for
+from slurmbridge_devkit.kube import wait_for
+from slurmbridge_devkit.stack import BridgeStack
 
 pytestmark = pytest.mark.e2e
 

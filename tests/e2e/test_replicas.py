@@ -11,10 +11,10 @@ from bridge.placement.nodes import NodeMap
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.client import SlurmClient
-from tests.e2e.helpers import create_pod, pod_manifest
-from tests.fixtures.bridge import make_e2e_namespace
-from tests.fixtures.kube import ControlPlane
-from tests.fixtures.slurm import SlurmTarget
+from slurmbridge_devkit.e2e import create_pod, pod_manifest
+from slurmbridge_devkit.kube import ControlPlane
+from slurmbridge_devkit.slurm import SlurmTarget
+from slurmbridge_devkit.stack import make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
 

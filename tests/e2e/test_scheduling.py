@@ -4,8 +4,8 @@ import pytest
 from lightkube import AsyncClient
 
 from bridge import keys
-from tests.e2e.helpers import create_pod, pod_manifest, slurm_job_view, wait_bound
-from tests.fixtures.bridge import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_job_view, wait_bound
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,7 @@ from bridge.slurm.errors import (
 )
 from bridge.slurm.types import JobState
 from bridge.slurm.wire import FAMILIES
-from tests.fixtures.slurm import SlurmTarget
+from slurmbridge_devkit.slurm import SlurmTarget
 
 pytestmark = pytest.mark.integration
 

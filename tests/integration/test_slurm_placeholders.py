@@ -10,7 +10,8 @@ from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState, SlurmJob
-from tests.fixtures.slurm import SlurmTarget, gpu_holders
+from slurmbridge_devkit.scontrol import gpu_holders
+from slurmbridge_devkit.slurm import SlurmTarget
 
 pytestmark = pytest.mark.integration
 

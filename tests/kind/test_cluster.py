@@ -9,7 +9,7 @@ import pytest
 from bridge import keys
 from tests.kind.cluster import Kind, pod_manifest, wait
 
-pytestmark = pytest.mark.kind
+pytestmark = [pytest.mark.kind, pytest.mark.e2e]  # e2e: left out of the fast path
 
 
 def slurm_node(kind: Kind, node: str) -> tuple[str, str]:

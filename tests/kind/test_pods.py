@@ -8,7 +8,7 @@ import pytest
 
 from tests.kind.cluster import Kind, pod_manifest, wait
 
-pytestmark = pytest.mark.kind
+pytestmark = [pytest.mark.kind, pytest.mark.e2e]  # e2e: left out of the fast path
 
 PRINT_GPU_ENV = (
     'echo "NVIDIA=$NVIDIA_VISIBLE_DEVICES"; echo "CUDA=$CUDA_VISIBLE_DEVICES"; sleep 600'

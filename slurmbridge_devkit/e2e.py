@@ -1,14 +1,15 @@
-"""Small helpers shared by the end-to-end tests: pod manifests and Slurm's own view."""
+"""Helpers of the end-to-end tests, benchmarks and demo: pods, their waits, Slurm's own view."""
 
-from typing import Any, cast
+from typing import Any
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event, Pod
 
 from bridge import keys
-from bridge.slurm.allocation import expand_nodes, gpu_indices
-from tests.fixtures.kube import wait_for
-from tests.fixtures.slurm import GRES_DETAIL, SlurmTarget
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.kube import wait_for
+from slurmbridge_devkit.scontrol import show_job
+from slurmbridge_devkit.slurm import SlurmTarget
 
 
 def pod_manifest(
@@ -21,21 +22,10 @@ def pod_manifest(
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> Pod:
-    limits: dict[str, Any] = {"cpu": cpu, "memory": memory}
-    if gpus:
-        limits[keys.GPU_RESOURCE] = str(gpus)
-    spec: dict[str, Any] = {
-        "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"],
-                        "resources": {"requests": dict(limits), "limits": limits}}],
-        "terminationGracePeriodSeconds": 0,
-    }
-    if scheduler:
-        spec["schedulerName"] = keys.SCHEDULER_NAME
-    return cast(Pod, Pod.from_dict({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
-        "spec": spec,
-    }))
+    """The common test pod in one call (``PodBuilder`` for anything else)."""
+    builder = PodBuilder(name).cpu(cpu).memory(memory).gpus(gpus)
+    builder.labels(labels or {}).annotations(annotations or {})
+    return builder.scheduler(keys.SCHEDULER_NAME if scheduler else None).build()
 
 
 async def create_pod(kube: AsyncClient, namespace: str, pod: Pod) -> Pod:
@@ -64,21 +54,11 @@ async def slurm_idle(slurm: SlurmTarget, timeout: float = 60) -> None:  # noqa: 
 
 
 def slurm_job_view(slurm: SlurmTarget, job_id: int | str) -> dict[str, Any]:
-    """What `scontrol show job -d` says: name, state, nodes and GPU indices per node."""
-    line = slurm.admin("scontrol", "show", "job", "-d", "-o", str(job_id)).strip()
-    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-    gpus: dict[str, tuple[int, ...]] = {}
-    for nodes, gres in GRES_DETAIL.findall(line):
-        for node in expand_nodes(nodes):
-            gpus[node] = gpu_indices(gres) if gres else ()
-    return {
-        "name": fields.get("JobName", ""),
-        "state": fields.get("JobState", ""),
-        "nodes": expand_nodes(fields.get("NodeList", "")) if fields.get("NodeList") != "(null)"
-        else (),
-        "gpus": gpus,
-        "reason": fields.get("Reason", ""),
-    }
+    """What `scontrol show job -d` says (parsed by the dev kit, not the product): name,
+    state, nodes, GPU indices per node, reason."""
+    job = show_job(slurm, job_id)
+    return {"name": job.name, "state": job.state, "nodes": job.nodes, "gpus": job.gpus,
+            "reason": job.reason}
 
 
 async def pod_events(kube: AsyncClient, ns: str, name: str) -> list[tuple[str, str]]:

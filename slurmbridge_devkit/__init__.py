@@ -1,0 +1,14 @@
+"""The development kit: what the tests, the benchmarks and the demo share.
+
+- ``slurm``, ``kube``, ``stack``, ``helm``: bring up the real components (Slurm chroots or any
+  slurmrestd, the local control plane, the bridge's processes, the chart) and their pytest
+  fixtures (``tests/conftest.py`` loads them as plugins);
+- ``builders``: ``PodBuilder("p").gpus(2).group("g", 2)`` and friends;
+- ``scontrol``: Slurm's own view (``scontrol``/``squeue`` text), parsed independently of the
+  product, for end-to-end checks;
+- ``e2e``: waiting for pods, their events, an idle Slurm.
+
+A separate top-level package, not part of the distribution (pyproject's package list names
+only the product): the product never imports it (import-linter), and nothing here ships in
+the image.
+"""

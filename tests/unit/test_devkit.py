@@ -1,0 +1,86 @@
+"""The dev kit's own pieces: the pod builder and the independent Slurm text parser."""
+
+import pytest
+
+from bridge import keys
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.scontrol import expand_hostlist, index_list, parse_job_line, parse_squeue
+
+# `scontrol show job -d -o` of a 2-node group job (Slurm 26.05, fields cut for length).
+GROUP_JOB = (
+    "JobId=4 JobName=k8s:demo/allreduce UserId=slurm(64030) GroupId=slurm(64030) "
+    "Priority=1 Account=(null) QOS=normal JobState=RUNNING Reason=None Dependency=(null) "
+    "Comment=slurmbridge.io/pod-uid=group:demo/allreduce NodeList=node[1-2] "
+    "BatchHost=node1 NumNodes=2 NumCPUs=8 NumTasks=2 TRES=cpu=8,mem=2G,node=2,gres/gpu=2 "
+    "JOB_GRES=gpu:2 Nodes=node1 CPU_IDs=0-3 Mem=1024 GRES=gpu:1(IDX:6) "
+    "Nodes=node2 CPU_IDs=0-3 Mem=1024 GRES=gpu:1(IDX:0) MinCPUsNode=4 Features=(null)"
+)
+PENDING_JOB = (
+    "JobId=9 JobName=k8s:ns/waits JobState=PENDING Reason=Resources NodeList=(null) NumNodes=1"
+)
+
+
+def test_a_group_job_reads_as_its_nodes_and_gpu_indices_per_node() -> None:
+    job = parse_job_line(GROUP_JOB)
+    assert (job.job_id, job.name, job.state, job.reason) == (
+        4, "k8s:demo/allreduce", "RUNNING", "None"
+    )
+    assert job.nodes == ("node1", "node2")
+    assert job.gpus == {"node1": (6,), "node2": (0,)}
+    assert job.fields["Comment"] == "slurmbridge.io/pod-uid=group:demo/allreduce"
+
+
+def test_a_pending_job_has_no_nodes_and_no_gpus() -> None:
+    job = parse_job_line(PENDING_JOB)
+    assert (job.state, job.reason, job.nodes, job.gpus) == ("PENDING", "Resources", (), {})
+
+
+@pytest.mark.parametrize(("gres", "indices"), [
+    ("gpu:2(IDX:4-5)", (4, 5)),
+    ("gpu:a100:4(IDX:0-1,3,6)", (0, 1, 3, 6)),
+    ("gpu(IDX:N/A)", ()),
+    ("", ()),
+])
+def test_gpu_indices_of_one_node(gres: str, indices: tuple[int, ...]) -> None:
+    line = f"JobId=1 JobState=RUNNING NodeList=n1 Nodes=n1 CPU_IDs=0 Mem=1 GRES={gres}"
+    assert parse_job_line(line).gpus == {"n1": indices}
+
+
+@pytest.mark.parametrize(("expr", "names"), [
+    ("node1", ("node1",)),
+    ("node[1-3]", ("node1", "node2", "node3")),
+    ("gpu[01-02,07],cpu9", ("gpu01", "gpu02", "gpu07", "cpu9")),
+    ("r[1-2]n[1-2]", ("r1n1", "r1n2", "r2n1", "r2n2")),
+])
+def test_hostlists_expand_as_slurm_prints_them(expr: str, names: tuple[str, ...]) -> None:
+    assert expand_hostlist(expr) == names
+
+
+def test_index_lists() -> None:
+    assert index_list("0-2,5") == (0, 1, 2, 5)
+
+
+def test_squeue_lines() -> None:
+    text = "4|k8s:demo/g|RUNNING|None|node[1-2]\n9|x|PENDING|Priority|\n"
+    (running, pending) = parse_squeue(text)
+    assert (running.job_id, running.nodes) == (4, ("node1", "node2"))
+    assert (pending.state, pending.reason, pending.nodes) == ("PENDING", "Priority", ())
+
+
+def test_pod_builder_makes_a_gpu_group_member() -> None:
+    pod = PodBuilder("p").gpus(2).group("g", 2).build()
+    assert pod.metadata is not None and pod.spec is not None
+    assert pod.metadata.name == "p"
+    assert pod.metadata.labels == {keys.GROUP: "g", keys.GROUP_SIZE: "2"}
+    assert pod.spec.schedulerName == keys.SCHEDULER_NAME
+    resources = pod.spec.containers[0].resources
+    assert resources is not None and resources.limits is not None
+    assert resources.limits[keys.GPU_RESOURCE] == "2"
+    assert resources.requests == resources.limits
+
+
+def test_pod_builder_leaves_out_what_is_unset() -> None:
+    manifest = PodBuilder("q", "ns").scheduler(None).cpu(None).memory(None).manifest()
+    assert "schedulerName" not in manifest["spec"]
+    assert "resources" not in manifest["spec"]["containers"][0]
+    assert manifest["metadata"]["namespace"] == "ns"
