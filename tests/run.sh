@@ -28,6 +28,7 @@ fi
 
 ruff check .
 mypy
+lint-imports   # the layering (pyproject.toml [tool.importlinter], docs/architecture.md)
 mkdir -p .ci
 # pytest exits 5 when it collected nothing: with `set -e` that fails the run too.
 python -m pytest --junitxml=.ci/junit.xml "$@"
