@@ -191,8 +191,10 @@ async def _get(read: OwnerReader, kind: Kind, namespace: str, name: str) -> dict
         raise WorkloadLookupError(
             f"cannot read {kind.kind} {namespace}/{name} to size the pod's group: {err}"
         ) from err
-    if found is None:
-        raise WorkloadError(f"{kind.kind} {namespace}/{name}, which owns this pod, does not exist")
+    if found is None:  # e.g. a PodGroup created after its pods: the creator retries
+        raise WorkloadLookupError(
+            f"{kind.kind} {namespace}/{name}, which sizes this pod's group, does not exist (yet)"
+        )
     return found
 
 

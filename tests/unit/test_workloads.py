@@ -252,3 +252,8 @@ def test_an_ended_group_job_binds_only_the_members_it_was_recorded_on() -> None:
     assert not tied_to(_pod_with({}), ended)  # a resumed Job's new pod: the group's next run
     lone = SlurmJob(8, "k8s:research/p", JobState.CANCELLED, "None", "u", None)
     assert tied_to(_pod_with({}), lone)
+
+
+async def test_a_pod_group_not_created_yet_is_retried_not_refused() -> None:
+    with pytest.raises(WorkloadLookupError, match="does not exist"):
+        await membership(pod(pod_group_name="later"), NS, Owners())
