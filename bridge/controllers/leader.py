@@ -42,7 +42,6 @@ class LeaderElector:
         self._name = name
         self.identity = identity or default_identity()
         self._lease_seconds = lease_seconds
-        self.is_leader = False
 
     async def try_acquire(self) -> bool:
         """One attempt to take or renew the lease; returns whether we lead now."""
@@ -112,5 +111,4 @@ class LeaderElector:
                 log.warning("leader.lost", identity=self.identity, lease=self._name)
                 task.cancel()
                 task = None
-            self.is_leader = leading
             await asyncio.sleep(renew)

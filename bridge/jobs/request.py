@@ -1,6 +1,6 @@
 """The job request: the core's version-independent description of a placeholder job."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,4 +28,3 @@ class JobRequest:
     constraints: str | None = None
     priority: int | None = None
     exclusive: bool = False
-    environment: dict[str, str] = field(default_factory=dict)

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import structlog
 
 from bridge.jobs.request import JobRequest
-from bridge.slurm.client import JobListing, SlurmClient
+from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -32,7 +32,7 @@ class JobIndex:
         self._submitted: set[int] = set()  # jobs submitted while a resync lists
         self._last_submit = -float("inf")  # loop time of the latest submit
         self._resyncing = False
-        self._listing: asyncio.Future[JobListing | None] | None = None
+        self._listing: asyncio.Future[list[SlurmJob]] | None = None
         # Highest job id the last full listing held (any user's job): the poller reads each
         # newer job once, so jobs other replicas submit reach this index between resyncs.
         self.listed_upto = 0
@@ -77,8 +77,7 @@ class JobIndex:
             self._listing = asyncio.ensure_future(self._client.list_jobs())
             self._listing.add_done_callback(lambda _: setattr(self, "_listing", None))
         listing = await asyncio.shield(self._listing)
-        assert listing is not None  # without ``since`` Slurm always answers in full
-        live = _live_by_uid(listing.jobs).get(owner, [])
+        live = _live_by_uid(listing).get(owner, [])
         if not live:
             return None
         job = _keeper(live)
@@ -112,9 +111,8 @@ class JobIndex:
             listing = await self._client.list_jobs()
         finally:
             self._resyncing = False
-        assert listing is not None  # without ``since`` Slurm always answers in full
         # Jobs submitted while the listing was under way may be missing from it: keep them.
-        listed = {j.job_id for j in listing.jobs}
+        listed = {j.job_id for j in listing}
         self.listed_upto = max(listed, default=self.listed_upto)
         newer = [self._by_id[i] for i in self._submitted - listed if i in self._by_id]
         self._submitted.clear()
@@ -123,7 +121,7 @@ class JobIndex:
         for job in newer:
             self.record(job)
         cancelled = []
-        for uid, jobs in _live_by_uid(listing.jobs).items():
+        for uid, jobs in _live_by_uid(listing).items():
             if len(jobs) > 1:
                 keep = _keeper(jobs)
                 for extra in jobs:
@@ -134,7 +132,7 @@ class JobIndex:
                         )
                         await self._client.cancel(extra.job_id)
                         cancelled.append(extra.job_id)
-        for job in listing.jobs:
+        for job in listing:
             if job.job_id not in cancelled:
                 self.record(job)
         # Submit locks of owners whose jobs left Slurm's listing: not kept forever.

@@ -94,9 +94,7 @@ async def test_sigkill_at_random_moments_leaves_one_job_per_pod(
 
     async with SlurmClient(bridge_stack.slurm.settings()) as slurm:
         async def clean() -> bool:
-            listing = await slurm.list_jobs()
-            assert listing is not None
-            live = [j for j in listing.jobs if j.pod_uid and j.state.is_live
+            live = [j for j in await slurm.list_jobs() if j.pod_uid and j.state.is_live
                     and j.name.startswith(f"k8s:{ns}/")]
             owners = [j.pod_uid for j in live]
             duplicates = len(owners) - len(set(owners))

@@ -12,7 +12,7 @@ from bridge.placement.nodes import NodeMap
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
-from bridge.slurm.client import JobListing, SlurmClient
+from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 
 
@@ -38,12 +38,12 @@ class FakeSlurm:
     async def job_states(self) -> dict[int, JobState]:
         return {i: j.state for i, j in self.jobs.items()}
 
-    async def list_jobs(self, since: int | None = None) -> JobListing:
+    async def list_jobs(self) -> list[SlurmJob]:
         snapshot = list(self.jobs.values())
         self.listing_started.set()
         if self.hold_listing is not None:
             await self.hold_listing.wait()
-        return JobListing(jobs=snapshot, last_update=1)
+        return snapshot
 
     async def cancel(self, job_id: int) -> None:
         self.cancelled.append(job_id)

@@ -20,7 +20,7 @@ from bridge.placement.owner import owner_key
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
-from bridge.slurm.client import JobListing, SlurmClient
+from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 
@@ -84,8 +84,7 @@ async def test_only_the_bridges_own_jobs_are_placeholders() -> None:
     async with _client(rest) as client:
         listing = await client.list_jobs()
         forged = await client.get_job(2)
-    assert listing is not None
-    assert {j.job_id: j.pod_uid for j in listing.jobs} == {1: "uid-1", 2: None}
+    assert {j.job_id: j.pod_uid for j in listing} == {1: "uid-1", 2: None}
     assert forged.pod_uid is None and forged.allocation is None
 
 
@@ -94,7 +93,7 @@ async def test_a_native_job_the_bridge_cannot_read_is_left_out_of_a_listing() ->
     rest = FakeRest([_job(1, BRIDGE_USER), odd])
     async with _client(rest) as client:
         listing = await client.list_jobs()
-    assert listing is not None and [j.job_id for j in listing.jobs] == [1]
+    assert [j.job_id for j in listing] == [1]
 
 
 async def test_an_unreadable_placeholder_is_a_protocol_error_naming_the_job() -> None:
@@ -120,8 +119,8 @@ class BrokenOnce:
         self.calls = 0
         self.job = SlurmJob(1, "k8s:ns/p", JobState.PENDING, "None", "uid-1", None)
 
-    async def list_jobs(self, since: int | None = None) -> JobListing:
-        return JobListing(jobs=[self.job], last_update=1)
+    async def list_jobs(self) -> list[SlurmJob]:
+        return [self.job]
 
     async def job_states(self) -> dict[int, JobState]:
         self.calls += 1

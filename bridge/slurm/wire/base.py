@@ -141,8 +141,7 @@ class JobDescription(WireModel):
             "constraints": req.constraints,
             "priority": NoVal.of(req.priority) if req.priority is not None else None,
             "shared": ["none"] if req.exclusive else None,
-            "environment": ["SLURMBRIDGE_PLACEHOLDER=1"]
-            + [f"{k}={v}" for k, v in sorted(req.environment.items())],
+            "environment": ["SLURMBRIDGE_PLACEHOLDER=1"],
         }
 
 
