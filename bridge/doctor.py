@@ -7,12 +7,15 @@ from lightkube import AsyncClient
 from lightkube.generic_resource import create_global_resource
 from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
 from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import Node, Pod
 
+from admission.tenancy import TenancyError, TenancySource, Tenant
 from bridge import keys
 from bridge.config import Settings
+from bridge.placement.grace import grace_warning
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
+from bridge.slurm.types import Accounting
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,10 +23,12 @@ class Check:
     ok: bool
     what: str
     hint: str = ""
+    warning: bool = False  # ok, but something a person should look at
 
     def line(self) -> str:
-        return f"{'PASS' if self.ok else 'FAIL'}  {self.what}" + (
-            "" if self.ok else f"  (hint: {self.hint})"
+        label = "WARN" if self.warning else "PASS" if self.ok else "FAIL"
+        return f"{label}  {self.what}" + (
+            f"  (hint: {self.hint})" if self.hint and (self.warning or not self.ok) else ""
         )
 
 
@@ -94,5 +99,67 @@ async def kube_checks(kube: AsyncClient) -> AsyncIterator[Check]:
         yield Check(False, f"apiserver: {exc!r}", "check kube.kubeconfig / in-cluster config")
 
 
+async def tenancy_checks(settings: Settings, kube: AsyncClient) -> AsyncIterator[Check]:
+    """The tenancy file parses, and every account, user and QOS it names exists in slurmdbd;
+    pods whose grace period outlasts the GraceTime of their preemptable QOS are named."""
+    try:
+        source = TenancySource(settings.admission.tenancy_file)
+    except TenancyError as exc:
+        yield Check(False, f"tenancy: {exc}", "fix the file (docs/operations.md, Tenancy)")
+        return
+    mapping = source.current()
+    if not source.configured or not mapping.tenants():
+        yield Check(False, "tenancy: no namespace is mapped to a Slurm account and user: every "
+                    "pod is refused", "set admission.tenancy_file (Helm: tenancy.namespaces)")
+        return
+    try:
+        async with SlurmClient(settings.slurm.model_copy(update={"retries": 0})) as client:
+            known = await client.accounting()
+    except SlurmError as exc:
+        yield Check(False, f"tenancy: slurmdbd cannot be read through slurmrestd: {exc}",
+                    "slurmdbd must run and slurmrestd load openapi/slurmdbd (-s ...)")
+        return
+    for place, tenant in mapping.tenants().items():
+        yield _tenant_check(place, tenant, known, settings.slurm.user)
+    unknown = sorted(q for q in mapping.priority_classes.values() if q not in known.qos)
+    if unknown:
+        yield Check(False, f"tenancy priority_classes: QOS {', '.join(unknown)} not in slurmdbd",
+                    "sacctmgr add qos ..., or fix priority_classes")
+    async for check in _grace_checks(kube, known):
+        yield check
+
+
+def _tenant_check(place: str, tenant: Tenant, known: Accounting, bridge_user: str) -> Check:
+    user = tenant.user or bridge_user
+    missing = []
+    if tenant.account and tenant.account not in known.accounts:
+        missing.append(f"account {tenant.account!r}")
+    elif tenant.account and (user, tenant.account) not in known.associations:
+        missing.append(f"user {user!r} in account {tenant.account!r}")
+    if not tenant.account and not any(u == user for u, _ in known.associations):
+        missing.append(f"user {user!r}")
+    qos = [*tenant.qos, *([tenant.default_qos] if tenant.default_qos else [])]
+    missing += [f"QOS {q!r}" for q in dict.fromkeys(qos) if q not in known.qos]
+    what = (f"tenancy {place}: account {tenant.account or '(default)'}, user {user}, "
+            f"QOS {','.join(tenant.qos) or '(any)'}")
+    if missing:
+        return Check(False, f"{what}: missing in slurmdbd: {', '.join(missing)}",
+                     "sacctmgr add account/user/qos, or fix the tenancy file")
+    return Check(True, f"{what}: in slurmdbd")
+
+
+async def _grace_checks(kube: AsyncClient, known: Accounting) -> AsyncIterator[Check]:
+    async for pod in kube.list(Pod, namespace="*",
+                               fields={"spec.schedulerName": keys.SCHEDULER_NAME}):
+        warning = grace_warning(pod, known)
+        if warning and pod.metadata:
+            yield Check(True, f"pod {pod.metadata.namespace}/{pod.metadata.name}: {warning}",
+                        "lower terminationGracePeriodSeconds or raise the QOS GraceTime",
+                        warning=True)
+
+
 async def run(settings: Settings, kube: AsyncClient) -> list[Check]:
-    return [c async for c in slurm_checks(settings)] + [c async for c in kube_checks(kube)]
+    return (
+        [c async for c in slurm_checks(settings)] + [c async for c in kube_checks(kube)]
+        + [c async for c in tenancy_checks(settings, kube)]
+    )

@@ -18,6 +18,7 @@ from bridge.controllers.nodesync import NodeSync
 from bridge.kube.client import kube_client
 from bridge.kube.pods import set_slurm_condition
 from bridge.placement.claims import Claims
+from bridge.placement.grace import GraceWarnings
 from bridge.placement.index import JobIndex
 from bridge.placement.intake import UNBOUND, Intake
 from bridge.placement.nodes import NodeMap
@@ -43,6 +44,7 @@ class Bridge:
         self.nodes = NodeMap()
         self.pods = PodRegistry()
         self.tenancy = TenancySource(settings.admission.tenancy_file)
+        self.grace = GraceWarnings(self.kube, self.slurm)
         self.notifier = PodNotifier(
             self.kube, self.pods, quiet_seconds=settings.placement.notify_quiet_seconds
         )
@@ -57,6 +59,7 @@ class Bridge:
             claims=self.claims,
             admit=self._admit,
             on_refused=self.notifier.submit_refused,
+            on_submitted=self.grace.submitted,
         )
         self.binder = Binder(
             self.kube, self.placer, cuda_numbering=settings.placement.cuda_visible_devices

@@ -21,6 +21,9 @@ class Row:
     node: str
     gpus: str
     age: str
+    account: str = ""
+    user: str = ""
+    qos: str = ""
 
 
 def _age(created: datetime | None) -> str:
@@ -45,13 +48,17 @@ def _row(pod: Pod, job: SlurmJob | None) -> Row:
         node=(pod.spec.nodeName if pod.spec else None) or "",
         gpus=ann.get(keys.GPU_IDS, ""),
         age=_age(meta.creationTimestamp),
+        # What Slurm has for the job; before there is one, what the tenancy asked for.
+        account=(job.account if job else "") or ann.get(keys.ACCOUNT, ""),
+        user=(job.user if job else "") or ann.get(keys.SLURM_USER, ""),
+        qos=(job.qos if job else "") or ann.get(keys.QOS, ""),
     )
 
 
 async def collect(kube: AsyncClient, slurm: SlurmClient) -> list[Row]:
     listing = await slurm.list_jobs()
     jobs: dict[str, SlurmJob] = {}
-    for job in listing:
+    for job in listing.jobs if listing else []:
         if job.pod_uid and (job.pod_uid not in jobs or job.state.is_live):
             jobs[job.pod_uid] = job
     rows = []
@@ -63,9 +70,10 @@ async def collect(kube: AsyncClient, slurm: SlurmClient) -> list[Row]:
 
 
 def render_table(rows: list[Row]) -> str:
-    header = ("POD", "JOB", "STATE", "REASON", "NODE", "GPUS", "AGE")
+    header = ("POD", "JOB", "STATE", "REASON", "ACCOUNT", "USER", "QOS", "NODE", "GPUS", "AGE")
     cells = [header] + [
-        (r.pod, str(r.job_id or "-"), r.state, r.reason, r.node or "-", r.gpus or "-", r.age)
+        (r.pod, str(r.job_id or "-"), r.state, r.reason, r.account or "-", r.user or "-",
+         r.qos or "-", r.node or "-", r.gpus or "-", r.age)
         for r in rows
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]

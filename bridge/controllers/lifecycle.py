@@ -23,6 +23,7 @@ from lightkube.resources.core_v1 import Pod
 from bridge import keys, metrics
 from bridge.kube import pods as kpods
 from bridge.placement.claims import Claims
+from bridge.placement.grace import grace_seconds
 from bridge.placement.index import JobIndex
 from bridge.placement.owner import owner_key, pod_ref, tied_to
 from bridge.placement.pods import PodKey, PodRegistry
@@ -66,12 +67,6 @@ def preempted(job: SlurmJob) -> bool:
         job.state is JobState.PREEMPTED or job.preempting
         or (job.state is JobState.PENDING and "preempt" in job.reason.lower())
     )
-
-
-def _grace(pod: Pod) -> int:
-    """The pod's terminationGracePeriodSeconds (Kubernetes' default: 30)."""
-    seconds = pod.spec.terminationGracePeriodSeconds if pod.spec else None
-    return 30 if seconds is None else seconds
 
 
 def _what_happened(job: SlurmJob) -> str:
@@ -201,7 +196,7 @@ class Lifecycle:
             message = (
                 f"preempted by Slurm: job {job.job_id}{qos} gave its resources to a "
                 f"higher-priority job ({job.state}, reason {job.reason}); evicting the pod, "
-                f"which has its terminationGracePeriodSeconds={_grace(pod)} to stop"
+                f"which has its terminationGracePeriodSeconds={grace_seconds(pod)} to stop"
             )
         else:
             message = f"{_what_happened(job)} while the pod still needed it: evicting the pod"

@@ -99,9 +99,11 @@ class Placer:
         claims: Claims | None = None,
         admit: SubmitCheck | None = None,
         on_refused: OnRefused | None = None,
+        on_submitted: Callable[[Pod], None] | None = None,
     ) -> None:
         self._index = index
         self._on_refused = on_refused
+        self._on_submitted = on_submitted
         # owner → (monotonic time until which it is not resubmitted, Slurm's refusal in words)
         self._refused: dict[str, tuple[float, str]] = {}
         self._admit = admit
@@ -218,7 +220,7 @@ class Placer:
         """Submit; a refusal is told to the pod's owner in words, and not retried for a while
         (an account removed from slurmdbd must not turn into a submission per filter)."""
         try:
-            return await self._index.ensure(request)
+            job = await self._index.ensure(request)
         except SlurmRejected as exc:
             reason, sentence = refusal(
                 "; ".join(exc.errors) or str(exc), account=request.account,
@@ -231,6 +233,9 @@ class Placer:
             if self._on_refused is not None:
                 await self._on_refused(pod, reason, message)
             raise PlacementError(message) from exc
+        if self._on_submitted is not None:
+            self._on_submitted(pod)
+        return job
 
     async def _adopt_annotated(self, pod: Pod) -> SlurmJob | None:
         """A job another replica (or this one before a restart) recorded on the pod."""

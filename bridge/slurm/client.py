@@ -4,6 +4,7 @@ Every operation goes through ``_call``, which owns retries and error mapping,
 so a caller sees either a result in the core's types or one ``SlurmError``.
 """
 
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -30,7 +31,7 @@ from bridge.slurm.errors import (
     SlurmRejected,
     SlurmUnavailable,
 )
-from bridge.slurm.types import JobState, SlurmJob, SlurmNode
+from bridge.slurm.types import Accounting, JobState, SlurmJob, SlurmNode
 from bridge.slurm.wire import FAMILIES
 from bridge.slurm.wire.base import (
     Envelope,
@@ -42,6 +43,7 @@ from bridge.slurm.wire.base import (
     SubmitResponse,
     WireFamily,
 )
+from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
 
 log = structlog.get_logger(__name__)
 
@@ -50,6 +52,12 @@ E = TypeVar("E", bound=Envelope)
 _RETRY_STATUS = frozenset({502, 503, 504})
 _AUTH_STATUS = frozenset({401, 403, 511})  # slurmrestd answers 511 to a bad JWT
 _ESLURM_INVALID_JOB_ID = 2017
+
+
+@dataclass(frozen=True, slots=True)
+class JobListing:
+    jobs: list[SlurmJob]
+    last_update: int  # pass back as ``since`` to get only what changed after
 
 
 class _Transient(Exception):
@@ -71,6 +79,7 @@ class SlurmClient:
             transport=transport,
         )
         self._parser: str | None = None
+        self.slurm_release = ""
         self._foreign_markers: set[int] = set()  # warned about once each
 
     async def __aenter__(self) -> Self:
@@ -128,12 +137,20 @@ class SlurmClient:
             raise SlurmJobNotFound(job_id)
         return self._job(resp.jobs[0])
 
-    async def list_jobs(self) -> list[SlurmJob]:
-        """Every job (the big answer): callers poll ``job_states`` and use this only to
-        (re)build their index.  Not ``?update_time=``: Slurm answers it with every job as
-        soon as any changed (B5 in benchmarks/RESULTS.md)."""
-        resp = await self._call("GET", "/jobs/", "list_jobs", JobsResponse)
-        return [job for info in resp.jobs if (job := self._listed(info)) is not None]
+    async def list_jobs(self, since: int | None = None) -> JobListing | None:
+        """All jobs, or ``None`` when nothing changed after ``since`` (a tiny answer).
+
+        Slurm answers a changed queue with the full listing, so callers poll
+        ``job_states`` and use this only to (re)build their index.
+        """
+        params = {"update_time": str(since)} if since else None
+        resp = await self._call("GET", "/jobs/", "list_jobs", JobsResponse, params=params)
+        if since and not resp.jobs and not resp.last_update.number:
+            return None
+        return JobListing(
+            jobs=[job for info in resp.jobs if (job := self._listed(info)) is not None],
+            last_update=resp.last_update.number or (since or 0),
+        )
 
     async def job_states(self) -> dict[int, JobState]:
         """Ids and states of every job (about 80 bytes a job): the cheap poll."""
@@ -170,6 +187,16 @@ class SlurmClient:
             json=update.model_dump(exclude_none=True),
         )
         log.info("slurm.node_updated", node=node, state=update.state, reason=update.reason)
+
+    async def accounting(self) -> Accounting:
+        """Accounts, user associations and QOS from slurmdbd (needs slurmrestd's
+        openapi/slurmdbd plugin)."""
+        accounts = await self._call("GET", "/accounts/", "accounts", AccountsResponse,
+                                    api="slurmdb")
+        assocs = await self._call("GET", "/associations/", "associations",
+                                  AssociationsResponse, api="slurmdb")
+        qos = await self._call("GET", "/qos/", "qos", QosResponse, api="slurmdb")
+        return convert.accounting(accounts, assocs, qos)
 
     def _job(self, info: JobInfo) -> SlurmJob:
         """One job in the core's types; an answer the bridge cannot read is a protocol error
@@ -213,10 +240,11 @@ class SlurmClient:
         *,
         job_id: int | None = None,
         idempotent: bool = True,
+        api: str = "slurm",
         **kwargs: Any,
     ) -> E:
         parser = await self.connect()
-        url = f"/slurm/{parser}{path}"
+        url = f"/{api}/{parser}{path}"
         resp = await self._send(method, url, op, idempotent=idempotent, **kwargs)
         try:
             parsed = model.model_validate_json(resp.content)
@@ -296,4 +324,4 @@ class SlurmClient:
         return resp
 
 
-__all__ = ["SlurmClient", "SlurmError"]
+__all__ = ["JobListing", "SlurmClient", "SlurmError"]

@@ -2,8 +2,9 @@
 
 from bridge import keys
 from bridge.slurm.allocation import allocation_from
-from bridge.slurm.types import JobState, SlurmJob, SlurmNode
+from bridge.slurm.types import Accounting, JobState, SlurmJob, SlurmNode, SlurmQos
 from bridge.slurm.wire.base import JobInfo, NodeInfo
+from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
 
 
 def job_state(states: list[str]) -> JobState:
@@ -61,4 +62,17 @@ def slurm_node(info: NodeInfo) -> SlurmNode:
         cpus=info.cpus,
         memory_mb=info.real_memory,
         gres=info.gres,
+    )
+
+
+def accounting(
+    accounts: AccountsResponse, associations: AssociationsResponse, qos: QosResponse
+) -> Accounting:
+    return Accounting(
+        accounts=frozenset(a.name for a in accounts.accounts),
+        associations=frozenset(
+            (a.user, a.account) for a in associations.associations if a.user
+        ),
+        qos={q.name: SlurmQos(q.name, q.limits.grace_time, tuple(q.preempt.qos))
+             for q in qos.qos},
     )

@@ -65,3 +65,23 @@ class SlurmNode:
     @property
     def unavailable(self) -> bool:
         return bool(self.states & {"DRAIN", "DOWN", "FAIL", "FAILING", "NOT_RESPONDING"})
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmQos:
+    name: str
+    grace_seconds: int  # GraceTime: how long a preempted job keeps running once signalled
+    preempts: tuple[str, ...]  # the QOS whose jobs this one may preempt
+
+
+@dataclass(frozen=True, slots=True)
+class Accounting:
+    """What slurmdbd knows of the names a tenancy uses (``slurmbridge doctor``, grace checks)."""
+
+    accounts: frozenset[str]
+    associations: frozenset[tuple[str, str]]  # (user, account)
+    qos: dict[str, SlurmQos]
+
+    def preemptable(self, qos: str) -> bool:
+        """Some QOS may preempt jobs of ``qos``."""
+        return any(qos in other.preempts for other in self.qos.values())

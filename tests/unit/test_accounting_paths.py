@@ -6,10 +6,14 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Event
+from lightkube.resources.core_v1 import Pod as PodResource
 
+from admission.tenancy import Tenant
 from bridge import keys
 from bridge.controllers.lifecycle import Lifecycle
+from bridge.doctor import Check, _tenant_check
 from bridge.jobs.request import JobRequest
+from bridge.placement.grace import grace_warning
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.notifier import PodNotifier
@@ -17,8 +21,12 @@ from bridge.placement.placer import PlacementError, Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.reasons import explain, refusal, waiting_message
 from bridge.slurm.client import SlurmClient
+from bridge.slurm.convert import accounting
 from bridge.slurm.errors import SlurmRejected
-from bridge.slurm.types import Allocation, JobState, SlurmJob
+from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob
+from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
+from bridge.status import _row as status_row
+from bridge.status import render_table
 
 
 def _job(state: JobState, reason: str = "None", **extra: Any) -> SlurmJob:
@@ -205,3 +213,82 @@ async def test_a_job_that_ended_otherwise_is_not_called_a_preemption() -> None:
     events = [w[1] for w in kube.writes if w[0] == "event"]
     assert [e[0] for e in events] == ["SlurmJobEnded"]
     assert not [w for w in kube.writes if w[0] == "condition"]
+
+
+# --- doctor, status and the slurmdb wire models ------------------------------------------------
+
+SLURMDB = {
+    "accounts": {"accounts": [{"name": "team-a", "description": "x", "organization": "y"},
+                              {"name": "root"}], "errors": [], "warnings": []},
+    "associations": {"associations": [
+        {"account": "team-a", "user": "alice", "cluster": "c", "partition": "", "qos": ["low"]},
+        {"account": "team-a", "user": "", "cluster": "c"},  # the account's own association
+    ]},
+    "qos": {"qos": [
+        {"name": "normal", "limits": {"grace_time": 0}, "preempt": {"list": [], "mode": []}},
+        {"name": "low", "limits": {"grace_time": 15}, "preempt": {"list": [], "mode": ["CANCEL"]}},
+        {"name": "high", "limits": {"grace_time": {"set": True, "number": 0}},
+         "preempt": {"list": ["low"], "mode": ["CANCEL"]}},
+    ]},
+}
+
+
+def _accounting() -> Accounting:
+    return accounting(
+        AccountsResponse.model_validate(SLURMDB["accounts"]),
+        AssociationsResponse.model_validate(SLURMDB["associations"]),
+        QosResponse.model_validate(SLURMDB["qos"]),
+    )
+
+
+def test_slurmdb_answers_parse_into_what_doctor_compares() -> None:
+    known = _accounting()
+    assert known.accounts == {"team-a", "root"}
+    assert known.associations == {("alice", "team-a")}
+    assert known.qos["low"].grace_seconds == 15 and known.qos["high"].preempts == ("low",)
+    assert known.preemptable("low") and not known.preemptable("high")
+
+
+def test_doctor_names_what_the_tenancy_maps_but_slurmdbd_lacks() -> None:
+    known = _accounting()
+    good = _tenant_check("namespaces.a", Tenant(account="team-a", user="alice", qos=["low"]),
+                         known, "slurm")
+    assert good.ok and "in slurmdbd" in good.line()
+    bad = _tenant_check("namespaces.b", Tenant(account="team-b", user="bob", qos=["vip"]),
+                        known, "slurm")
+    assert not bad.ok
+    assert "account 'team-b'" in bad.line() and "QOS 'vip'" in bad.line()
+    assert "sacctmgr" in bad.line()
+    stranger = _tenant_check("default", Tenant(account="team-a", user="eve"), known, "slurm")
+    assert "user 'eve' in account 'team-a'" in stranger.line()
+
+
+def test_a_grace_period_longer_than_slurm_waits_is_named() -> None:
+    known = _accounting()
+
+    def pod(qos: str, grace: int | None) -> Pod:
+        spec: dict[str, Any] = {} if grace is None else {"terminationGracePeriodSeconds": grace}
+        raw = _pod(**spec)
+        assert raw.metadata is not None and raw.metadata.annotations is not None
+        raw.metadata.annotations[keys.QOS] = qos
+        return raw
+
+    warning = grace_warning(pod("low", None), known)  # Kubernetes' default: 30 s > 15 s
+    assert warning is not None and "30" in warning and "GraceTime (15s)" in warning
+    assert grace_warning(pod("low", 10), known) is None
+    assert grace_warning(pod("high", 600), known) is None  # nothing preempts high
+    check = Check(True, "pod ns/p: x", "lower it", warning=True)
+    assert check.line().startswith("WARN") and "hint: lower it" in check.line()
+
+
+def test_status_shows_account_user_and_qos() -> None:
+    pod = _pod()
+    assert pod.metadata is not None and pod.metadata.annotations is not None
+    pod.metadata.annotations[keys.QOS] = "low"
+    row = status_row(cast(PodResource, pod), _job(JobState.RUNNING, qos="high"))
+    assert (row.account, row.user, row.qos) == ("team-a", "alice", "high")
+    waiting = status_row(cast(PodResource, pod), None)  # no job yet: what the tenancy asked for
+    assert (waiting.account, waiting.user, waiting.qos) == ("team-b", "bob", "low")
+    table = render_table([row])
+    assert table.splitlines()[0].split()[4:7] == ["ACCOUNT", "USER", "QOS"]
+    assert table.splitlines()[1].split()[4:7] == ["team-a", "alice", "high"]

@@ -1,0 +1,91 @@
+"""A pod's grace period against the GraceTime Slurm gives a preempted job.
+
+When a QOS is preempted, Slurm signals the job, waits the QOS's GraceTime, then ends it and
+hands its GPUs to the preemptor.  The bridge evicts the pod at the signal; a pod whose
+``terminationGracePeriodSeconds`` is longer than the GraceTime may still be stopping when
+another job already runs on its GPUs.  The bridge says so once per pod, as a warning event
+when it submits the job, and ``slurmbridge doctor`` lists such pods.
+"""
+
+import asyncio
+import time
+
+import structlog
+from lightkube import AsyncClient
+from lightkube.models.core_v1 import Pod
+
+from bridge import keys
+from bridge.kube import pods as kpods
+from bridge.placement.pods import PodKey
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.errors import SlurmError
+from bridge.slurm.types import Accounting
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_GRACE_SECONDS = 30  # Kubernetes' default terminationGracePeriodSeconds
+
+
+def grace_seconds(pod: Pod) -> int:
+    seconds = pod.spec.terminationGracePeriodSeconds if pod.spec else None
+    return DEFAULT_GRACE_SECONDS if seconds is None else seconds
+
+
+def grace_warning(pod: Pod, known: Accounting) -> str | None:
+    """Why the pod's grace period outlasts what Slurm waits for its QOS (None: it does not)."""
+    qos = ((pod.metadata and pod.metadata.annotations) or {}).get(keys.QOS, "").strip()
+    info = known.qos.get(qos)
+    if info is None or not known.preemptable(qos):
+        return None
+    grace = grace_seconds(pod)
+    if grace <= info.grace_seconds:
+        return None
+    return (
+        f"terminationGracePeriodSeconds={grace} is longer than the GraceTime "
+        f"({info.grace_seconds}s) of QOS {qos!r}, which other QOS preempt: when preempted, "
+        f"Slurm hands the pod's GPUs on up to {grace - info.grace_seconds}s before it must "
+        "have stopped"
+    )
+
+
+class GraceWarnings:
+    """Warns on a pod at submit time; slurmdbd's QOS are read at most every ``refresh``."""
+
+    def __init__(self, kube: AsyncClient, slurm: SlurmClient, *, refresh: float = 60.0) -> None:
+        self._kube = kube
+        self._slurm = slurm
+        self._refresh = refresh
+        self._known: Accounting | None = None
+        self._read_at = -refresh
+        self._warned: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def submitted(self, pod: Pod) -> None:
+        """Check in the background: the submit path does not wait for slurmdbd."""
+        uid = pod.metadata.uid if pod.metadata else None
+        if uid and uid not in self._warned:
+            task = asyncio.create_task(self._check(pod))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _accounting(self) -> Accounting | None:
+        if time.monotonic() - self._read_at >= self._refresh:
+            self._read_at = time.monotonic()
+            try:
+                self._known = await self._slurm.accounting()
+            except SlurmError as exc:  # no slurmdbd: nothing to compare with
+                log.info("grace.qos_unreadable", error=str(exc))
+        return self._known
+
+    async def _check(self, pod: Pod) -> None:
+        known = await self._accounting()
+        warning = grace_warning(pod, known) if known is not None else None
+        meta = pod.metadata
+        if warning is None or meta is None or not (meta.uid and meta.name and meta.namespace):
+            return
+        self._warned.add(meta.uid)
+        log.warning("grace.too_long", pod=f"{meta.namespace}/{meta.name}", why=warning)
+        await kpods.record_event(
+            self._kube, PodKey(meta.namespace, meta.name, meta.uid),
+            keys.EVENT_GRACE_TOO_LONG, warning, warning=True,
+        )
