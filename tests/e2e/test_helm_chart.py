@@ -29,6 +29,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
+from admission.tenancy import TenancySource, Tenant
 from bridge import keys
 from bridge.config import CONFIG_FILE_ENV, Settings
 from slurmbridge_devkit.helm import Manifest, render
@@ -327,6 +328,39 @@ def test_rendered_settings_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert str(settings.admission.tls_cert_file).startswith(
         next(m["mountPath"] for m in webhook["containers"][0]["volumeMounts"]
              if m["name"] == "tls"))
+
+
+def test_rendered_tenancy_loads_and_changes_without_a_rollout(tmp_path: Path) -> None:
+    """tenancy.* values become the file both processes read, mounted as a directory (updates
+    reach the running pods) and outside the config checksum (a change rolls nothing)."""
+    tenancy = {"namespaces": {"team-a": {"account": "team-a", "user": "alice",
+                                         "qos": ["normal", "low"]}},
+               "priorityClasses": {"batch-low": "low"}}
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"slurm": {"jwt": {"secretName": "jwt"}},
+                                      "tenancy": tenancy}))
+    docs = render("rel", "sb-tenancy", "-f", str(values))
+    settings = yaml.safe_load(find(docs, "ConfigMap", "-slurmbridge-config")["data"]
+                              ["settings.yaml"])
+    path = Path(settings["admission"]["tenancy_file"])
+    rendered = tmp_path / path.name
+    rendered.write_text(find(docs, "ConfigMap", "-slurmbridge-tenancy")["data"][path.name])
+    mapping = TenancySource(rendered).current()
+    assert mapping.tenant("team-a") == Tenant(account="team-a", user="alice",
+                                              qos=["normal", "low"])
+    assert mapping.tenant("other") is None  # no default: refused, naming what to configure
+    assert mapping.priority_classes == {"batch-low": "low"}
+    for name in ("-extender", "-webhook"):
+        pod = find(docs, "Deployment", name)["spec"]["template"]["spec"]
+        mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "tenancy")
+        assert mount["mountPath"] == str(path.parent) and "subPath" not in mount
+    values.write_text(yaml.safe_dump({"slurm": {"jwt": {"secretName": "jwt"}},
+                                      "tenancy": {**tenancy, "default": {}}}))
+    changed = render("rel", "sb-tenancy", "-f", str(values))
+    for name in ("-extender", "-webhook"):
+        assert (find(docs, "Deployment", name)["spec"]["template"]
+                == find(changed, "Deployment", name)["spec"]["template"])
+    assert "default" in find(changed, "ConfigMap", "-slurmbridge-tenancy")["data"][path.name]
 
 
 def test_scheduler_config_accepted_by_kube_scheduler(control_plane: ControlPlane,

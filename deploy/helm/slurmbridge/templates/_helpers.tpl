@@ -70,6 +70,8 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
 {{- define "slurmbridge.config.name" -}}{{ include "slurmbridge.fullname" . }}-config{{- end -}}
+{{- define "slurmbridge.tenancy.name" -}}{{ include "slurmbridge.fullname" . }}-tenancy{{- end -}}
+{{- define "slurmbridge.tenancyDir" -}}/etc/slurmbridge-tenancy{{- end -}}
 {{- define "slurmbridge.jwt.secretName" -}}{{ required "slurm.jwt.secretName is required" .Values.slurm.jwt.secretName }}{{- end -}}
 
 {{/* Paths inside the bridge containers. */}}
@@ -112,6 +114,7 @@ ports, the bridge identity the webhook trusts).
         "client_ca_file" (printf "%s/client-ca.crt" (include "slurmbridge.extenderTlsDir" .)))
       "controllers" (dict "lease_namespace" .Release.Namespace)
       "admission" (dict
+        "tenancy_file" (printf "%s/tenancy.yaml" (include "slurmbridge.tenancyDir" .))
         "bridge_namespace" .Release.Namespace
         "bridge_service_account" (include "slurmbridge.extender.serviceAccount" .)
         "exclude_namespaces" (.Values.webhook.excludeNamespaces | default list)
@@ -162,4 +165,12 @@ extenders:
       keyFile: {{ include "slurmbridge.schedulerTlsDir" . }}/tls.key
       caFile: {{ include "slurmbridge.schedulerTlsDir" . }}/ca.crt
     httpTimeout: {{ .Values.scheduler.extenderTimeout }}
+{{- end -}}
+
+{{/* The tenancy file (admission/tenancy.py): its own ConfigMap, outside configChecksum, so a
+change reaches the running processes without a rollout. */}}
+{{- define "slurmbridge.tenancy" -}}
+{{- $tenancy := dict "namespaces" (.Values.tenancy.namespaces | default dict) "priority_classes" (.Values.tenancy.priorityClasses | default dict) -}}
+{{- if not (kindIs "invalid" .Values.tenancy.default) }}{{ $_ := set $tenancy "default" .Values.tenancy.default }}{{ end -}}
+{{- toYaml $tenancy -}}
 {{- end -}}
