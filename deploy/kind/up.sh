@@ -160,6 +160,7 @@ install_bridge() {
     --set slurm.url="http://$(slurm_ip):6820" --set slurm.user=slurm \
     --set scheduler.image.tag="v$K8S_VERSION" \
     --set "admission.enrolledNamespaces={$DEMO_NS}" \
+    --set-json 'tenancy.default={}' \
     "$@" --wait --timeout 5m >/dev/null
   kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
