@@ -58,7 +58,7 @@ def _row(pod: Pod, job: SlurmJob | None) -> Row:
 async def collect(kube: AsyncClient, slurm: SlurmClient) -> list[Row]:
     listing = await slurm.list_jobs()
     jobs: dict[str, SlurmJob] = {}
-    for job in listing.jobs if listing else []:
+    for job in listing:
         if job.pod_uid and (job.pod_uid not in jobs or job.state.is_live):
             jobs[job.pod_uid] = job
     rows = []
