@@ -4,7 +4,6 @@ Every operation goes through ``_call``, which owns retries and error mapping,
 so a caller sees either a result in the core's types or one ``SlurmError``.
 """
 
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -54,12 +53,6 @@ _AUTH_STATUS = frozenset({401, 403, 511})  # slurmrestd answers 511 to a bad JWT
 _ESLURM_INVALID_JOB_ID = 2017
 
 
-@dataclass(frozen=True, slots=True)
-class JobListing:
-    jobs: list[SlurmJob]
-    last_update: int  # pass back as ``since`` to get only what changed after
-
-
 class _Transient(Exception):
     """Internal: worth another attempt."""
 
@@ -79,7 +72,6 @@ class SlurmClient:
             transport=transport,
         )
         self._parser: str | None = None
-        self.slurm_release = ""
         self._foreign_markers: set[int] = set()  # warned about once each
 
     async def __aenter__(self) -> Self:
@@ -137,20 +129,12 @@ class SlurmClient:
             raise SlurmJobNotFound(job_id)
         return self._job(resp.jobs[0])
 
-    async def list_jobs(self, since: int | None = None) -> JobListing | None:
-        """All jobs, or ``None`` when nothing changed after ``since`` (a tiny answer).
-
-        Slurm answers a changed queue with the full listing, so callers poll
-        ``job_states`` and use this only to (re)build their index.
-        """
-        params = {"update_time": str(since)} if since else None
-        resp = await self._call("GET", "/jobs/", "list_jobs", JobsResponse, params=params)
-        if since and not resp.jobs and not resp.last_update.number:
-            return None
-        return JobListing(
-            jobs=[job for info in resp.jobs if (job := self._listed(info)) is not None],
-            last_update=resp.last_update.number or (since or 0),
-        )
+    async def list_jobs(self) -> list[SlurmJob]:
+        """Every job (the big answer): callers poll ``job_states`` and use this only to
+        (re)build their index.  Not ``?update_time=``: Slurm answers it with every job as
+        soon as any changed (B5 in benchmarks/RESULTS.md)."""
+        resp = await self._call("GET", "/jobs/", "list_jobs", JobsResponse)
+        return [job for info in resp.jobs if (job := self._listed(info)) is not None]
 
     async def job_states(self) -> dict[int, JobState]:
         """Ids and states of every job (about 80 bytes a job): the cheap poll."""
@@ -324,4 +308,4 @@ class SlurmClient:
         return resp
 
 
-__all__ = ["JobListing", "SlurmClient", "SlurmError"]
+__all__ = ["SlurmClient", "SlurmError"]
