@@ -227,7 +227,9 @@ class Placer:
                 user=request.user, qos=request.qos, partition=request.partition,
             )
             message = f"Slurm refused the pod's job: {sentence}"
-            self._refused[request.pod_uid] = (time.monotonic() + REFUSED_RETRY_SECONDS, message)
+            now = time.monotonic()
+            self._refused = {o: r for o, r in self._refused.items() if r[0] > now}
+            self._refused[request.pod_uid] = (now + REFUSED_RETRY_SECONDS, message)
             log.warning("placement.submit_refused", owner=request.pod_uid, reason=reason,
                         error=str(exc))
             if self._on_refused is not None:
