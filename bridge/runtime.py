@@ -74,6 +74,7 @@ class Bridge:
             resync_interval=p.resync_interval_seconds,
             reasons_per_cycle=p.reasons_per_cycle,
             on_recovered=self.notifier.slurm_recovered,
+            watch_running=lambda job: self.grace.preemptable(job.qos),
         )
         self.lifecycle = Lifecycle(
             self.kube, self.slurm, self.index, self.pods,

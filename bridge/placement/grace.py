@@ -9,6 +9,8 @@ when it submits the job, and ``slurmbridge doctor`` lists such pods.
 
 import asyncio
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 import structlog
 from lightkube import AsyncClient
@@ -58,15 +60,25 @@ class GraceWarnings:
         self._known: Accounting | None = None
         self._read_at = -refresh
         self._warned: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Future[object]] = set()
+
+    def preemptable(self, qos: str) -> bool:
+        """Some QOS may preempt jobs of ``qos`` (as slurmdbd said at the last read; a stale
+        view is refreshed in the background)."""
+        if time.monotonic() - self._read_at >= self._refresh:
+            self._spawn(self._accounting())
+        return self._known is not None and bool(qos) and self._known.preemptable(qos)
+
+    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def submitted(self, pod: Pod) -> None:
         """Check in the background: the submit path does not wait for slurmdbd."""
         uid = pod.metadata.uid if pod.metadata else None
         if uid and uid not in self._warned:
-            task = asyncio.create_task(self._check(pod))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._check(pod))
 
     async def _accounting(self) -> Accounting | None:
         if time.monotonic() - self._read_at >= self._refresh:

@@ -2,7 +2,8 @@
 
 Each cycle is one ``GET /jobs/state/`` (ids and states only) plus one
 ``GET /job/<id>`` per tracked job whose state changed, plus a fixed number of
-pending jobs whose reason is refreshed round-robin, plus one for each live job
+pending jobs whose reason is refreshed round-robin, and as many running jobs of a
+preemptable QOS (their preemption changes no state), plus one for each live job
 newer than any seen before (once: jobs another replica submitted become tracked
 within a cycle, native jobs are not read again).  Cycles come every
 ``interval``, or every ``fast_interval`` for ``fast_window`` after a submit.  The full listing runs
@@ -49,6 +50,7 @@ class Poller:
         resync_interval: float = 300.0,
         reasons_per_cycle: int = 5,
         on_recovered: Callable[[], Awaitable[None]] | None = None,
+        watch_running: Callable[[SlurmJob], bool] | None = None,
     ) -> None:
         self._client = client
         self._index = index
@@ -59,6 +61,9 @@ class Poller:
         self.resync_interval = resync_interval
         self._reasons_per_cycle = reasons_per_cycle
         self._reason_queue: deque[int] = deque()
+        # Running jobs Slurm may preempt: their preemption signal (GraceTime) changes no state.
+        self._watch_running = watch_running
+        self._watch_queue: deque[int] = deque()
         self._misses: dict[int, int] = {}
         self._seen_upto = 0  # job ids up to here were read (or listed) once already
         self._fetch_slots = asyncio.Semaphore(_FETCH_CONCURRENCY)
@@ -81,6 +86,7 @@ class Poller:
         stale = [j for i, j in tracked.items() if states.get(i) != j.state]
         stale_ids = {j.job_id for j in stale}
         batch = stale + self._reason_batch(tracked, stale_ids)
+        batch += self._watch_batch(tracked, stale_ids | {j.job_id for j in batch})
         self._seen_upto = max(self._seen_upto, self._index.listed_upto)
         new = [i for i, state in states.items()
                if i > self._seen_upto and state.is_live and i not in tracked]
@@ -113,6 +119,24 @@ class Poller:
         while self._reason_queue and len(batch) < self._reasons_per_cycle:
             job = tracked.get(self._reason_queue.popleft())
             if job is not None and job.state is JobState.PENDING and job.job_id not in skip:
+                batch.append(job)
+        return batch
+
+    def _watch_batch(self, tracked: dict[int, SlurmJob], skip: set[int]) -> list[SlurmJob]:
+        """A few running jobs of preemptable QOS, re-read round-robin: Slurm's preemption
+        signal starts the GraceTime without changing the job's state, and the pod must be
+        evicted within it, not after."""
+        if self._watch_running is None:
+            return []
+        if not self._watch_queue:
+            self._watch_queue.extend(
+                i for i, j in tracked.items()
+                if j.state is JobState.RUNNING and not j.preempting and self._watch_running(j)
+            )
+        batch: list[SlurmJob] = []
+        while self._watch_queue and len(batch) < self._reasons_per_cycle:
+            job = tracked.get(self._watch_queue.popleft())
+            if job is not None and job.state is JobState.RUNNING and job.job_id not in skip:
                 batch.append(job)
         return batch
 
@@ -200,6 +224,6 @@ def _kind(exc: SlurmError) -> str:
 
 
 def _changed(before: SlurmJob, after: SlurmJob) -> bool:
-    return (after.state, after.reason, after.allocation) != (
-        before.state, before.reason, before.allocation,
+    return (after.state, after.reason, after.allocation, after.preempting) != (
+        before.state, before.reason, before.allocation, before.preempting,
     )

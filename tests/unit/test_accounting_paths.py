@@ -19,6 +19,7 @@ from bridge.placement.nodes import NodeMap
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.placer import PlacementError, Placer
 from bridge.placement.pods import PodRegistry
+from bridge.placement.poller import Poller
 from bridge.placement.reasons import explain, refusal, waiting_message
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.convert import accounting
@@ -292,3 +293,39 @@ def test_status_shows_account_user_and_qos() -> None:
     table = render_table([row])
     assert table.splitlines()[0].split()[4:7] == ["ACCOUNT", "USER", "QOS"]
     assert table.splitlines()[1].split()[4:7] == ["team-a", "alice", "high"]
+
+
+class SignallingSlurm:
+    """A running job whose preemption Slurm has signalled: its state is still RUNNING."""
+
+    def __init__(self, job: SlurmJob) -> None:
+        self.job = job
+        self.reads = 0
+
+    async def job_states(self) -> dict[int, JobState]:
+        return {self.job.job_id: self.job.state}
+
+    async def get_job(self, job_id: int) -> SlurmJob:
+        self.reads += 1
+        return self.job
+
+
+@pytest.mark.parametrize("qos", ["low", "high"])
+async def test_running_jobs_of_a_preemptable_qos_are_watched_for_the_signal(qos: str) -> None:
+    signalled = _job(JobState.RUNNING, qos=qos, preempting=True)
+    slurm = SignallingSlurm(signalled)
+    index = JobIndex(cast(SlurmClient, slurm))
+    index.record(_job(JobState.RUNNING, qos=qos))  # as last read: not preempted
+    changes: list[SlurmJob] = []
+
+    async def changed(before: SlurmJob, after: SlurmJob) -> None:
+        changes.append(after)
+
+    poller = Poller(cast(SlurmClient, slurm), index, changed,
+                    watch_running=lambda job: job.qos == "low")
+    await poller.poll_once()
+    job = index.by_id(7)
+    if qos == "low":  # re-read although its state did not change: the signal is seen
+        assert slurm.reads == 1 and job is not None and job.preempting and changes == [job]
+    else:  # nothing preempts "high": no read beyond the cheap state list
+        assert slurm.reads == 0 and changes == []
