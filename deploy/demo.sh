@@ -14,8 +14,9 @@ if [[ "${1:-}" == down ]]; then
 fi
 
 start=$SECONDS
-export PATH="$(bash deploy/dev/install.sh):$PATH"   # the virtualenv first
-export PATH="$(bash deploy/k8s/build.sh):$PATH"
+venv_bin="$(bash deploy/dev/install.sh)"   # assigned first: `set -e` sees a failure
+k8s_bin="$(bash deploy/k8s/build.sh)"
+export PATH="$venv_bin:$k8s_bin:$PATH"     # the virtualenv first
 bash deploy/slurm/cluster.sh up 26.05 >/dev/null
 bash deploy/k8s/controlplane.sh up >/dev/null
 python deploy/demo/demo.py down   # a previous demo's bridge, if any

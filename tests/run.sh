@@ -7,10 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The virtualenv's python, ruff, mypy, lint-imports and slurmbridge from here on.
-export PATH="$(bash deploy/dev/install.sh):$PATH"
+# (assigned first: `export X="$(cmd)"` would hide a failing cmd from `set -e`)
+venv_bin="$(bash deploy/dev/install.sh)"
+export PATH="$venv_bin:$PATH"
 # The same install step on a stock Debian 12 (fresh container; skipped when nothing changed).
 bash deploy/dev/check-install.sh
-export PATH="$(bash deploy/k8s/build.sh):$PATH"
+k8s_bin="$(bash deploy/k8s/build.sh)"
+export PATH="$k8s_bin:$PATH"
 versions="${SLURMBRIDGE_TEST_SLURM_VERSIONS:-24.11,26.05}"
 if [[ -z "${SLURMBRIDGE_TEST_SLURM_URL:-}" ]]; then
   for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh up "$v"; done

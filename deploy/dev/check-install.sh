@@ -34,7 +34,7 @@ if ! docker run --rm -v "$ctx:/src:ro" -v "$CACHE/apt:/var/cache/apt/archives" \
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null   # Debian 12: Go 1.19
   echo "Debian: $(go version)"
-  export PATH="$(bash deploy/dev/install.sh):$PATH"
+  venv_bin="$(bash deploy/dev/install.sh)"; export PATH="$venv_bin:$PATH"
   slurmbridge --help
   source deploy/dev/go.sh && echo "for the builds: $(go version)"
   ' > "$CACHE/last.log" 2>&1; then
