@@ -1,6 +1,6 @@
 """The real environment for B1, B2 and B5: the project's local Slurm and control plane.
 
-Everything comes from the test harness (tests/fixtures): ``local_target`` runs
+Everything comes from the dev kit (slurmbridge_devkit): ``local_target`` runs
 ``deploy/slurm/cluster.sh up`` (a no-op when already up), ``run_controlplane("up")``
 joins or starts ``deploy/k8s/controlplane.sh`` as a holder, ``start_stack`` starts the
 extender, the webhook and the bridge's kube-scheduler as subprocesses.  These benchmarks

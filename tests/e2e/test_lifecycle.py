@@ -21,7 +21,7 @@ from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
 
-POLL = 1.0  # the stack's poll interval (tests/fixtures/bridge.py)
+POLL = 1.0  # the stack's poll interval (slurmbridge_devkit/stack.py)
 
 
 def _live(stack: BridgeStack, job_id: str) -> bool:
