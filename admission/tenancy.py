@@ -17,7 +17,7 @@ A namespace with no entry and no ``default`` is refused, naming what to configur
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -233,6 +233,21 @@ class TenancySource:
                               hint="the last valid mapping stays in force")
                 self._stamp = stamp
         return self._map
+
+
+def placeholder_trust(source: TenancySource) -> Callable[[str, str], bool]:
+    """``(slurm_user, job_name) -> bool`` for the Slurm client: a job named
+    ``k8s:<namespace>/...`` is one of the bridge's placeholders when the tenancy (as it is
+    now) runs that namespace as that user.  Anyone can name a job so: the user must match."""
+
+    def trusted(user: str, job_name: str) -> bool:
+        if not job_name.startswith(keys.JOB_NAME_PREFIX):
+            return False
+        namespace = job_name[len(keys.JOB_NAME_PREFIX):].split("/", 1)[0]
+        tenant = source.current().tenant(namespace)
+        return tenant is not None and tenant.user is not None and tenant.user == user
+
+    return trusted
 
 
 def missing_tenant(namespace: str, source: TenancySource) -> str:

@@ -12,7 +12,7 @@ from lightkube.models.core_v1 import Pod
 from admission.app import create_app
 from admission.config import AdmissionSettings
 from admission.policy import SubmitRefused, for_submit
-from admission.tenancy import TenancyError, TenancyMap, TenancySource, Tenant
+from admission.tenancy import TenancyError, TenancyMap, TenancySource, Tenant, placeholder_trust
 from bridge import keys
 from bridge.jobs.translate import job_request_for_pod
 from tests.unit.test_admission import FakeLabels, apply, make_pod, make_review
@@ -202,3 +202,16 @@ def test_a_tenant_without_a_user_lets_no_pod_name_one() -> None:
         for_submit(_lightkube_pod("any", {keys.SLURM_USER: "root"}), AdmissionSettings(), source)
     request = job_request_for_pod(for_submit(_lightkube_pod("any"), AdmissionSettings(), source))
     assert (request.account, request.user) == ("shared", None)  # None: the bridge's own user
+
+
+def test_placeholders_are_trusted_only_for_the_user_their_namespace_runs_as(
+    tenancy_file: Path,
+) -> None:
+    trusted = placeholder_trust(TenancySource(tenancy_file))
+    assert trusted("alice", "k8s:team-a/train")
+    assert trusted("bob", "k8s:team-b/group-1")
+    assert not trusted("bob", "k8s:team-a/train")  # another namespace's user: forged
+    assert not trusted("alice", "train")  # not a placeholder name
+    assert not trusted("alice", "k8s:lost/x")  # an unmapped namespace
+    _rewrite(tenancy_file, MAPPING.replace("user: alice", "user: carol"))
+    assert not trusted("alice", "k8s:team-a/train") and trusted("carol", "k8s:team-a/train")
