@@ -58,9 +58,9 @@ mount_once() {  # mount_once TYPE-or-bind SOURCE TARGET
   if [[ "$1" == bind ]]; then mount --bind "$2" "$3"; else mount -t "$1" "$2" "$3"; fi
 }
 
-ctld_alive() {
+pid_alive() {  # pid_alive NAME: the daemon whose pid file is /run/slurmctld/NAME.pid runs
   local pid
-  pid="$(cat "$ROOT/run/slurmctld/slurmctld.pid" 2>/dev/null)" || return 1
+  pid="$(cat "$ROOT/run/slurmctld/$1.pid" 2>/dev/null)" || return 1
   [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null
 }
 
@@ -92,7 +92,7 @@ cmd_up() {
   select_version "$1"
   ensure_root
   local config; config="$(sha256sum "$here/recipe.sh" | cut -c1-16)"
-  if ctld_alive && rest_alive && [[ "$(cat "$RUN/config" 2>/dev/null)" == "$config" ]]; then
+  if pid_alive slurmctld && pid_alive slurmdbd && rest_alive && [[ "$(cat "$RUN/config" 2>/dev/null)" == "$config" ]]; then
     log "Slurm $VERSION already running"
   else
     cmd_down "$VERSION" quiet
@@ -104,6 +104,8 @@ cmd_up() {
     # Stale sockets and pid files from a killed run make the new daemons refuse to start.
     rm -rf "$ROOT"/var/spool/slurmctld/* "$ROOT"/var/spool/slurmd/* "$ROOT"/var/log/slurm/* \
       "$ROOT"/run/slurm/* "$ROOT"/run/slurmctld/*
+    log "starting MariaDB (socket only) and slurmdbd (port $((BASE + 2)))"
+    in_root /usr/local/sbin/slurmbridge-recipe accounting "sb${VERSION/./}"
     log "starting slurmctld (port $BASE) and ${NODES:-4} slurmd"
     in_root slurmctld -c
     for k in $(seq 1 "${NODES:-4}"); do
@@ -123,6 +125,8 @@ cmd_up() {
       fi
       sleep 0.5
     done
+    log "account tree, users and QOS (recipe.sh accounts)"
+    in_root /usr/local/sbin/slurmbridge-recipe accounts
     mkdir -p "$RUN"; echo "$config" > "$RUN/config"
     rest_alive || die "slurmrestd did not answer on $URL (see $ROOT/var/log/slurm/slurmrestd.log)"
     [[ "$(in_root sinfo -h -o '%D %t' | awk '$2=="idle"{n+=$1} END{print n+0}')" == "${NODES:-4}" ]] \
@@ -135,11 +139,10 @@ cmd_up() {
   echo "env file:   $RUN/env"
 }
 
-start_rest() {
-  local sflags=(); [[ "$VERSION" == 24.11 ]] && sflags=(-s openapi/slurmctld)
+start_rest() {  # with slurmdbd, every OpenAPI plugin loads (/slurm/ and /slurmdb/)
   setsid chroot "$ROOT" env SLURM_JWT=daemon slurmrestd -u slurmrest -g slurmrest \
-    -a rest_auth/jwt "${sflags[@]}" "127.0.0.1:$REST_PORT" \
-    >>"$ROOT/var/log/slurm/slurmrestd.log" 2>&1 < /dev/null &
+    -a rest_auth/jwt "127.0.0.1:$REST_PORT" \
+    >>"$ROOT/var/log/slurm/slurmrestd.log" 2>&1 < /dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
 }
 
 # `rest stop|start VERSION`: take slurmrestd alone away and back (outage tests).

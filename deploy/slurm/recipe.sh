@@ -1,10 +1,15 @@
 #!/bin/sh
 # The one Slurm recipe, run *inside* the target root file system (a Debian
-# chroot or a container image).  Two steps:
+# chroot or a container image).  Steps:
 #   recipe.sh install              install the Debian packages and users
-#   recipe.sh configure NAME BASE  write slurm.conf & co for cluster NAME whose
-#                                  ports start at BASE (ctld=BASE, rest=BASE+1,
-#                                  slurmd nodeK=BASE+10+K)
+#   recipe.sh configure NAME BASE  write slurm.conf, slurmdbd.conf & co for cluster NAME
+#                                  whose ports start at BASE (ctld=BASE, rest=BASE+1,
+#                                  slurmdbd=BASE+2, slurmd nodeK=BASE+10+K); MariaDB
+#                                  listens on its Unix socket only (no TCP port)
+#   recipe.sh accounting NAME      start MariaDB and slurmdbd with an empty accounting
+#                                  database and register cluster NAME (before slurmctld)
+#   recipe.sh accounts             the account tree, users and QOS (once slurmctld runs:
+#                                  the gres/gpu TRES exists only after it registered)
 # Node shape comes from NODES (default 4), CPUS (64), MEMORY_MB (262144), GPUS (8).
 set -eu
 
@@ -12,12 +17,24 @@ install_packages() {
   export DEBIAN_FRONTEND=noninteractive
   # Stored mirrors may serve a sid Release file past its Valid-Until date.
   apt-get -o Acquire::Check-Valid-Until=false update -qq
+  # Nothing starts a service at install time (no init here): recipe.sh starts the daemons.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d
   apt-get install -y -qq --no-install-recommends \
-    slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin procps ca-certificates >/dev/null
+    slurmctld slurmd slurmrestd slurm-client slurm-wlm-jwt-plugin slurmdbd mariadb-server \
+    procps ca-certificates >/dev/null
   apt-get clean
   getent passwd slurmrest >/dev/null || useradd -r -M -s /usr/sbin/nologin slurmrest
   getent passwd researcher >/dev/null || useradd -m -s /bin/sh researcher
+  # The users namespaces map to (docs/notes: account tree); fixed uids, as on a real site.
+  getent passwd alice >/dev/null || useradd -m -u 2001 -s /bin/sh alice
+  getent passwd bob >/dev/null || useradd -m -u 2002 -s /bin/sh bob
 }
+
+# Account tree (accounts): team-a (alice), team-b (bob), slurmbridge (the bridge's own user,
+# SlurmUser `slurm`).  QOS: normal (default), low (preemptable: cancelled after GraceTime),
+# high (preempts low), gpu2 (GrpTRES gres/gpu=2 across all its jobs).
+QOS_ALL=normal,low,high,gpu2
+LOW_GRACE_SECONDS=15
 
 configure() {
   name="$1"; base="$2"
@@ -28,8 +45,9 @@ configure() {
   i=0; while [ "$i" -lt "$gpus" ]; do : > "/var/lib/slurmbridge-gpu/gpu$i"; i=$((i + 1)); done
   [ -s /etc/slurm/slurm.key ] || { head -c 1024 /dev/urandom > /etc/slurm/slurm.key; }
   [ -s /etc/slurm/jwt_hs256.key ] || { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/slurm/jwt_hs256.key; }
-  chown slurm:slurm /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key
-  chmod 600 /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key
+  [ -s /etc/slurm/db.pass ] || { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/slurm/db.pass; }
+  chown slurm:slurm /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key /etc/slurm/db.pass
+  chmod 600 /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key /etc/slurm/db.pass
 
   cat > /etc/slurm/slurm.conf <<CONF
 ClusterName=$name
@@ -49,7 +67,18 @@ SlurmdLogFile=/var/log/slurm/slurmd-%n.log
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
+JobAcctGatherType=jobacct_gather/linux
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$((base + 2))
+AccountingStorageEnforce=associations,limits,qos
+AccountingStorageTRES=gres/gpu
+PriorityType=priority/multifactor
+PriorityWeightQOS=100000
+PriorityWeightFairshare=10000
+PriorityWeightAge=100
+PreemptType=preempt/qos
+PreemptMode=CANCEL
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 GresTypes=gpu
@@ -71,10 +100,96 @@ CONF
   last=$((gpus - 1))
   echo "Name=gpu File=/var/lib/slurmbridge-gpu/gpu[0-$last]" > /etc/slurm/gres.conf
   echo "CgroupPlugin=disabled" > /etc/slurm/cgroup.conf
+
+  cat > /etc/slurm/slurmdbd.conf <<CONF
+AuthType=auth/slurm
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$((base + 2))
+SlurmUser=slurm
+PidFile=/run/slurmctld/slurmdbd.pid
+LogFile=/var/log/slurm/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=$(cat /etc/slurm/db.pass)
+StorageLoc=slurm_acct_db
+CONF
+  chown slurm:slurm /etc/slurm/slurmdbd.conf
+  chmod 600 /etc/slurm/slurmdbd.conf
+  # MariaDB for this cluster alone: its Unix socket inside this root, no TCP port at all.
+  mkdir -p /etc/mysql/mariadb.conf.d
+  printf '[mysqld]\nskip-networking\nsocket=/run/mysqld/mysqld.sock\ninnodb_lock_wait_timeout=900\n' \
+    > /etc/mysql/mariadb.conf.d/90-slurmbridge.cnf
+}
+
+wait_for() {  # wait_for SECONDS WHAT CMD...: poll CMD every 0.25 s
+  n=$(($1 * 4)); what="$2"; shift 2
+  while ! "$@" >/dev/null 2>&1; do
+    n=$((n - 1)); [ "$n" -gt 0 ] || { echo "recipe.sh: $what did not come up" >&2; return 1; }
+    sleep 0.25
+  done
+}
+
+# Start MariaDB (if not running) and slurmdbd on an empty accounting database: job ids start
+# again at 1 with slurmctld's wiped state, so old records would collide with new jobs.
+accounting() {
+  name="$1"
+  mkdir -p /run/mysqld /var/log/mysql /run/slurmdbd
+  chown mysql:mysql /run/mysqld /var/log/mysql
+  chown slurm:slurm /run/slurmdbd
+  if ! mariadb-admin ping >/dev/null 2>&1; then
+    [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
+    # Closing fds 3-9: a caller's lock (flock on /tmp/team/e2e.lock) must not outlive it here.
+    setsid mariadbd --user=mysql --datadir=/var/lib/mysql --log-error=/var/log/mysql/mariadb.log \
+      </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
+    wait_for 60 "MariaDB (/var/log/mysql/mariadb.log)" mariadb-admin ping
+  fi
+  # The database must exist before slurmdbd connects: 24.11's slurmdbd with trixie's
+  # libmariadb 3.4 fails its first query on a connection that had to create it ("Number of
+  # columns in result (=1) set execeeds maxmimum allowed number of columns (=0)").
+  mariadb -u root <<SQL
+DROP DATABASE IF EXISTS slurm_acct_db;
+CREATE DATABASE slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$(cat /etc/slurm/db.pass)';
+ALTER USER 'slurm'@'localhost' IDENTIFIED BY '$(cat /etc/slurm/db.pass)';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+SQL
+  slurmdbd
+  wait_for 60 "slurmdbd (/var/log/slurm/slurmdbd.log)" sacctmgr -n list cluster
+  sam add cluster "$name"
+}
+
+sam() {  # sacctmgr -i, where "it is already there" counts as done
+  out="$(sacctmgr -i "$@" 2>&1)" && return 0
+  case "$out" in *"Nothing new added"*|*"already exist"*|*"Nothing modified"*) return 0 ;; esac
+  echo "recipe.sh: sacctmgr $*: $out" >&2; return 1
+}
+
+accounts() {
+  wait_for 60 "the gres/gpu TRES (slurmctld registered with slurmdbd)" \
+    sh -c 'sacctmgr -n -P list tres | grep -q "^gres|gpu|"'
+  sam add qos low,high,gpu2
+  sam modify qos where name=normal set priority=10
+  sam modify qos where name=low set priority=0 preemptmode=cancel gracetime=$LOW_GRACE_SECONDS
+  sam modify qos where name=high set priority=1000 preempt=low
+  sam modify qos where name=gpu2 set priority=10 grptres=gres/gpu=2
+  sam add account team-a,team-b,slurmbridge description=slurmbridge organization=slurmbridge
+  sam add user alice account=team-a
+  sam add user bob account=team-b
+  sam add user slurm account=slurmbridge
+  for user in alice bob slurm root; do
+    sam modify user where name=$user set qos=$QOS_ALL defaultqos=normal
+  done
 }
 
 case "${1:-}" in
   install) install_packages ;;
   configure) shift; configure "$@" ;;
-  *) echo "usage: recipe.sh install | configure NAME PORT_BASE" >&2; exit 2 ;;
+  accounting) shift; accounting "$@" ;;
+  accounts) accounts ;;
+  *) echo "usage: recipe.sh install | configure NAME PORT_BASE | accounting NAME | accounts" >&2
+     exit 2 ;;
 esac
