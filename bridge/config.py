@@ -26,6 +26,15 @@ class SlurmSettings(BaseModel):
     user: str = Field("slurm", description="Slurm user the JWT belongs to (X-SLURM-USER-NAME)")
     token: SecretStr | None = Field(None, description="JWT; prefer token_file for rotation")
     token_file: Path | None = Field(None, description="file holding the JWT, re-read on change")
+    jwt_key_file: Path | None = Field(
+        None,
+        description="the cluster's JWT key (AuthAltParameters=jwt_key=...): the bridge mints a "
+        "short-lived token per Slurm user, so placeholders run as each namespace's user; "
+        "re-read on change; takes precedence over token/token_file",
+    )
+    token_lifespan_seconds: int = Field(
+        300, ge=30, description="lifespan of each token minted with jwt_key_file"
+    )
     data_parser: str | None = Field(
         None, description="pin a data parser such as v0.0.41; default: newest both sides know"
     )

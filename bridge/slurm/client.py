@@ -4,6 +4,7 @@ Every operation goes through ``_call``, which owns retries and error mapping,
 so a caller sees either a result in the core's types or one ``SlurmError``.
 """
 
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -21,7 +22,7 @@ from bridge import keys, metrics
 from bridge.config import SlurmSettings
 from bridge.jobs.request import JobRequest
 from bridge.slurm import convert, negotiate
-from bridge.slurm.auth import TokenSource
+from bridge.slurm.auth import credentials
 from bridge.slurm.errors import (
     SlurmAuthError,
     SlurmError,
@@ -53,18 +54,33 @@ _AUTH_STATUS = frozenset({401, 403, 511})  # slurmrestd answers 511 to a bad JWT
 _ESLURM_INVALID_JOB_ID = 2017
 
 
+PlaceholderTrust = Callable[[str, str], bool]
+"""``(slurm_user, job_name) -> bool``: may a job of this user with this name be one of the
+bridge's placeholders?  The bridge's own user always may; the tenancy answers for the users it
+maps namespaces to (a name ``k8s:<namespace>/...`` of a namespace mapped to that user)."""
+
+
 class _Transient(Exception):
     """Internal: worth another attempt."""
 
 
 class SlurmClient:
     def __init__(
-        self, settings: SlurmSettings, *, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        settings: SlurmSettings,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        trust: PlaceholderTrust | None = None,
     ) -> None:
         self._settings = settings
-        self._tokens = TokenSource(
-            settings.token.get_secret_value() if settings.token else None, settings.token_file
+        self._creds = credentials(
+            settings.user,
+            jwt_key_file=settings.jwt_key_file,
+            token=settings.token.get_secret_value() if settings.token else None,
+            token_file=settings.token_file,
+            lifespan_seconds=settings.token_lifespan_seconds,
         )
+        self.trust: PlaceholderTrust = trust or (lambda _user, _name: False)
         self._http = httpx.AsyncClient(
             base_url=settings.url,
             timeout=settings.timeout_seconds,
@@ -110,17 +126,22 @@ class SlurmClient:
     # -- operations ----------------------------------------------------------
 
     async def submit(self, req: JobRequest) -> int:
-        """Submit a placeholder; not retried once sent (callers dedupe by pod UID)."""
+        """Submit a placeholder as ``req.user`` (default: the bridge's own user); not retried
+        once sent (callers dedupe by pod UID)."""
         await self.connect()
         body = {"job": self.family.describe(req, convert.comment_for(req.pod_uid)).model_dump(
             exclude_none=True
         )}
         resp = await self._call(
-            "POST", "/job/submit", "submit", SubmitResponse, json=body, idempotent=False
+            "POST", "/job/submit", "submit", SubmitResponse, json=body, idempotent=False,
+            user=req.user,
         )
         if resp.job_id is None:
             raise SlurmRejected("submit", [e.text() for e in resp.errors], 200)
-        log.info("slurm.submitted", job_id=resp.job_id, job_name=req.name, pod_uid=req.pod_uid)
+        log.info(
+            "slurm.submitted", job_id=resp.job_id, job_name=req.name, pod_uid=req.pod_uid,
+            user=req.user or self._settings.user, account=req.account, qos=req.qos,
+        )
         return resp.job_id
 
     async def get_job(self, job_id: int) -> SlurmJob:
@@ -182,20 +203,26 @@ class SlurmClient:
         qos = await self._call("GET", "/qos/", "qos", QosResponse, api="slurmdb")
         return convert.accounting(accounts, assocs, qos)
 
+    def owns(self, user: str, job_name: str) -> bool:
+        """Whether a job of ``user`` named ``job_name`` may be a placeholder: the bridge's own
+        user's, or one submitted as the user the tenancy maps its namespace to (``trust``)."""
+        return user == self._settings.user or self.trust(user, job_name)
+
     def _job(self, info: JobInfo) -> SlurmJob:
         """One job in the core's types; an answer the bridge cannot read is a protocol error
         naming the job, never a bare exception from deep inside the parser."""
-        foreign = info.user_name != self._settings.user and keys.COMMENT_POD_UID in info.comment
+        owned = self.owns(info.user_name, info.name)
+        foreign = not owned and keys.COMMENT_POD_UID in info.comment
         if foreign and info.job_id not in self._foreign_markers:
             self._foreign_markers.add(info.job_id)
             log.warning(
-                "slurm.foreign_placeholder_ignored", job_id=info.job_id,
+                "slurm.foreign_placeholder_ignored", job_id=info.job_id, job_name=info.name,
                 user=info.user_name, bridge_user=self._settings.user,
-                hint="a job of another Slurm user carries the bridge's pod marker; if it "
-                "is the bridge's own, slurm.user does not match the job's user",
+                hint="a job carries the bridge's pod marker but its user is neither the "
+                "bridge's (slurm.user) nor the one the tenancy maps its namespace to",
             )
         try:
-            return convert.slurm_job(info, self._settings.user)
+            return convert.slurm_job(info, owned=owned)
         except ValueError as exc:
             raise SlurmProtocolError(
                 f"slurmrestd: job {info.job_id} of user {info.user_name!r} cannot be read: "
@@ -208,7 +235,7 @@ class SlurmClient:
         try:
             return self._job(info)
         except SlurmProtocolError as exc:
-            if info.user_name == self._settings.user:
+            if self.owns(info.user_name, info.name):
                 raise
             log.debug("slurm.foreign_job_unreadable", job_id=info.job_id, error=str(exc))
             return None
@@ -225,11 +252,12 @@ class SlurmClient:
         job_id: int | None = None,
         idempotent: bool = True,
         api: str = "slurm",
+        user: str | None = None,
         **kwargs: Any,
     ) -> E:
         parser = await self.connect()
         url = f"/{api}/{parser}{path}"
-        resp = await self._send(method, url, op, idempotent=idempotent, **kwargs)
+        resp = await self._send(method, url, op, idempotent=idempotent, user=user, **kwargs)
         try:
             parsed = model.model_validate_json(resp.content)
         except ValidationError as exc:
@@ -244,25 +272,32 @@ class SlurmClient:
         return parsed
 
     async def _send(
-        self, method: str, url: str, op: str, *, idempotent: bool, **kwargs: Any
+        self, method: str, url: str, op: str, *, idempotent: bool, user: str | None = None,
+        **kwargs: Any,
     ) -> httpx.Response:
-        """One HTTP exchange with bounded retries on transient failures only."""
+        """One HTTP exchange as ``user`` (default: the bridge's own), with bounded retries on
+        transient failures only.  A refused credential is read again once, whatever the retry
+        budget (the key or token file may have rotated; slurmrestd acted on nothing)."""
+        user = user or self._settings.user
+        resp = await self._retried(method, url, op, idempotent, user, **kwargs)
+        if resp.status_code in _AUTH_STATUS:
+            self._creds.invalidate()
+            resp = await self._retried(method, url, op, idempotent, user, **kwargs)
+        return self._checked(resp, op, user)
+
+    async def _retried(
+        self, method: str, url: str, op: str, idempotent: bool, user: str, **kwargs: Any
+    ) -> httpx.Response:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._settings.retries + 1),
             wait=wait_exponential(multiplier=self._settings.backoff_seconds, max=5),
             retry=retry_if_exception_type(_Transient),
             reraise=True,
         )
-        reauthed = False
         try:
             async for attempt in retrying:
                 with attempt:
-                    resp = await self._attempt(method, url, op, idempotent, **kwargs)
-                    if resp.status_code in _AUTH_STATUS and not reauthed:
-                        self._tokens.invalidate()  # the token file may have rotated
-                        reauthed = True
-                        raise _Transient()
-                    return self._checked(resp, op)
+                    return await self._attempt(method, url, op, idempotent, user, **kwargs)
         except _Transient as exc:
             raise SlurmUnavailable(
                 f"slurmrestd at {self._settings.url} failed {op} after "
@@ -271,12 +306,9 @@ class SlurmClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _attempt(
-        self, method: str, url: str, op: str, idempotent: bool, **kwargs: Any
+        self, method: str, url: str, op: str, idempotent: bool, user: str, **kwargs: Any
     ) -> httpx.Response:
-        headers = {
-            "X-SLURM-USER-NAME": self._settings.user,
-            "X-SLURM-USER-TOKEN": self._tokens.current(),
-        }
+        headers = await self._creds.headers(user)
         try:
             with metrics.SLURM_REQUEST_SECONDS.labels(op).time():
                 resp = await self._http.request(method, url, headers=headers, **kwargs)
@@ -296,12 +328,11 @@ class SlurmClient:
             raise _Transient(f"HTTP {resp.status_code}")
         return resp
 
-    def _checked(self, resp: httpx.Response, op: str) -> httpx.Response:
+    def _checked(self, resp: httpx.Response, op: str, user: str) -> httpx.Response:
         if resp.status_code in _AUTH_STATUS:
             raise SlurmAuthError(
-                f"slurmrestd refused the token for user {self._settings.user!r} ({op}, HTTP "
-                f"{resp.status_code}): mint a new one with `scontrol token "
-                f"username={self._settings.user}` and check the token file"
+                f"slurmrestd refused the credential for Slurm user {user!r} ({op}, HTTP "
+                f"{resp.status_code}): {self._creds.hint(user)}"
             )
         if resp.status_code >= 500 and resp.status_code not in (500,):
             raise SlurmUnavailable(f"slurmrestd {op}: HTTP {resp.status_code}: {resp.text[:300]}")

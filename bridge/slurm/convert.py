@@ -28,15 +28,16 @@ def comment_for(pod_uid: str) -> str:
     return f"{keys.COMMENT_POD_UID}{pod_uid}"
 
 
-def slurm_job(info: JobInfo, bridge_user: str) -> SlurmJob:
+def slurm_job(info: JobInfo, *, owned: bool) -> SlurmJob:
     """The core's view of one job.
 
-    A job is a placeholder only if the bridge's own Slurm user submitted it: any Slurm
-    user can write the comment marker, and a forged one must neither be bound into nor
-    cancelled as a duplicate.  Other users' jobs are not the bridge's business, so their
-    allocation (and whatever odd GPU detail a native job carries) is never parsed.
+    A job is a placeholder only if it is ``owned``: submitted by the bridge's own Slurm user,
+    or as the user the tenancy maps its namespace to (``SlurmClient.owns``).  Any Slurm user
+    can write the comment marker, and a forged one must neither be bound into nor cancelled
+    as a duplicate.  Other jobs are not the bridge's business, so their allocation (and
+    whatever odd GPU detail a native job carries) is never parsed.
     """
-    pod_uid = pod_uid_from_comment(info.comment) if info.user_name == bridge_user else None
+    pod_uid = pod_uid_from_comment(info.comment) if owned else None
     state = job_state(info.job_state)
     allocated = pod_uid is not None and state is not JobState.PENDING and info.nodes
     return SlurmJob(
