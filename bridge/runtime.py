@@ -8,7 +8,7 @@ from lightkube.models.core_v1 import Pod as PodModel
 from lightkube.resources.core_v1 import Node, Pod
 
 from admission.policy import SubmitRefused, for_submit
-from admission.tenancy import TenancySource
+from admission.tenancy import TenancySource, placeholder_trust
 from bridge import metrics
 from bridge.binding.binder import Binder
 from bridge.config import Settings
@@ -38,12 +38,13 @@ IDLE_OWNER_SECONDS = 600.0  # a pod not seen for this long, whose job left Slurm
 class Bridge:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.slurm = SlurmClient(settings.slurm)
+        self.tenancy = TenancySource(settings.admission.tenancy_file)
+        # Placeholders run as the namespaces' Slurm users: the tenancy says whose job is ours.
+        self.slurm = SlurmClient(settings.slurm, trust=placeholder_trust(self.tenancy))
         self.kube = kube_client(settings.kube.kubeconfig)
         self.index = JobIndex(self.slurm)
         self.nodes = NodeMap()
         self.pods = PodRegistry()
-        self.tenancy = TenancySource(settings.admission.tenancy_file)
         self.grace = GraceWarnings(self.kube, self.slurm)
         self.notifier = PodNotifier(
             self.kube, self.pods, quiet_seconds=settings.placement.notify_quiet_seconds

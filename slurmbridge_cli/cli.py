@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from admission.app import TLSConfigError, serve
 from admission.scope import kube_namespace_labels
+from admission.tenancy import TenancyError, TenancySource, placeholder_trust
 from bridge import logs
 from bridge import status as status_view
 from bridge.config import CONFIG_FILE_ENV, Settings
@@ -72,11 +73,15 @@ def webhook(config: Path | None) -> None:
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
 @click.pass_obj
 def status(config: Path | None, output: str) -> None:
-    """Bridged pods and their Slurm jobs: state, reason, node, GPUs, age."""
+    """Bridged pods and their Slurm jobs: state, reason, account, user, QOS, node, GPUs, age."""
     settings = load_settings(config)
+    try:  # placeholders run as the namespaces' users: the tenancy says which jobs are ours
+        trust = placeholder_trust(TenancySource(settings.admission.tenancy_file))
+    except TenancyError as exc:
+        raise click.ClickException(str(exc)) from exc
 
     async def run() -> list[status_view.Row]:
-        async with SlurmClient(settings.slurm) as slurm:
+        async with SlurmClient(settings.slurm, trust=trust) as slurm:
             return await status_view.collect(kube_client(settings.kube.kubeconfig), slurm)
 
     try:
