@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Local Slurm clusters from Debian packages in cached debootstrap chroots.
+# Local Slurm clusters from Debian packages in cached debootstrap chroots: slurmctld, slurmd,
+# slurmrestd, slurmdbd + MariaDB (accounting, QOS, preemption; account tree in recipe.sh).
 #   cluster.sh up VERSION     start (idempotent); prints REST URL and token file
 #   cluster.sh down VERSION   stop every process it started, unmount what it mounted
 #   cluster.sh env VERSION    print the environment the tests and the bridge read

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Container entrypoint of the dockerized Slurm dev cluster (deploy/slurm/Dockerfile).
-#   run          configure (recipe.sh), start slurmctld + NODES slurmd + slurmrestd on
+#   run          configure (recipe.sh), start MariaDB + slurmdbd (PORT_BASE+2, recipe.sh
+#                accounting), slurmctld + NODES slurmd + slurmrestd on
 #                0.0.0.0:PORT_BASE+1, mint a JWT into $TOKEN_DIR/token, re-mint it every
 #                TOKEN_REFRESH seconds, stop the daemons on SIGTERM
 #   healthcheck  slurmrestd answers, every node is idle (or allocated), the token is written
@@ -32,6 +33,8 @@ run() {
   NODES="$nodes" slurmbridge-recipe configure "${CLUSTER_NAME:-sbdocker}" "$base"
   rm -rf /var/spool/slurmctld/* /var/spool/slurmd/* /var/log/slurm/*
   rm -f "$token_dir/token"   # left by an earlier container (another JWT key): not healthy yet
+  log "starting MariaDB (socket only), slurmdbd (port $((base + 2)))"
+  slurmbridge-recipe accounting "${CLUSTER_NAME:-sbdocker}"
   log "starting slurmctld (port $base), $nodes slurmd, slurmrestd (0.0.0.0:$rest_port)"
   slurmctld -c
   for k in $(seq 1 "$nodes"); do
@@ -46,7 +49,7 @@ run() {
   SLURM_JWT=daemon slurmrestd -u slurmrest -g slurmrest -a rest_auth/jwt ${SLURMRESTD_FLAGS:-} \
     "0.0.0.0:$rest_port" >/var/log/slurm/slurmrestd.log 2>&1 </dev/null &
   local rest_pid=$!
-  trap 'log stopping; kill "$rest_pid" $(cat /run/slurm/slurmd-*.pid /run/slurmctld/slurmctld.pid 2>/dev/null) 2>/dev/null; exit 0' TERM INT
+  trap 'log stopping; kill "$rest_pid" $(cat /run/slurm/slurmd-*.pid /run/slurmctld/*.pid /run/mysqld/mysqld.pid 2>/dev/null) 2>/dev/null; exit 0' TERM INT
 
   for _ in $(seq 1 120); do
     rest_up && nodes_ready && break
@@ -55,6 +58,7 @@ run() {
   done
   rest_up || { log "slurmrestd did not start:"; tail -n 20 /var/log/slurm/slurmrestd.log >&2; exit 1; }
   nodes_ready || { log "nodes not ready: $(sinfo -h -N -o '%N %t %E')"; tail -n 20 /var/log/slurm/slurmctld.log >&2; exit 1; }
+  slurmbridge-recipe accounts   # the account tree, users and QOS (docs: deploy/slurm/recipe.sh)
   write_token
   log "Slurm $(sinfo -V) is up: REST http://0.0.0.0:$rest_port, token $token_dir/token (user ${TOKEN_USER:-slurm})"
 

@@ -121,7 +121,8 @@ CONF
   chmod 600 /etc/slurm/slurmdbd.conf
   # MariaDB for this cluster alone: its Unix socket inside this root, no TCP port at all.
   mkdir -p /etc/mysql/mariadb.conf.d
-  printf '[mysqld]\nskip-networking\nsocket=/run/mysqld/mysqld.sock\ninnodb_lock_wait_timeout=900\n' \
+  # The socket stays where the suite's client library looks (sid: /run/mariadbd, trixie: /run/mysqld).
+  printf '[mysqld]\nskip-networking\ninnodb_lock_wait_timeout=900\n' \
     > /etc/mysql/mariadb.conf.d/90-slurmbridge.cnf
 }
 
@@ -137,8 +138,8 @@ wait_for() {  # wait_for SECONDS WHAT CMD...: poll CMD every 0.25 s
 # again at 1 with slurmctld's wiped state, so old records would collide with new jobs.
 accounting() {
   name="$1"
-  mkdir -p /run/mysqld /var/log/mysql /run/slurmdbd
-  chown mysql:mysql /run/mysqld /var/log/mysql
+  mkdir -p /run/mysqld /run/mariadbd /var/log/mysql /run/slurmdbd
+  chown mysql:mysql /run/mysqld /run/mariadbd /var/log/mysql
   chown slurm:slurm /run/slurmdbd
   if ! mariadb-admin ping >/dev/null 2>&1; then
     [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
