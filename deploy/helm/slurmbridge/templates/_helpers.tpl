@@ -130,7 +130,11 @@ ports, the bridge identity the webhook trusts).
 {{- define "slurmbridge.commonEnv" -}}
 - name: SLURMBRIDGE_CONFIG_FILE
   value: {{ include "slurmbridge.configDir" . }}/settings.yaml
+{{- if .Values.slurm.jwt.signingKey }}
+- name: SLURMBRIDGE_SLURM__JWT_KEY_FILE
+{{- else }}
 - name: SLURMBRIDGE_SLURM__TOKEN_FILE
+{{- end }}
   value: {{ include "slurmbridge.tokenDir" . }}/{{ .Values.slurm.jwt.key }}
 {{- end -}}
 
