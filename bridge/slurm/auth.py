@@ -20,46 +20,39 @@ import jwt
 
 from bridge.slurm.errors import SlurmAuthError
 
-_RECHECK_SECONDS = 1.0  # a changed file is seen within this (and at once after a 401)
-
 
 class WatchedFile:
-    """A small secret file, read off the event loop and again whenever it changes."""
+    """A small secret file, read again whenever it changes: one ``stat`` per use (metadata
+    only, as cheap as a clock read), the read itself off the event loop."""
 
     def __init__(self, path: Path, what: str) -> None:
         self.path = path
         self._what = what
-        self._stamp: tuple[int, int, int] | None = None
+        self.stamp: tuple[int, int, int] | None = None  # (inode, mtime, size) of what was read
         self._value = b""
-        self._next_check = 0.0
 
     async def read(self) -> bytes:
-        now = time.monotonic()
-        if now >= self._next_check:
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            raise SlurmAuthError(f"cannot read the {self._what} {self.path}: {exc}") from exc
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp != self.stamp:
             self._value = await asyncio.to_thread(self._load)
-            self._next_check = now + _RECHECK_SECONDS
+            self.stamp = stamp
         return self._value
 
     def invalidate(self) -> None:
         """Read the file again on the next call (after slurmrestd refused what it gave)."""
-        self._stamp = None
-        self._next_check = 0.0
-
-    @property
-    def stamp(self) -> tuple[int, int, int] | None:
-        return self._stamp
+        self.stamp = None
 
     def _load(self) -> bytes:
         try:
-            st = os.stat(self.path)
-            if (st.st_ino, st.st_mtime_ns, st.st_size) == self._stamp:
-                return self._value
             value = self.path.read_bytes()
         except OSError as exc:
             raise SlurmAuthError(f"cannot read the {self._what} {self.path}: {exc}") from exc
         if not value.strip():
             raise SlurmAuthError(f"the {self._what} {self.path} is empty")
-        self._stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         return value
 
 
