@@ -13,6 +13,7 @@ export PATH="$venv_bin:$PATH"
 # The same install step on a stock Debian 12 (fresh container; skipped when nothing changed).
 bash deploy/dev/check-install.sh
 k8s_bin="$(bash deploy/k8s/build.sh)"
+bash deploy/k8s/kueue.sh >/dev/null   # Kueue's manager + CRDs for tests/e2e/test_workloads.py
 export PATH="$k8s_bin:$PATH"
 versions="${SLURMBRIDGE_TEST_SLURM_VERSIONS:-24.11,26.05}"
 if [[ -z "${SLURMBRIDGE_TEST_SLURM_URL:-}" ]]; then

@@ -1,7 +1,9 @@
 """Workloads beyond bare pods: what their controllers create reaches Slurm as one job per group.
 
 Jobs, Deployments and StatefulSets are created through the API and their pods by the real
-kube-controller-manager (the tests play only the kubelet: pod status).  JobSet and
+kube-controller-manager (the tests play only the kubelet: pod status).  Kueue is its own
+manager (built by deploy/k8s/kueue.sh from sigs.k8s.io/kueue), run on the host against the
+local control plane.  JobSet and
 LeaderWorkerSet controllers are not available here (their Go modules are not served): those
 tests install a minimal CRD, create the owner object, and create what the controller would,
 with exactly the labels and annotations it sets (bridge/keys.py cites their sources):
@@ -10,11 +12,18 @@ the LWS object directly; the real controller puts StatefulSets in between).
 """
 
 import asyncio
+import os
+import subprocess
+from collections.abc import AsyncIterator
 from functools import partial
+from pathlib import Path
 from typing import Any, cast
 
+import httpx
 import pytest
-from lightkube import AsyncClient
+import trustme
+import yaml
+from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.models.meta_v1 import OwnerReference
@@ -24,9 +33,9 @@ from lightkube.types import CascadeType, PatchType
 from bridge import keys
 from bridge.slurm.allocation import expand_nodes
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle
-from slurmbridge_devkit.kube import set_pod_phase, wait_for
+from slurmbridge_devkit.kube import ControlPlane, cache_dir, set_pod_phase, wait_for
 from slurmbridge_devkit.slurm import SlurmTarget
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, free_port, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
 
@@ -41,6 +50,17 @@ LeaderWorkerSet = create_namespaced_resource(
 CRD = create_global_resource(
     "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions"
 )
+ResourceFlavor = create_global_resource(
+    "kueue.x-k8s.io", "v1beta2", "ResourceFlavor", "resourceflavors"
+)
+ClusterQueue = create_global_resource("kueue.x-k8s.io", "v1beta2", "ClusterQueue", "clusterqueues")
+LocalQueue = create_namespaced_resource("kueue.x-k8s.io", "v1beta2", "LocalQueue", "localqueues")
+KUEUE = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "kueue.sh"
+KUEUE_DIR = cache_dir() / f"kueue-v{os.environ.get('KUEUE_VERSION', '0.17.0')}"
+# Kueue reads its metrics serving certificate from this fixed path when it does not manage
+# its own certificates (cmd/kueue/main.go).
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+KUEUE_LOG = cache_dir() / "k8s" / "run" / "logs" / "kueue.log"
 BIND_TIMEOUT = 120
 
 
@@ -188,13 +208,16 @@ async def ensure_crd(kube: AsyncClient, group: str, version: str, kind: str, plu
     except ApiError as exc:
         if exc.status.code != 409:
             raise
+    await wait_established(kube, f"{plural}.{group}")
 
+
+async def wait_established(kube: AsyncClient, name: str) -> None:
     async def established() -> bool:
-        got = await kube.get(CRD, f"{plural}.{group}")
+        got = await kube.get(CRD, name)
         conditions = (got.get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-    await wait_for(established, 30, interval=0.2, what=f"CRD {plural}.{group} established")
+    await wait_for(established, 30, interval=0.2, what=f"CRD {name} established")
 
 
 def owner_ref(obj: Any) -> dict[str, Any]:
@@ -468,6 +491,125 @@ def _live_job(slurm: SlurmTarget, job_id: str) -> bool:
 
 def _ended(slurm: SlurmTarget, job_id: str) -> bool:
     return not _live_job(slurm, job_id)
+
+
+def _install_kueue(control_plane: ControlPlane) -> None:
+    if not os.access(KUEUE_DIR / "bin" / "kueue", os.X_OK):
+        pytest.fail(f"Kueue is not built ({KUEUE_DIR}/bin/kueue missing): run bash {KUEUE}",
+                    pytrace=False)
+    control_plane.kubectl("apply", "--server-side", "-f", str(KUEUE_DIR / "crds"))
+    control_plane.kubectl("create", "namespace", "kueue-system", check=False)
+
+
+def _start_kueue(control_plane: ControlPlane, work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start Kueue's manager; returns the process and its health URL."""
+    binary = KUEUE_DIR / "bin" / "kueue"
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    cert.private_key_pem.write_to_path(str(work / "tls.key"))
+    cert.cert_chain_pems[0].write_to_path(str(work / "tls.crt"))
+    if not (KUEUE_METRICS_CERTS / "tls.crt").exists():
+        KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+        for name in ("tls.key", "tls.crt"):
+            (KUEUE_METRICS_CERTS / name).write_bytes((work / name).read_bytes())
+    health = free_port()
+    (work / "config.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+        "namespace": "kueue-system",
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"host": "127.0.0.1", "port": free_port(), "certDir": str(work)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "integrations": {"frameworks": ["batch/job"]},
+    }))
+    with KUEUE_LOG.open("ab") as out:
+        proc = subprocess.Popen(
+            [str(binary), "--config", str(work / "config.yaml"),
+             "--feature-gates=VisibilityOnDemand=false"],  # its API server wants more certs
+            env={**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)},
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    return proc, f"http://127.0.0.1:{health}/healthz"
+
+
+@pytest.fixture(scope="module")
+async def kueue(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[None]:
+    """Kueue's CRDs installed and its manager running on 127.0.0.1 (webhooks not
+    registered: the Jobs below are created suspended, as Kueue's webhook would make them)."""
+    work = tmp_path_factory.mktemp("kueue")
+    kube = AsyncClient(KubeConfig.from_file(control_plane.kubeconfig), trust_env=False)
+    await asyncio.to_thread(_install_kueue, control_plane)
+    for kind in ("workloads", "clusterqueues", "localqueues", "resourceflavors"):
+        await wait_established(kube, f"{kind}.kueue.x-k8s.io")
+    await kube.close()
+    proc, health_url = await asyncio.to_thread(_start_kueue, control_plane, work)
+
+    async def healthy() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"kueue exited ({proc.returncode}): see {KUEUE_LOG}", pytrace=False)
+        try:
+            async with httpx.AsyncClient() as client:
+                return (await client.get(health_url)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        await wait_for(healthy, 60, interval=0.5, what=f"kueue healthy (log {KUEUE_LOG})")
+        yield
+    finally:
+        proc.terminate()
+        await asyncio.to_thread(proc.wait, 20)
+
+
+async def test_job_admitted_by_kueue_reaches_slurm_through_the_bridge(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str], kueue: None
+) -> None:
+    """Kueue admits a queued Job into a ClusterQueue (by un-suspending it); its pods then go
+    through the bridge.  A second Job beyond the queue's quota stays suspended: nothing of it
+    reaches Slurm until the first is gone."""
+    slurm = bridge_stack.slurm
+    ns = await namespace(kube, e2e_namespaces, "kueue")
+    await slurm_idle(slurm)
+    flavor, queue = f"flavor-{ns}", f"cq-{ns}"
+    await kube.create(ResourceFlavor.from_dict({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "metadata": {"name": flavor}}))
+    await kube.create(ClusterQueue.from_dict({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": queue},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{
+            "coveredResources": ["cpu", "memory"],
+            "flavors": [{"name": flavor, "resources": [
+                {"name": "cpu", "nominalQuota": 2}, {"name": "memory", "nominalQuota": "8Gi"}]}],
+        }]}}))
+    try:
+        await create(kube, LocalQueue, ns, {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": "research"}, "spec": {"clusterQueue": queue}})
+        for job_name in ("first", "second"):
+            manifest = job_manifest(job_name, 2)
+            manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "research"}
+            manifest["spec"]["suspend"] = True
+            await create(kube, Job, ns, manifest)
+        first = await wait_bound_pods(kube, ns, {"batch.kubernetes.io/job-name": "first"}, 2)
+        await run_pods(kube, first)
+        for pod in first:
+            assert pod.metadata and pod.metadata.name
+            jobs = slurm_jobs(slurm, f"k8s:{ns}/{pod.metadata.name}")
+            assert [(state, count) for _, state, count, _ in jobs] == [("RUNNING", 1)], jobs
+        second = await kube.get(Job, "second", namespace=ns)
+        assert second["spec"]["suspend"] is True, "Kueue admitted beyond the queue's quota"
+        assert not await live_pods(kube, ns, {"batch.kubernetes.io/job-name": "second"})
+        await kube.delete(Job, "first", namespace=ns, cascade=CascadeType.BACKGROUND)
+        later = await wait_bound_pods(kube, ns, {"batch.kubernetes.io/job-name": "second"}, 2)
+        for pod in first:
+            assert pod.metadata and pod.metadata.name
+            await wait_no_jobs(slurm, f"k8s:{ns}/{pod.metadata.name}")
+        assert all((p.metadata.annotations or {}).get(keys.JOB_ID) for p in later if p.metadata)
+    finally:
+        await kube.delete(ClusterQueue, queue)
+        await kube.delete(ResourceFlavor, flavor)
 
 
 async def _none(kube: AsyncClient, ns: str, labels: dict[str, str]) -> bool:

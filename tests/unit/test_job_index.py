@@ -145,3 +145,29 @@ async def test_intake_and_filter_racing_on_one_pod_claim_and_submit_once() -> No
     early, verdict = await asyncio.gather(placer.prepare(pod), placer.filter(pod, ["kube-node1"]))
     assert claims.claims == 1 and len(fake.jobs) == 1
     assert verdict.keep == [] and f"Slurm job {early.job_id}" in verdict.message
+
+
+def _member(uid: str, annotations: dict[str, str] | None = None) -> Pod:
+    return cast(Pod, Pod.from_dict({
+        "metadata": {"name": f"train-{uid}", "namespace": "ns", "uid": uid,
+                     "labels": {"slurmbridge.io/group": "train", "slurmbridge.io/group-size": "2"},
+                     "annotations": annotations or {}},
+        "spec": {"schedulerName": "slurmbridge", "containers": [
+            {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]},
+    }))
+
+
+async def test_a_group_created_again_after_its_job_ended_gets_a_new_job() -> None:
+    """A resumed Job (or a group re-created under its name) has new pods: the ended job of
+    the group's earlier run must not hold them ("will not resubmit: recreate the pod")."""
+    fake = FakeSlurm()
+    index = _index(fake)
+    placer = Placer(index, NodeMap(), PodRegistry())
+    first = await placer.prepare(_member("a"))
+    index.record(SlurmJob(first.job_id, first.name, JobState.CANCELLED, "None", first.pod_uid,
+                          None))
+    tied = _member("a", {"slurmbridge.io/job-id": str(first.job_id)})
+    verdict = await placer.filter(tied, ["kube-node1"])
+    assert "will not resubmit" in verdict.message  # a member the ended job was recorded on
+    second = await placer.prepare(_member("b"))  # the resumed Job's pod: never saw job 1
+    assert second.job_id != first.job_id and second.state is JobState.PENDING
