@@ -60,14 +60,16 @@ async def slurm_checks(settings: Settings) -> AsyncIterator[Check]:
             yield Check(True, f"slurmrestd at {url} answers; data parser {parser} "
                               f"({client.family.placeholder} placeholders)")
             nodes = await client.list_nodes()
-            yield Check(True, f"token for Slurm user {settings.slurm.user!r} works "
+            credential = "JWT key" if settings.slurm.jwt_key_file else "token"
+            yield Check(True, f"{credential} for Slurm user {settings.slurm.user!r} works "
                               f"({len(nodes)} Slurm nodes)")
     except SlurmUnavailable as exc:
         yield Check(False, f"slurmrestd at {url} unreachable: {exc}",
                     "is slurmrestd running and is slurm.url right?")
     except SlurmAuthError as exc:
-        yield Check(False, f"slurmrestd at {url} refused the token: {exc}",
-                    "mint a JWT with `scontrol token` into slurm.token_file")
+        yield Check(False, f"slurmrestd at {url} refused the credential: {exc}",
+                    "mint a JWT with `scontrol token` into slurm.token_file, or set "
+                    "slurm.jwt_key_file to the key of AuthAltParameters=jwt_key=")
     except SlurmError as exc:
         yield Check(False, f"slurmrestd at {url}: {exc}", "see docs/operations.md")
 
