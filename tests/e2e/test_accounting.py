@@ -123,6 +123,13 @@ async def test_pods_of_two_namespaces_run_as_their_own_account_and_user(
         assert row["name"] == f"k8s:{ns}/train"
         assert (row["account"], row["user"]) == (account, user), row
         assert "gres/gpu=2" in row["tres"], row
+        queued = slurm.admin("squeue", "-h", "-j", jobs[ns], "-o", "%a|%u|%T").strip()
+        assert queued == f"{account}|{user}|RUNNING"
+        # Fair share counts the pod under that association (sshare lists it with its usage).
+        shares = slurm.admin("sshare", "-n", "-P", "-A", account, "-u", user,
+                             "-o", "Account,User,RawShares").splitlines()
+        assert any([f.strip() for f in ln.split("|")[:2]] == [account, user] for ln in shares), (
+            shares)
     # The admin's view of the bridge shows the same.
     status = _cli(bridge_stack, "status", "-o", "json")
     assert status.returncode == 0, status.stderr
@@ -206,7 +213,9 @@ async def test_a_high_priority_native_job_preempts_a_low_priority_pod(
             assert evicted.metadata.deletionGracePeriodSeconds == grace
             events = await pod_events(kube, ns, "victim")
             assert any(r == keys.EVENT_GRACE_TOO_LONG and "15s" in m for r, m in events), events
-            assert _sacct(slurm, job)["state"] == "PREEMPTED"
+            # The pod was evicted at Slurm's signal; the job ends once the GraceTime is over.
+            await wait_for(lambda: _sacct(slurm, job)["state"] == "PREEMPTED", 60, interval=1,
+                           what=f"job {job} PREEMPTED in sacct")
             await wait_for(lambda: slurm.admin("squeue", "-h", "-j", native, "-o", "%T").strip()
                            == "RUNNING", 60, interval=1, what="the native job running")
         finally:
