@@ -22,6 +22,7 @@ the LWS worker index), so a replaced pod gets its predecessor's node.
 """
 
 import hashlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -279,12 +280,31 @@ def _parse(model: type[M], raw: dict[str, Any], ref: str) -> M:
         raise WorkloadError(f"{ref} cannot be read: {err.errors()[0]['msg']}") from None
 
 
-def kube_owner_reader(client: AsyncClient | None = None) -> OwnerReader:
+OWNER_CACHE_SECONDS = 2.0
+"""A controller creates a workload's pods in a burst: one read of the owner serves it."""
+
+
+def kube_owner_reader(
+    client: AsyncClient | None = None, clock: Callable[[], float] = time.monotonic
+) -> OwnerReader:
     """Reads owners through the API server (a client from in-cluster config or
-    ``$KUBECONFIG`` is made on first use, so building the app needs no cluster)."""
+    ``$KUBECONFIG`` is made on first use, so building the app needs no cluster), each
+    answer kept for OWNER_CACHE_SECONDS."""
     resources: dict[Kind, Any] = {}
+    answers: dict[tuple[Kind, str, str], tuple[float, dict[str, Any] | None]] = {}
 
     async def read(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        key = (kind, namespace, name)
+        cached = answers.get(key)
+        if cached is not None and clock() - cached[0] < OWNER_CACHE_SECONDS:
+            return cached[1]
+        for stale in [k for k, (at, _) in answers.items() if clock() - at >= OWNER_CACHE_SECONDS]:
+            del answers[stale]
+        answer = await fetch(kind, namespace, name)
+        answers[key] = (clock(), answer)
+        return answer
+
+    async def fetch(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
         nonlocal client
         client = client or AsyncClient()
         resource = resources.get(kind)

@@ -4,9 +4,10 @@ Owners are plain dicts shaped as the API server returns them, served by a fake r
 the pods are shaped as each controller creates them (keys cited in bridge/keys.py).
 """
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from lightkube import AsyncClient
 from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
 
@@ -15,12 +16,14 @@ from admission.pod import PodShape
 from admission.workloads import (
     JOB,
     JOBSET,
+    OWNER_CACHE_SECONDS,
     POD_GROUP,
     Kind,
     Membership,
     WorkloadError,
     WorkloadLookupError,
     group_name,
+    kube_owner_reader,
     membership,
 )
 from bridge import keys
@@ -257,3 +260,21 @@ def test_an_ended_group_job_binds_only_the_members_it_was_recorded_on() -> None:
 async def test_a_pod_group_not_created_yet_is_retried_not_refused() -> None:
     with pytest.raises(WorkloadLookupError, match="does not exist"):
         await membership(pod(pod_group_name="later"), NS, Owners())
+
+
+async def test_one_read_of_the_owner_serves_a_burst_of_pods() -> None:
+    class Client:
+        gets = 0
+
+        async def get(self, resource: Any, name: str, *, namespace: str) -> Any:
+            Client.gets += 1
+            return resource.from_dict({"metadata": {"name": name}, "spec": {}})
+
+    now = [0.0]
+    read = kube_owner_reader(cast(AsyncClient, Client()), clock=lambda: now[0])
+    for _ in range(3):
+        assert (await read(JOB, NS, "train")) == {"metadata": {"name": "train"}, "spec": {}}
+    assert Client.gets == 1
+    now[0] += OWNER_CACHE_SECONDS
+    await read(JOB, NS, "train")
+    assert Client.gets == 2
