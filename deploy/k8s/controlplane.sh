@@ -62,6 +62,12 @@ alive() {
     && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$RUN"
 }
 
+# Running with today's feature gates: one started by an older version of this script is
+# restarted by `up` rather than kept.
+current() {
+  alive "$1" && tr '\0' ' ' < "/proc/$(pid_of "$1")/cmdline" | grep -qF -- "$FEATURE_GATES"
+}
+
 STARTED=()   # components this invocation started: stopped again if it fails
 
 # start NAME CMD...: detached, own session, stdout+stderr to $LOGS/NAME.log.  Every
@@ -340,16 +346,16 @@ cmd_up() {
   trap rollback EXIT
   ensure_pki
   ensure_kubeconfigs
-  if alive etcd && etcd_healthy && alive kube-apiserver && apiserver_healthy \
-      && alive controller-manager && controller_manager_healthy \
-      && alive scheduler-default && scheduler_healthy "$SCHEDULER_PORT"; then
+  if alive etcd && etcd_healthy && current kube-apiserver && apiserver_healthy \
+      && current controller-manager && controller_manager_healthy \
+      && current scheduler-default && scheduler_healthy "$SCHEDULER_PORT"; then
     log "control plane already up at $SERVER"
   else
     ensure_etcd
     if ! { alive etcd && etcd_healthy; }; then start_etcd; stop kube-apiserver; fi
-    alive kube-apiserver && apiserver_healthy || start_apiserver
-    alive controller-manager && controller_manager_healthy || start_controller_manager
-    alive scheduler-default && scheduler_healthy "$SCHEDULER_PORT" || start_default_scheduler
+    current kube-apiserver && apiserver_healthy || start_apiserver
+    current controller-manager && controller_manager_healthy || start_controller_manager
+    current scheduler-default && scheduler_healthy "$SCHEDULER_PORT" || start_default_scheduler
     log "control plane up at $SERVER (kube-apiserver v$K8S_VERSION)"
   fi
   # Holder: the caller's PID, or "manual" for a person/CI script, which only `down` ends.
