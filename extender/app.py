@@ -82,67 +82,77 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
 
     @app.post("/filter", response_model_by_alias=True)
     async def filter_(args: ExtenderArgs) -> ExtenderFilterResult:
-        started = time.perf_counter()
-        claimed = _pod(args)
-        candidates = args.candidates()
-        try:  # never act on the body: the API server's copy of the pod it names
-            pod = await pod_from_api(bridge.kube, claimed)
-        except (UnverifiedPod, PodUnreadable) as exc:
-            unverified = isinstance(exc, UnverifiedPod)
-            metrics.FILTER_DECISIONS.labels("refused" if unverified else "waiting").inc()
-            if unverified:
-                log.warning("extender.unverified_pod", pod=pod_ref(claimed), why=str(exc))
-            message = str(exc) if unverified else f"waiting: cannot read the pod: {exc}"
-            return ExtenderFilterResult(
-                node_names=[], failed_and_unresolvable=dict.fromkeys(candidates, message)
-            )
-        verdict = await bridge.placer.filter(pod, candidates)
-        elapsed = time.perf_counter() - started
-        metrics.FILTER_SECONDS.observe(elapsed)
-        log.debug(
-            "extender.filter", pod=pod_ref(pod), keep=verdict.keep, why=verdict.message,
-            ms=round(elapsed * 1000, 2),
-        )
-        if args.node_names is None and args.nodes is not None:
-            kept = [n for n in args.nodes.items if _name(n) in verdict.keep]
-            return ExtenderFilterResult(
-                nodes=NodeList(items=kept), failed_and_unresolvable=verdict.unresolvable
-            )
-        return ExtenderFilterResult(
-            node_names=verdict.keep, failed_and_unresolvable=verdict.unresolvable
-        )
+        return await _filter(bridge, args)
 
     @app.post("/prioritize", response_model_by_alias=True)
     async def prioritize(args: ExtenderArgs) -> list[HostPriority]:
-        # From memory only: filter verified the pod and kept Slurm's node; an unknown UID
-        # gets no preference and causes no reads or writes.
-        meta = _pod(args).metadata
-        assert meta is not None and meta.uid
-        known = bridge.placer.known_placement(meta.uid)
-        chosen = known.kube_node if known else ""
-        return [
-            HostPriority(host=n, score=MAX_SCORE if n == chosen else 0) for n in args.candidates()
-        ]
+        return _prioritize(bridge, args)
 
     @app.post("/bind", response_model_by_alias=True)
     async def bind(args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        try:
-            await bridge.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
-        except (BindError, PlacementError, SlurmError) as exc:
-            metrics.BIND_FAILURES.inc()
-            pod = f"{args.pod_namespace}/{args.pod_name}"
-            log.warning("extender.bind_refused", pod=pod, error=str(exc))
-            return ExtenderBindingResult(error=str(exc))
-        except ApiError as exc:
-            metrics.BIND_FAILURES.inc()
-            return ExtenderBindingResult(error=f"apiserver: {exc.status.message}")
-        except Exception as exc:  # the apiserver unreachable, or a bug: answer, don't 500
-            metrics.BIND_FAILURES.inc()
-            log.exception("extender.bind_failed", pod=f"{args.pod_namespace}/{args.pod_name}")
-            return ExtenderBindingResult(error=f"bind failed: {exc!r}")
-        return ExtenderBindingResult()
+        return await _bind(bridge, args)
 
     return app
+
+
+async def _filter(bridge: Bridge, args: ExtenderArgs) -> ExtenderFilterResult:
+    started = time.perf_counter()
+    claimed = _pod(args)
+    candidates = args.candidates()
+    try:  # never act on the body: the API server's copy of the pod it names
+        pod = await pod_from_api(bridge.kube, claimed)
+    except (UnverifiedPod, PodUnreadable) as exc:
+        unverified = isinstance(exc, UnverifiedPod)
+        metrics.FILTER_DECISIONS.labels("refused" if unverified else "waiting").inc()
+        if unverified:
+            log.warning("extender.unverified_pod", pod=pod_ref(claimed), why=str(exc))
+        message = str(exc) if unverified else f"waiting: cannot read the pod: {exc}"
+        return ExtenderFilterResult(
+            node_names=[], failed_and_unresolvable=dict.fromkeys(candidates, message)
+        )
+    verdict = await bridge.placer.filter(pod, candidates)
+    elapsed = time.perf_counter() - started
+    metrics.FILTER_SECONDS.observe(elapsed)
+    log.debug(
+        "extender.filter", pod=pod_ref(pod), keep=verdict.keep, why=verdict.message,
+        ms=round(elapsed * 1000, 2),
+    )
+    if args.node_names is None and args.nodes is not None:
+        kept = [n for n in args.nodes.items if _name(n) in verdict.keep]
+        return ExtenderFilterResult(
+            nodes=NodeList(items=kept), failed_and_unresolvable=verdict.unresolvable
+        )
+    return ExtenderFilterResult(
+        node_names=verdict.keep, failed_and_unresolvable=verdict.unresolvable
+    )
+
+
+def _prioritize(bridge: Bridge, args: ExtenderArgs) -> list[HostPriority]:
+    """From memory only: filter verified the pod and kept Slurm's node; an unknown UID
+    gets no preference and causes no reads or writes."""
+    meta = _pod(args).metadata
+    assert meta is not None and meta.uid
+    known = bridge.placer.known_placement(meta.uid)
+    chosen = known.kube_node if known else ""
+    return [HostPriority(host=n, score=MAX_SCORE if n == chosen else 0) for n in args.candidates()]
+
+
+async def _bind(bridge: Bridge, args: ExtenderBindingArgs) -> ExtenderBindingResult:
+    pod = f"{args.pod_namespace}/{args.pod_name}"
+    try:
+        await bridge.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+    except (BindError, PlacementError, SlurmError) as exc:
+        metrics.BIND_FAILURES.inc()
+        log.warning("extender.bind_refused", pod=pod, error=str(exc))
+        return ExtenderBindingResult(error=str(exc))
+    except ApiError as exc:
+        metrics.BIND_FAILURES.inc()
+        return ExtenderBindingResult(error=f"apiserver: {exc.status.message}")
+    except Exception as exc:  # the apiserver unreachable, or a bug: answer, don't 500
+        metrics.BIND_FAILURES.inc()
+        log.exception("extender.bind_failed", pod=pod)
+        return ExtenderBindingResult(error=f"bind failed: {exc!r}")
+    return ExtenderBindingResult()
 
 
 def create_health_app(bridge: Bridge) -> FastAPI:
