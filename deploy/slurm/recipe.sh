@@ -31,7 +31,7 @@ install_packages() {
 }
 
 # Account tree (accounts): team-a (alice), team-b (bob), slurmbridge (the bridge's own user,
-# SlurmUser `slurm`).  QOS: normal (default), low (preemptable: cancelled after GraceTime),
+# SlurmUser `slurm`), research (researcher: a user no namespace maps to).  QOS: normal (default), low (preemptable: cancelled after GraceTime),
 # high (preempts low), gpu2 (GrpTRES gres/gpu=2 across all its jobs).
 QOS_ALL=normal,low,high,gpu2
 LOW_GRACE_SECONDS=15
@@ -177,10 +177,11 @@ accounts() {
   sam modify qos where name=low set priority=0 preemptmode=cancel gracetime=$LOW_GRACE_SECONDS
   sam modify qos where name=high set priority=1000 preempt=low
   sam modify qos where name=gpu2 set priority=10 grptres=gres/gpu=2
-  sam add account team-a,team-b,slurmbridge description=slurmbridge organization=slurmbridge
+  sam add account team-a,team-b,slurmbridge,research description=slurmbridge organization=slurmbridge
   sam add user alice account=team-a
   sam add user bob account=team-b
   sam add user slurm account=slurmbridge
+  sam add user researcher account=research  # a Slurm user no namespace maps to (attack tests)
   for user in alice bob slurm root; do
     sam modify user where name=$user set qos=$QOS_ALL defaultqos=normal
   done
