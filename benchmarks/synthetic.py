@@ -194,7 +194,7 @@ def load(bridge: Bridge, jobs: int, nodes: int) -> None:
     """Index ``jobs`` allocated placeholder jobs, map the nodes, pre-seed the notifier."""
     bridge.nodes.update([
         Node(metadata=ObjectMeta(
-            name=kube_node(k), labels={keys.NODE_SLURM_NAME: slurm_node(k)}
+            name=kube_node(k), labels={keys.SLURM_NODE: slurm_node(k)}
         ))
         for k in range(1, nodes + 1)
     ])

@@ -32,6 +32,7 @@ GPUS: Final = PREFIX + "gpus"
 
 # Annotations only the bridge writes (at bind time); users may not set them.
 JOB_ID: Final = PREFIX + "job-id"
+# Also the Node label naming the Slurm node behind a Kubernetes node (else: equal names).
 SLURM_NODE: Final = PREFIX + "slurm-node"
 GPU_IDS: Final = PREFIX + "gpu-ids"
 # CUDA_VISIBLE_DEVICES as the container numbers its GPUs: 0..n-1 under the NVIDIA container
@@ -73,8 +74,6 @@ LWS_SIZE: Final = "leaderworkerset.sigs.k8s.io/size"
 GROUP_CLAIM: Final = PREFIX + "group-claim"
 GROUP_NODES: Final = PREFIX + "group-nodes"
 
-# Node label naming the Slurm node behind a Kubernetes node (else: equal names).
-NODE_SLURM_NAME: Final = PREFIX + "slurm-node"
 # Namespace label that enrols every pod of the namespace.
 NAMESPACE_ENROLLED: Final = PREFIX + "enabled"
 

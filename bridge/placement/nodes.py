@@ -22,7 +22,7 @@ class NodeMap:
             meta = node.metadata
             if meta is None or meta.name is None:
                 continue
-            label = (meta.labels or {}).get(keys.NODE_SLURM_NAME)
+            label = (meta.labels or {}).get(keys.SLURM_NODE)
             if label:
                 to_slurm[meta.name] = label
         self._to_slurm = to_slurm
