@@ -90,6 +90,17 @@ EVENT_PREEMPTED: Final = "SlurmPreempted"
 # QOS GraceTime (Slurm kills the job before the pod has stopped).
 EVENT_SUBMIT_REFUSED: Final = "SlurmSubmitRefused"
 EVENT_GRACE_TOO_LONG: Final = "GraceLongerThanSlurm"
+# Event reasons: the job's state as first shown (notifier), a bound pod's job ended (lifecycle).
+EVENT_PENDING: Final = "SlurmPending"
+EVENT_ALLOCATED: Final = "SlurmAllocated"
+EVENT_JOB_ENDED: Final = "SlurmJobEnded"
+# Condition reasons on POD_CONDITION_SLURM besides Slurm's own pending reasons.
+REASON_ALLOCATED: Final = "Allocated"
+REASON_SLURM_REACHABLE: Final = "SlurmReachable"  # slurmrestd answers again
+REASON_BRIDGE_STARTED: Final = "BridgeStarted"  # a restarted bridge requeues unbound pods
+# Condition reasons on NODE_CONDITION_SLURM.
+REASON_NODE_AVAILABLE: Final = "SlurmNodeAvailable"
+REASON_NODE_UNAVAILABLE: Final = "SlurmNodeUnavailable"
 NODE_CONDITION_SLURM: Final = "SlurmNodeAvailable"
 
 # Extended resource names of GPUs that Slurm allocates instead of the device plugin.

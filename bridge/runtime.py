@@ -9,7 +9,7 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from admission.policy import SubmitRefused, for_submit
 from admission.tenancy import TenancySource, placeholder_trust
-from bridge import metrics
+from bridge import keys, metrics
 from bridge.binding.binder import Binder
 from bridge.config import Settings
 from bridge.controllers.leader import LeaderElector
@@ -119,7 +119,8 @@ class Bridge:
                 if meta and meta.name and meta.namespace and not meta.deletionTimestamp:
                     await set_slurm_condition(
                         self.kube, meta.namespace, meta.name, allocated=False,
-                        reason="BridgeStarted", message="slurmbridge (re)started: scheduling again",
+                        reason=keys.REASON_BRIDGE_STARTED,
+                        message="slurmbridge (re)started: scheduling again",
                     )
         except Exception as exc:  # best effort: kube-scheduler retries on its own later
             log.warning("requeue.failed", error=repr(exc))

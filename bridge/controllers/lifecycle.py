@@ -221,5 +221,5 @@ class Lifecycle:
                 reason=keys.REASON_PREEMPTED, message=message,
             )
         else:
-            await kpods.record_event(self._kube, ref, "SlurmJobEnded", message, warning=True)
+            await kpods.record_event(self._kube, ref, keys.EVENT_JOB_ENDED, message, warning=True)
         log.warning("lifecycle.evicted", pod=pod_ref(pod), job_id=job.job_id, state=job.state)

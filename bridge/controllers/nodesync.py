@@ -108,7 +108,9 @@ class NodeSync:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         condition = {
             "type": keys.NODE_CONDITION_SLURM, "status": status,
-            "reason": "SlurmNodeUnavailable" if sn.unavailable else "SlurmNodeAvailable",
+            "reason": (
+                keys.REASON_NODE_UNAVAILABLE if sn.unavailable else keys.REASON_NODE_AVAILABLE
+            ),
             "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now,
         }
         await self._kube.patch(

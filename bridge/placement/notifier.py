@@ -116,7 +116,7 @@ class PodNotifier:
         for key in self._registry.take_slurm_trouble():
             self._spawn(kpods.set_slurm_condition(
                 self._kube, key.namespace, key.name, allocated=False,
-                reason="SlurmReachable", message="slurmrestd answers again: retrying",
+                reason=keys.REASON_SLURM_REACHABLE, message="slurmrestd answers again: retrying",
             ))
 
     async def submit_refused(self, pod: Pod, reason: str, message: str) -> None:
@@ -147,7 +147,7 @@ class PodNotifier:
         self._shown[key.uid] = _status(job)
         await kpods.record_event(
             self._kube, key,
-            "SlurmPending" if job.state is JobState.PENDING else "SlurmAllocated",
+            keys.EVENT_PENDING if job.state is JobState.PENDING else keys.EVENT_ALLOCATED,
             describe(job),
         )
         await self._nudge(key, job)
@@ -160,7 +160,7 @@ class PodNotifier:
         await kpods.set_slurm_condition(
             self._kube, key.namespace, key.name,
             allocated=allocated,
-            reason="Allocated" if allocated else job.reason,
+            reason=keys.REASON_ALLOCATED if allocated else job.reason,
             message=describe(job),
         )
 
