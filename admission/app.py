@@ -69,17 +69,7 @@ def create_app(
         except BadReview as err:
             log.warning("admission.bad_review", endpoint=endpoint, reason=str(err))
             return JSONResponse({"error": str(err)}, status_code=400)
-        log.info(
-            "admission.review",
-            endpoint=endpoint,
-            uid=request.uid,
-            pod=f"{request.namespace}/{request.name}",
-            operation=request.operation,
-            dry_run=request.dry_run,
-            allowed=response.allowed,
-            reason=response.status.message if response.status else None,
-            patched=response.patch is not None,
-        )
+        _log_review(endpoint, request, response)
         return JSONResponse(AdmissionReview(response=response).to_wire())
 
     @app.post("/mutate")
@@ -95,6 +85,20 @@ def create_app(
         return {"status": "ok"}
 
     return app
+
+
+def _log_review(endpoint: Endpoint, request: AdmissionRequest, response: AdmissionResponse) -> None:
+    log.info(
+        "admission.review",
+        endpoint=endpoint,
+        uid=request.uid,
+        pod=f"{request.namespace}/{request.name}",
+        operation=request.operation,
+        dry_run=request.dry_run,
+        allowed=response.allowed,
+        reason=response.status.message if response.status else None,
+        patched=response.patch is not None,
+    )
 
 
 def _parse(body: bytes) -> AdmissionRequest:
