@@ -158,7 +158,7 @@ CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$(cat /etc/slurm/db
 ALTER USER 'slurm'@'localhost' IDENTIFIED BY '$(cat /etc/slurm/db.pass)';
 GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
 SQL
-  slurmdbd
+  slurmdbd 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-  # it keeps inherited fds (a caller's flock) when it forks
   wait_for 60 "slurmdbd (/var/log/slurm/slurmdbd.log)" sacctmgr -n list cluster
   sam add cluster "$name"
 }
