@@ -8,6 +8,7 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, slurm_job_view, wait_bound
+from slurmbridge_devkit.kube import wait_for
 from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
@@ -25,6 +26,9 @@ async def test_four_pod_group_binds_all_or_none(
         "sbatch", "--parsable", "-c", "32", "-w", "node1", "-o", "/dev/null",
         "--wrap", "sleep 900",
     ).strip()
+    # Running before the group's job exists: otherwise Slurm may give node1 to the group first.
+    await wait_for(lambda: slurm_job_view(slurm, blocker)["state"] == "RUNNING", 30,
+                   what=f"blocker {blocker} running")
     labels = {keys.GROUP: "train", keys.GROUP_SIZE: "4"}
     try:
         for i in range(4):
