@@ -50,6 +50,13 @@ async def tenancy(bridge_stack: BridgeStack) -> AsyncIterator[Mapper]:
     _write(bridge_stack.tenancy_file, DEFAULT_TENANCY)
 
 
+async def _quiet_accounting(stack: BridgeStack) -> SlurmTarget:
+    """The stack's Slurm with its accounting tree, once no earlier test's job is left."""
+    _accounting_ready(stack.slurm)
+    await slurm_idle(stack.slurm)
+    return stack.slurm
+
+
 def _accounting_ready(slurm: SlurmTarget) -> None:
     """The test needs slurmdbd: say so plainly when it is not there (never skip)."""
     out = slurm.admin("sacctmgr", "-n", "-P", "show", "account", "format=Account", check=False)
@@ -101,9 +108,7 @@ async def test_pods_of_two_namespaces_run_as_their_own_account_and_user(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
     tenancy: Mapper,
 ) -> None:
-    slurm = bridge_stack.slurm
-    _accounting_ready(slurm)
-    await slurm_idle(slurm)
+    slurm = await _quiet_accounting(bridge_stack)
     ns_a, ns_b = await e2e_namespace("acct-a"), await e2e_namespace("acct-b")
     await tenancy({ns_a: {"account": "team-a", "user": "alice"},
                    ns_b: {"account": "team-b", "user": "bob"}})
@@ -147,9 +152,7 @@ async def test_a_qos_gpu_limit_keeps_the_third_pod_pending_with_the_reason(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
     tenancy: Mapper,
 ) -> None:
-    slurm = bridge_stack.slurm
-    _accounting_ready(slurm)
-    await slurm_idle(slurm)
+    slurm = await _quiet_accounting(bridge_stack)
     ns = await e2e_namespace("gpu2")
     await tenancy({ns: {"account": "team-a", "user": "alice", "qos": ["gpu2"]}})
     for name in ("one", "two"):
@@ -177,9 +180,7 @@ async def test_a_high_priority_native_job_preempts_a_low_priority_pod(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
     tenancy: Mapper,
 ) -> None:
-    slurm = bridge_stack.slurm
-    _accounting_ready(slurm)
-    await slurm_idle(slurm)
+    slurm = await _quiet_accounting(bridge_stack)
     ns = await e2e_namespace("preempt")
     low = unique_name("sb-batch-low")
     await kube.create(PriorityClass(metadata=ObjectMeta(name=low), value=10))
