@@ -15,10 +15,8 @@ admission ran).  Both re-read the file when it changes: no restart.
 A namespace with no entry and no ``default`` is refused, naming what to configure.
 """
 
-import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -34,6 +32,7 @@ from pydantic import (
 )
 
 from bridge import keys
+from bridge.filestamp import FileStamp, file_stamp
 
 log = structlog.get_logger(__name__)
 
@@ -156,13 +155,6 @@ class TenancyMap(BaseModel):
         }
 
 
-@dataclass(frozen=True, slots=True)
-class _Stamp:
-    mtime_ns: int
-    size: int
-    inode: int
-
-
 class TenancyError(ValueError):
     """The tenancy file cannot be read or is not a valid mapping; the message says where."""
 
@@ -187,7 +179,7 @@ class TenancySource:
         """``fixed``: the mapping when there is no file (embedding, tests)."""
         self.path = path
         self._lock = threading.Lock()
-        self._stamp: _Stamp | None = None
+        self._stamp: FileStamp | None = None
         self._map = fixed or TenancyMap()
         self.error: str | None = None
         if path is not None:
@@ -202,12 +194,11 @@ class TenancySource:
             raise TenancyError(f"tenancy file {path}: {exc}") from exc
 
     @staticmethod
-    def _stamp_of(path: Path) -> _Stamp | None:
+    def _stamp_of(path: Path) -> FileStamp | None:
         try:
-            st = os.stat(path)
+            return file_stamp(path)
         except OSError:
             return None
-        return _Stamp(st.st_mtime_ns, st.st_size, st.st_ino)
 
     @property
     def configured(self) -> bool:

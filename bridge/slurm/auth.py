@@ -11,13 +11,13 @@ Two credentials, both re-read when their file changes on disk (rotation needs no
 """
 
 import asyncio
-import os
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
 import jwt
 
+from bridge.filestamp import FileStamp, file_stamp
 from bridge.slurm.errors import SlurmAuthError
 
 
@@ -28,15 +28,14 @@ class WatchedFile:
     def __init__(self, path: Path, what: str) -> None:
         self.path = path
         self._what = what
-        self.stamp: tuple[int, int, int] | None = None  # (inode, mtime, size) of what was read
+        self.stamp: FileStamp | None = None  # of what was read
         self._value = b""
 
     async def read(self) -> bytes:
         try:
-            st = os.stat(self.path)
+            stamp = file_stamp(self.path)
         except OSError as exc:
             raise SlurmAuthError(f"cannot read the {self._what} {self.path}: {exc}") from exc
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp != self.stamp:
             self._value = await asyncio.to_thread(self._load)
             self.stamp = stamp
