@@ -55,6 +55,7 @@ ResourceFlavor = create_global_resource(
 )
 ClusterQueue = create_global_resource("kueue.x-k8s.io", "v1beta2", "ClusterQueue", "clusterqueues")
 LocalQueue = create_namespaced_resource("kueue.x-k8s.io", "v1beta2", "LocalQueue", "localqueues")
+KueueWorkload = create_namespaced_resource("kueue.x-k8s.io", "v1beta2", "Workload", "workloads")
 KUEUE = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "kueue.sh"
 KUEUE_DIR = cache_dir() / f"kueue-v{os.environ.get('KUEUE_VERSION', '0.17.0')}"
 # Kueue reads its metrics serving certificate from this fixed path when it does not manage
@@ -573,17 +574,18 @@ async def test_job_admitted_by_kueue_reaches_slurm_through_the_bridge(
         await create(kube, LocalQueue, ns, {
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
             "metadata": {"name": "research"}, "spec": {"clusterQueue": queue}})
-        for job_name in ("first", "second"):
-            manifest = job_manifest(job_name, 2)
-            manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "research"}
-            manifest["spec"]["suspend"] = True
-            await create(kube, Job, ns, manifest)
+        # One Job after the other: two Jobs created in the same second tie in Kueue's FIFO
+        # and either may be admitted first (a CI run waited for the wrong one).
+        await create(kube, Job, ns, queued_job("first"))
         first = await wait_bound_pods(kube, ns, {"batch.kubernetes.io/job-name": "first"}, 2)
         await run_pods(kube, first)
         for pod in first:
             assert pod.metadata and pod.metadata.name
             jobs = slurm_jobs(slurm, f"k8s:{ns}/{pod.metadata.name}")
             assert [(state, count) for _, state, count, _ in jobs] == [("RUNNING", 1)], jobs
+        await create(kube, Job, ns, queued_job("second"))
+        await wait_for(partial(_quota_refused, kube, ns, "second"), 60, interval=0.5,
+                       what=f"Kueue to keep Job {ns}/second pending for quota (log {KUEUE_LOG})")
         second = await kube.get(Job, "second", namespace=ns)
         assert second["spec"]["suspend"] is True, "Kueue admitted beyond the queue's quota"
         assert not await live_pods(kube, ns, {"batch.kubernetes.io/job-name": "second"})
@@ -596,6 +598,26 @@ async def test_job_admitted_by_kueue_reaches_slurm_through_the_bridge(
     finally:
         await kube.delete(ClusterQueue, queue)
         await kube.delete(ResourceFlavor, flavor)
+
+
+def queued_job(name: str) -> dict[str, Any]:
+    """A 2-pod Job sent to the LocalQueue "research", suspended as Kueue's webhook would make it."""
+    manifest = job_manifest(name, 2)
+    manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "research"}
+    manifest["spec"]["suspend"] = True
+    return manifest
+
+
+async def _quota_refused(kube: AsyncClient, ns: str, job: str) -> bool:
+    """Kueue has looked at the Job's Workload and reserved no quota for it."""
+    async for workload in kube.list(KueueWorkload, namespace=ns):
+        owners = workload.metadata.ownerReferences or [] if workload.metadata else []
+        if not any(o.kind == "Job" and o.name == job for o in owners):
+            continue
+        conditions = (workload.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "QuotaReserved" and c.get("status") == "False"
+                   for c in conditions)
+    return False
 
 
 async def _none(kube: AsyncClient, ns: str, labels: dict[str, str]) -> bool:
