@@ -20,6 +20,8 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
+from bridge.kube.status import is_conflict, is_not_found
+
 log = structlog.get_logger(__name__)
 
 
@@ -49,7 +51,7 @@ class LeaderElector:
         try:
             lease = await self._kube.get(Lease, self._name, namespace=self._namespace)
         except ApiError as exc:
-            if exc.status.code != 404:
+            if not is_not_found(exc):
                 raise
             return await self._create(now)
         spec = lease.spec or LeaseSpec()
@@ -69,7 +71,7 @@ class LeaderElector:
         try:  # replace carries resourceVersion: a concurrent taker gets 409
             await self._kube.replace(lease)
         except ApiError as exc:
-            if exc.status.code == 409:
+            if is_conflict(exc):
                 return False
             raise
         return True
@@ -85,7 +87,7 @@ class LeaderElector:
         try:
             await self._kube.create(lease)
         except ApiError as exc:
-            if exc.status.code == 409:
+            if is_conflict(exc):
                 return False
             raise
         return True

@@ -22,6 +22,7 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys, metrics
 from bridge.kube import pods as kpods
+from bridge.kube.status import is_not_found, is_too_many_requests
 from bridge.placement.claims import Claims
 from bridge.placement.grace import grace_seconds
 from bridge.placement.index import JobIndex
@@ -206,10 +207,10 @@ class Lifecycle:
                 meta.name, namespace=meta.namespace,
             )
         except ApiError as exc:
-            if exc.status.code == 429:  # a PodDisruptionBudget says not now: retry next round
+            if is_too_many_requests(exc):  # a PodDisruptionBudget says not now: retry next round
                 log.info("lifecycle.eviction_blocked", pod=pod_ref(pod), job_id=job.job_id)
                 return
-            if exc.status.code != 404:
+            if not is_not_found(exc):
                 raise
         self._evicted.add(meta.uid)
         metrics.CONTROLLER_ACTIONS.labels("evict").inc()

@@ -15,6 +15,7 @@ from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
 from bridge import keys
+from bridge.kube.status import is_conflict
 
 log = structlog.get_logger(__name__)
 
@@ -105,7 +106,7 @@ async def bind(
     try:
         await client.create(binding, name=name, namespace=namespace)
     except ApiError as exc:
-        if exc.status.code == 409:
+        if is_conflict(exc):
             raise AlreadyBound(f"pod {namespace}/{name}: {exc.status.message}") from exc
         raise
     except msgspec.ValidationError:

@@ -34,6 +34,7 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.types import PatchType
 
 from bridge import keys
+from bridge.kube.status import is_conflict, is_not_found
 from bridge.placement.owner import GROUP_PREFIX, owner_key
 
 log = structlog.get_logger(__name__)
@@ -113,7 +114,7 @@ class _PodRecord:
                 patch_type=PatchType.MERGE,
             )
         except ApiError as exc:
-            if exc.status.code == 409:
+            if is_conflict(exc):
                 raise _Outdated from exc
             raise
 
@@ -141,7 +142,7 @@ class _LeaseRecord:
         try:
             self._lease = await self._kube.get(Lease, self._name, namespace=self._namespace)
         except ApiError as exc:
-            if exc.status.code != 404:
+            if not is_not_found(exc):
                 raise
             self._lease = None
             return {}, None
@@ -164,7 +165,7 @@ class _LeaseRecord:
             meta.annotations = {k: v for k, v in merged.items() if v is not None}
             await self._kube.replace(self._lease)  # carries resourceVersion: 409 if moved on
         except ApiError as exc:
-            if exc.status.code == 409:
+            if is_conflict(exc):
                 raise _Outdated from exc
             raise
 
@@ -276,7 +277,7 @@ class Claims:
                 try:
                     await self._kube.delete(Lease, meta.name, namespace=self._namespace)
                 except ApiError as exc:
-                    if exc.status.code != 404:
+                    if not is_not_found(exc):
                         raise
                 pruned.append(annotations.get(keys.OWNER, meta.name))
         if pruned:

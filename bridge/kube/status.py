@@ -1,0 +1,20 @@
+"""What an apiserver error means, by HTTP status: one place instead of bare 404/409 numbers."""
+
+from http import HTTPStatus
+
+from lightkube.core.exceptions import ApiError
+
+
+def is_not_found(exc: ApiError) -> bool:
+    """The object does not exist (404): already deleted, or never created."""
+    return exc.status.code == HTTPStatus.NOT_FOUND
+
+
+def is_conflict(exc: ApiError) -> bool:
+    """The write lost a race (409): the object exists already or moved to a newer version."""
+    return exc.status.code == HTTPStatus.CONFLICT
+
+
+def is_too_many_requests(exc: ApiError) -> bool:
+    """Not now (429): rate limited, or an eviction a PodDisruptionBudget blocks."""
+    return exc.status.code == HTTPStatus.TOO_MANY_REQUESTS
