@@ -15,7 +15,6 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from admission import mutate, validate, workloads
-from admission.config import AdmissionSettings
 from admission.pod import PodShape
 from admission.review import AdmissionRequest, AdmissionResponse, AdmissionReview
 from admission.scope import (
@@ -25,8 +24,9 @@ from admission.scope import (
     Scope,
     kube_namespace_labels,
 )
-from admission.tenancy import TenancySource
+from bridge.config import AdmissionSettings
 from bridge.jobs.translate import job_request_for_pod
+from bridge.policy.tenancy import TenancySource
 
 log = structlog.get_logger(__name__)
 

@@ -7,9 +7,9 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace
 
-from admission.config import AdmissionSettings
 from admission.pod import PodShape
 from bridge import keys
+from bridge.config import AdmissionSettings
 
 NamespaceLabels = Callable[[str], Awaitable[Mapping[str, str]]]
 """Async lookup of a namespace's labels (empty when the namespace does not exist)."""

@@ -6,13 +6,13 @@ from typing import Any, cast
 
 from lightkube.models.core_v1 import Pod
 
-from admission.config import POLICY_ANNOTATIONS, AdmissionSettings
 from admission.pod import PodShape
-from admission.policy import deadline_refusal, policy_refusal
 from admission.review import AdmissionRequest
-from admission.tenancy import TenancySource, missing_tenant
 from bridge import keys
+from bridge.config import AdmissionSettings
 from bridge.jobs.errors import InvalidPodRequest
+from bridge.policy.check import POLICY_ANNOTATIONS, deadline_refusal, policy_refusal
+from bridge.policy.tenancy import TenancySource, missing_tenant
 
 PodTranslator = Callable[[Pod], object]
 """``bridge.jobs.translate.job_request_for_pod``, or a stand-in in tests."""

@@ -9,10 +9,10 @@ from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAcc
 from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Node, Pod
 
-from admission.tenancy import TenancyError, TenancySource, Tenant
 from bridge import keys
 from bridge.config import Settings
 from bridge.placement.grace import grace_warning
+from bridge.policy.tenancy import TenancyError, TenancySource, Tenant
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
 from bridge.slurm.types import Accounting

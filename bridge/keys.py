@@ -20,7 +20,7 @@ PRIORITY: Final = PREFIX + "priority"
 TIME_LIMIT: Final = PREFIX + "time-limit"
 EXCLUSIVE: Final = PREFIX + "exclusive"
 # The Slurm user the pod's job runs as: filled in by the webhook from the namespace's tenancy
-# (admission/tenancy.py); a pod may only name its namespace's user.
+# (bridge/policy/tenancy.py); a pod may only name its namespace's user.
 SLURM_USER: Final = PREFIX + "slurm-user"
 USER_ANNOTATIONS: Final = (
     PARTITION, ACCOUNT, QOS, RESERVATION, WCKEY, CONSTRAINTS, PRIORITY, TIME_LIMIT, EXCLUSIVE,

@@ -7,8 +7,6 @@ import structlog
 from lightkube.models.core_v1 import Pod as PodModel
 from lightkube.resources.core_v1 import Node, Pod
 
-from admission.policy import SubmitRefused, for_submit
-from admission.tenancy import TenancySource, placeholder_trust
 from bridge import keys, metrics
 from bridge.binding.binder import Binder
 from bridge.config import Settings
@@ -26,6 +24,8 @@ from bridge.placement.notifier import PodNotifier
 from bridge.placement.placer import PlacementError, Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
+from bridge.policy.check import SubmitRefused, for_submit
+from bridge.policy.tenancy import TenancySource, placeholder_trust
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import SlurmJob
 

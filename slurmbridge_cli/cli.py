@@ -10,13 +10,13 @@ from pydantic import ValidationError
 
 from admission.app import TLSConfigError, serve
 from admission.scope import kube_namespace_labels
-from admission.tenancy import TenancyError, TenancySource, placeholder_trust
 from bridge import logs
 from bridge import status as status_view
 from bridge.config import CONFIG_FILE_ENV, Settings
 from bridge.config_reference import markdown
 from bridge.doctor import run as run_doctor
 from bridge.kube.client import kube_client
+from bridge.policy.tenancy import TenancyError, TenancySource, placeholder_trust
 from bridge.runtime import Bridge
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError

@@ -29,9 +29,9 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from admission.tenancy import TenancySource, Tenant
 from bridge import keys
 from bridge.config import CONFIG_FILE_ENV, Settings
+from bridge.policy.tenancy import TenancySource, Tenant
 from slurmbridge_devkit.helm import Manifest, render
 from slurmbridge_devkit.kube import BUILD, ControlPlane
 

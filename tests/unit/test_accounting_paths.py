@@ -8,7 +8,6 @@ from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Event
 from lightkube.resources.core_v1 import Pod as PodResource
 
-from admission.tenancy import Tenant
 from bridge import keys
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.doctor import Check, _tenant_check
@@ -21,6 +20,7 @@ from bridge.placement.placer import PlacementError, Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.placement.reasons import explain, refusal, waiting_message
+from bridge.policy.tenancy import Tenant
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.convert import accounting
 from bridge.slurm.errors import SlurmRejected

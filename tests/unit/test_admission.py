@@ -22,12 +22,12 @@ from lightkube.models.core_v1 import Pod
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from admission.app import TLSConfigError, create_app, server_config
-from admission.config import AdmissionSettings, NamespacePolicy
-from admission.policy import SubmitRefused, deadline_refusal, for_submit, policy_refusal
 from admission.scope import CachedNamespaceLabels, NamespaceLookupError, kube_namespace_labels
-from admission.tenancy import TenancyMap, TenancySource, Tenant
 from bridge import keys
+from bridge.config import AdmissionSettings, NamespacePolicy
 from bridge.jobs.errors import InvalidPodRequest
+from bridge.policy.check import SubmitRefused, deadline_refusal, for_submit, policy_refusal
+from bridge.policy.tenancy import TenancyMap, TenancySource, Tenant
 
 BRIDGE_USER = "system:serviceaccount:slurmbridge-system:slurmbridge"
 GPU_IDS_PATH = f"metadata.annotations['{keys.GPU_IDS}']"

@@ -10,11 +10,11 @@ import pytest
 from lightkube.models.core_v1 import Pod
 
 from admission.app import create_app
-from admission.config import AdmissionSettings
-from admission.policy import SubmitRefused, for_submit
-from admission.tenancy import TenancyError, TenancyMap, TenancySource, Tenant, placeholder_trust
 from bridge import keys
+from bridge.config import AdmissionSettings
 from bridge.jobs.translate import job_request_for_pod
+from bridge.policy.check import SubmitRefused, for_submit
+from bridge.policy.tenancy import TenancyError, TenancyMap, TenancySource, Tenant, placeholder_trust
 from tests.unit.test_admission import FakeLabels, apply, make_pod, make_review
 
 MAPPING = """

@@ -171,7 +171,7 @@ extenders:
     httpTimeout: {{ .Values.scheduler.extenderTimeout }}
 {{- end -}}
 
-{{/* The tenancy file (admission/tenancy.py): its own ConfigMap, outside configChecksum, so a
+{{/* The tenancy file (bridge/policy/tenancy.py): its own ConfigMap, outside configChecksum, so a
 change reaches the running processes without a rollout. */}}
 {{- define "slurmbridge.tenancy" -}}
 {{- $tenancy := dict "namespaces" (.Values.tenancy.namespaces | default dict) "priority_classes" (.Values.tenancy.priorityClasses | default dict) -}}

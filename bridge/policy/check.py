@@ -15,10 +15,16 @@ from collections.abc import Iterable, Mapping
 from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
 
-from admission.config import POLICY_ANNOTATIONS, AdmissionSettings, NamespacePolicy
-from admission.tenancy import TENANT_FIELDS, TenancyMap, TenancySource, missing_tenant
 from bridge import keys
+from bridge.config import AdmissionSettings, NamespacePolicy
 from bridge.jobs.timelimit import parse_time_limit
+from bridge.policy.tenancy import TENANT_FIELDS, TenancyMap, TenancySource, missing_tenant
+
+# The user annotations a namespace policy restricts: every one that changes what Slurm grants.
+POLICY_ANNOTATIONS = (
+    keys.ACCOUNT, keys.PARTITION, keys.QOS, keys.RESERVATION, keys.WCKEY, keys.CONSTRAINTS,
+    keys.PRIORITY, keys.TIME_LIMIT, keys.EXCLUSIVE, keys.SLURM_USER,
+)
 
 _LISTS = (keys.ACCOUNT, keys.PARTITION, keys.QOS, keys.RESERVATION, keys.WCKEY, keys.SLURM_USER)
 # Lists whose empty value allows anything (the others: an empty list allows nothing).
