@@ -1,38 +1,25 @@
-"""Async slurmrestd client: negotiation, auth, bounded retries, typed results.
+"""Async slurmrestd client: what the bridge asks Slurm, answered in the core's types.
 
-Every operation goes through ``_call``, which owns retries and error mapping,
-so a caller sees either a result in the core's types or one ``SlurmError``.
+Every operation goes through ``SlurmRest.call`` (``rest.py``), which owns negotiation,
+credentials, retries and error mapping, so a caller sees either a result in the core's
+types or one ``SlurmError``.  Here: which jobs are the bridge's (``owns``), and reading
+them without trusting another user's job.
 """
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Self
 
 import httpx
 import structlog
-from pydantic import ValidationError
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-)
 
-from bridge import keys, metrics
+from bridge import keys
 from bridge.config import SlurmSettings
 from bridge.jobs.request import JobRequest
-from bridge.slurm import convert, negotiate
-from bridge.slurm.auth import credentials
-from bridge.slurm.errors import (
-    SlurmAuthError,
-    SlurmError,
-    SlurmJobNotFound,
-    SlurmProtocolError,
-    SlurmRejected,
-    SlurmUnavailable,
-)
+from bridge.slurm import convert
+from bridge.slurm.errors import SlurmError, SlurmJobNotFound, SlurmProtocolError, SlurmRejected
+from bridge.slurm.rest import SlurmRest
 from bridge.slurm.types import Accounting, JobState, SlurmJob, SlurmNode
-from bridge.slurm.wire import FAMILIES
 from bridge.slurm.wire.base import (
     Envelope,
     JobInfo,
@@ -47,21 +34,10 @@ from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, Qo
 
 log = structlog.get_logger(__name__)
 
-E = TypeVar("E", bound=Envelope)
-
-_RETRY_STATUS = frozenset({502, 503, 504})
-_AUTH_STATUS = frozenset({401, 403, 511})  # slurmrestd answers 511 to a bad JWT
-_ESLURM_INVALID_JOB_ID = 2017
-
-
 PlaceholderTrust = Callable[[str, str], bool]
 """``(slurm_user, job_name) -> bool``: may a job of this user with this name be one of the
 bridge's placeholders?  The bridge's own user always may; the tenancy answers for the users it
 maps namespaces to (a name ``k8s:<namespace>/...`` of a namespace mapped to that user)."""
-
-
-class _Transient(Exception):
-    """Internal: worth another attempt."""
 
 
 class SlurmClient:
@@ -73,21 +49,8 @@ class SlurmClient:
         trust: PlaceholderTrust | None = None,
     ) -> None:
         self._settings = settings
-        self._creds = credentials(
-            settings.user,
-            jwt_key_file=settings.jwt_key_file,
-            token=settings.token.get_secret_value() if settings.token else None,
-            token_file=settings.token_file,
-            lifespan_seconds=settings.token_lifespan_seconds,
-        )
+        self.rest = SlurmRest(settings, transport)
         self.trust: PlaceholderTrust = trust or (lambda _user, _name: False)
-        self._http = httpx.AsyncClient(
-            base_url=settings.url,
-            timeout=settings.timeout_seconds,
-            limits=httpx.Limits(max_connections=settings.max_connections),
-            transport=transport,
-        )
-        self._parser: str | None = None
         self._foreign_markers: set[int] = set()  # warned about once each
 
     async def __aenter__(self) -> Self:
@@ -99,29 +62,15 @@ class SlurmClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
-
-    # -- negotiation -------------------------------------------------------
+        await self.rest.aclose()
 
     async def connect(self) -> str:
         """Negotiate the data parser once; later calls return the cached choice."""
-        if self._parser is None:
-            resp = await self._send("GET", "/openapi/v3", "negotiate", idempotent=True)
-            try:
-                offered = negotiate.offered_versions(resp.json())
-            except ValueError as exc:
-                raise SlurmProtocolError(f"slurmrestd /openapi/v3 is not JSON: {exc}") from exc
-            self._parser = negotiate.choose(
-                offered, set(FAMILIES), self._settings.data_parser
-            )
-            log.info("slurm.negotiated", data_parser=self._parser, offered=sorted(offered))
-        return self._parser
+        return await self.rest.connect()
 
     @property
     def family(self) -> WireFamily:
-        if self._parser is None:
-            raise SlurmProtocolError("SlurmClient.connect() has not been called")
-        return FAMILIES[self._parser]
+        return self.rest.family
 
     # -- operations ----------------------------------------------------------
 
@@ -129,23 +78,23 @@ class SlurmClient:
         """Submit a placeholder as ``req.user`` (default: the bridge's own user); not retried
         once sent (callers dedupe by pod UID)."""
         await self.connect()
-        body = {"job": self.family.describe(req, convert.comment_for(req.pod_uid)).model_dump(
+        body = {"job": self.family.describe(req, convert.comment_for(req.owner)).model_dump(
             exclude_none=True
         )}
-        resp = await self._call(
+        resp = await self.rest.call(
             "POST", "/job/submit", "submit", SubmitResponse, json=body, idempotent=False,
             user=req.user,
         )
         if resp.job_id is None:
             raise SlurmRejected("submit", [e.text() for e in resp.errors], 200)
         log.info(
-            "slurm.submitted", job_id=resp.job_id, job_name=req.name, pod_uid=req.pod_uid,
+            "slurm.submitted", job_id=resp.job_id, job_name=req.name, owner=req.owner,
             user=req.user or self._settings.user, account=req.account, qos=req.qos,
         )
         return resp.job_id
 
     async def get_job(self, job_id: int) -> SlurmJob:
-        resp = await self._call("GET", f"/job/{job_id}", "get_job", JobsResponse, job_id=job_id)
+        resp = await self.rest.call("GET", f"/job/{job_id}", "get_job", JobsResponse, job_id=job_id)
         if not resp.jobs:
             raise SlurmJobNotFound(job_id)
         return self._job(resp.jobs[0])
@@ -154,12 +103,12 @@ class SlurmClient:
         """Every job (the big answer): callers poll ``job_states`` and use this only to
         (re)build their index.  Not ``?update_time=``: Slurm answers it with every job as
         soon as any changed (B5 in benchmarks/RESULTS.md)."""
-        resp = await self._call("GET", "/jobs/", "list_jobs", JobsResponse)
+        resp = await self.rest.call("GET", "/jobs/", "list_jobs", JobsResponse)
         return [job for info in resp.jobs if (job := self._listed(info)) is not None]
 
     async def job_states(self) -> dict[int, JobState]:
         """Ids and states of every job (about 80 bytes a job): the cheap poll."""
-        resp = await self._call("GET", "/jobs/state/", "job_states", JobStatesResponse)
+        resp = await self.rest.call("GET", "/jobs/state/", "job_states", JobStatesResponse)
         states = {}
         for entry in resp.jobs:
             try:
@@ -171,13 +120,13 @@ class SlurmClient:
     async def cancel(self, job_id: int) -> None:
         """Cancel; a job Slurm no longer knows counts as cancelled."""
         try:
-            await self._call("DELETE", f"/job/{job_id}", "cancel", Envelope, job_id=job_id)
+            await self.rest.call("DELETE", f"/job/{job_id}", "cancel", Envelope, job_id=job_id)
         except SlurmJobNotFound:
             return
         log.info("slurm.cancelled", job_id=job_id)
 
     async def list_nodes(self) -> list[SlurmNode]:
-        resp = await self._call("GET", "/nodes/", "list_nodes", NodesResponse)
+        resp = await self.rest.call("GET", "/nodes/", "list_nodes", NodesResponse)
         return [convert.slurm_node(n) for n in resp.nodes]
 
     async def drain(self, node: str, reason: str) -> None:
@@ -187,7 +136,7 @@ class SlurmClient:
         await self._update_node(node, NodeUpdate(state=["RESUME"]))
 
     async def _update_node(self, node: str, update: NodeUpdate) -> None:
-        await self._call(
+        await self.rest.call(
             "POST", f"/node/{node}", "update_node", Envelope,
             json=update.model_dump(exclude_none=True),
         )
@@ -196,11 +145,11 @@ class SlurmClient:
     async def accounting(self) -> Accounting:
         """Accounts, user associations and QOS from slurmdbd (needs slurmrestd's
         openapi/slurmdbd plugin)."""
-        accounts = await self._call("GET", "/accounts/", "accounts", AccountsResponse,
+        accounts = await self.rest.call("GET", "/accounts/", "accounts", AccountsResponse,
                                     api="slurmdb")
-        assocs = await self._call("GET", "/associations/", "associations",
+        assocs = await self.rest.call("GET", "/associations/", "associations",
                                   AssociationsResponse, api="slurmdb")
-        qos = await self._call("GET", "/qos/", "qos", QosResponse, api="slurmdb")
+        qos = await self.rest.call("GET", "/qos/", "qos", QosResponse, api="slurmdb")
         return convert.accounting(accounts, assocs, qos)
 
     def owns(self, user: str, job_name: str) -> bool:
@@ -212,7 +161,7 @@ class SlurmClient:
         """One job in the core's types; an answer the bridge cannot read is a protocol error
         naming the job, never a bare exception from deep inside the parser."""
         owned = self.owns(info.user_name, info.name)
-        foreign = not owned and keys.COMMENT_POD_UID in info.comment
+        foreign = not owned and keys.COMMENT_OWNER in info.comment
         if foreign and info.job_id not in self._foreign_markers:
             self._foreign_markers.add(info.job_id)
             log.warning(
@@ -239,104 +188,6 @@ class SlurmClient:
                 raise
             log.debug("slurm.foreign_job_unreadable", job_id=info.job_id, error=str(exc))
             return None
-
-    # -- plumbing --------------------------------------------------------------
-
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        op: str,
-        model: type[E],
-        *,
-        job_id: int | None = None,
-        idempotent: bool = True,
-        api: str = "slurm",
-        user: str | None = None,
-        **kwargs: Any,
-    ) -> E:
-        parser = await self.connect()
-        url = f"/{api}/{parser}{path}"
-        resp = await self._send(method, url, op, idempotent=idempotent, user=user, **kwargs)
-        try:
-            parsed = model.model_validate_json(resp.content)
-        except ValidationError as exc:
-            if resp.status_code >= 400:
-                raise SlurmRejected(op, [resp.text[:500]], resp.status_code) from exc
-            raise SlurmProtocolError(f"slurmrestd {op}: unexpected answer: {exc}") from exc
-        errors = [e for e in parsed.errors if e.error_number or e.description]
-        if job_id is not None and any(e.error_number == _ESLURM_INVALID_JOB_ID for e in errors):
-            raise SlurmJobNotFound(job_id)
-        if resp.status_code >= 400 or errors:
-            raise SlurmRejected(op, [e.text() for e in errors], resp.status_code)
-        return parsed
-
-    async def _send(
-        self, method: str, url: str, op: str, *, idempotent: bool, user: str | None = None,
-        **kwargs: Any,
-    ) -> httpx.Response:
-        """One HTTP exchange as ``user`` (default: the bridge's own), with bounded retries on
-        transient failures only.  A refused credential is read again once, whatever the retry
-        budget (the key or token file may have rotated; slurmrestd acted on nothing)."""
-        user = user or self._settings.user
-        resp = await self._retried(method, url, op, idempotent, user, **kwargs)
-        if resp.status_code in _AUTH_STATUS:
-            self._creds.invalidate()
-            resp = await self._retried(method, url, op, idempotent, user, **kwargs)
-        return self._checked(resp, op, user)
-
-    async def _retried(
-        self, method: str, url: str, op: str, idempotent: bool, user: str, **kwargs: Any
-    ) -> httpx.Response:
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._settings.retries + 1),
-            wait=wait_exponential(multiplier=self._settings.backoff_seconds, max=5),
-            retry=retry_if_exception_type(_Transient),
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    return await self._attempt(method, url, op, idempotent, user, **kwargs)
-        except _Transient as exc:
-            raise SlurmUnavailable(
-                f"slurmrestd at {self._settings.url} failed {op} after "
-                f"{self._settings.retries + 1} attempts: {exc.__cause__ or exc}"
-            ) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _attempt(
-        self, method: str, url: str, op: str, idempotent: bool, user: str, **kwargs: Any
-    ) -> httpx.Response:
-        headers = await self._creds.headers(user)
-        try:
-            with metrics.SLURM_REQUEST_SECONDS.labels(op).time():
-                resp = await self._http.request(method, url, headers=headers, **kwargs)
-        except httpx.ConnectError as exc:  # nothing was sent: always safe to retry
-            metrics.SLURM_ERRORS.labels(op, "connect").inc()
-            raise _Transient(str(exc)) from exc
-        except httpx.TransportError as exc:
-            metrics.SLURM_ERRORS.labels(op, "transport").inc()
-            if idempotent:
-                raise _Transient(str(exc)) from exc
-            raise SlurmUnavailable(
-                f"slurmrestd at {self._settings.url}: {op} may or may not have happened: {exc!r}"
-            ) from exc
-        if resp.status_code >= 400:
-            metrics.SLURM_ERRORS.labels(op, f"http_{resp.status_code}").inc()
-        if resp.status_code in _RETRY_STATUS and idempotent:
-            raise _Transient(f"HTTP {resp.status_code}")
-        return resp
-
-    def _checked(self, resp: httpx.Response, op: str, user: str) -> httpx.Response:
-        if resp.status_code in _AUTH_STATUS:
-            raise SlurmAuthError(
-                f"slurmrestd refused the credential for Slurm user {user!r} ({op}, HTTP "
-                f"{resp.status_code}): {self._creds.hint(user)}"
-            )
-        if resp.status_code >= 500 and resp.status_code not in (500,):
-            raise SlurmUnavailable(f"slurmrestd {op}: HTTP {resp.status_code}: {resp.text[:300]}")
-        return resp
 
 
 __all__ = ["SlurmClient", "SlurmError"]

@@ -25,13 +25,13 @@ pytestmark = pytest.mark.integration
 
 def _request(**kw: object) -> JobRequest:
     uid = str(uuid.uuid4())
-    return JobRequest(name=f"k8s:itest/client-{uid[:8]}", pod_uid=uid, **kw)  # type: ignore[arg-type]
+    return JobRequest(name=f"k8s:itest/client-{uid[:8]}", owner=uid, **kw)  # type: ignore[arg-type]
 
 
 async def test_every_offered_parser_round_trips_a_placeholder(slurm: SlurmTarget) -> None:
     async with SlurmClient(slurm.settings()) as probe:
         await probe.connect()
-        resp = await probe._http.get(  # the document the negotiation reads
+        resp = await probe.rest.http.get(  # the document the negotiation reads
             "/openapi/v3",
             headers={"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.mint_token()},
         )
@@ -43,7 +43,7 @@ async def test_every_offered_parser_round_trips_a_placeholder(slurm: SlurmTarget
             req = _request(cpus=2, memory_mb=1024, gpus=1, time_limit_minutes=30)
             job_id = await client.submit(req)
             job = await client.get_job(job_id)
-            assert (job.name, job.pod_uid) == (req.name, req.pod_uid)
+            assert (job.name, job.owner) == (req.name, req.owner)
             assert job.state in (JobState.PENDING, JobState.RUNNING)
             states = await client.job_states()
             assert job_id in states
