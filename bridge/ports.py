@@ -1,0 +1,122 @@
+"""What the core needs of Slurm and of Kubernetes, and nothing more.
+
+The controllers, the placement classes and the binder are written against these two
+protocols, not against a client: ``SlurmClient`` (bridge/slurm/client.py) and lightkube's
+``AsyncClient`` satisfy them as they are, the composition root (slurmbridge_cli/compose.py)
+builds those, and the unit tests hand in the in-memory fakes of slurmbridge_devkit/fakes.py.
+
+``KubePort`` is the part of lightkube's client the core calls, with lightkube's own
+signatures (its overloads tell cluster-scoped from namespaced kinds), so the core keeps
+lightkube's typed models and ``ApiError`` and a real client needs no adapter.
+"""
+
+from collections.abc import AsyncIterable
+from typing import Any, Protocol, overload
+
+from lightkube.core.client import (
+    AllNamespacedResource,
+    FieldSelector,
+    GlobalResource,
+    GlobalSubResource,
+    LabelSelector,
+    NamespacedResource,
+    NamespacedSubResource,
+)
+from lightkube.types import PatchType
+
+from bridge.jobs.request import JobRequest
+from bridge.slurm.types import Accounting, JobState, SlurmJob, SlurmNode
+
+
+class SlurmPort(Protocol):
+    """slurmrestd as the core uses it: placeholder jobs, node states, accounting."""
+
+    async def submit(self, req: JobRequest) -> int:
+        """Submit a placeholder job; its id.  Never retried once it may have been sent."""
+        ...
+
+    async def get_job(self, job_id: int) -> SlurmJob:
+        """One job, read now; ``SlurmJobNotFound`` when Slurm no longer knows it."""
+        ...
+
+    async def list_jobs(self) -> list[SlurmJob]:
+        """Every job the bridge may own (the big answer: start and resync only)."""
+        ...
+
+    async def job_states(self) -> dict[int, JobState]:
+        """Ids and states of every job: the cheap poll."""
+        ...
+
+    async def cancel(self, job_id: int) -> None:
+        """Cancel; a job Slurm no longer knows counts as cancelled."""
+        ...
+
+    async def list_nodes(self) -> list[SlurmNode]: ...
+
+    async def drain(self, node: str, reason: str) -> None: ...
+
+    async def resume(self, node: str) -> None: ...
+
+    async def accounting(self) -> Accounting:
+        """Accounts, users and QOS from slurmdbd."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class KubePort(Protocol):
+    """The apiserver as the core uses it (a subset of lightkube's ``AsyncClient``)."""
+
+    @overload
+    async def get(self, res: type[GlobalResource], name: str) -> GlobalResource: ...
+    @overload
+    async def get(
+        self, res: type[AllNamespacedResource], name: str, *, namespace: str | None = None
+    ) -> AllNamespacedResource: ...
+
+    @overload
+    def list(
+        self, res: type[GlobalResource], *,
+        labels: LabelSelector | None = None, fields: FieldSelector | None = None,
+    ) -> AsyncIterable[GlobalResource]: ...
+    @overload
+    def list(
+        self, res: type[NamespacedResource], *, namespace: str | None = None,
+        labels: LabelSelector | None = None, fields: FieldSelector | None = None,
+    ) -> AsyncIterable[NamespacedResource]: ...
+
+    def watch(
+        self, res: type[NamespacedResource], *, namespace: str | None = None,
+        labels: LabelSelector | None = None, fields: FieldSelector | None = None,
+    ) -> AsyncIterable[tuple[str, NamespacedResource]]: ...
+
+    @overload
+    async def patch(
+        self, res: type[GlobalSubResource], name: str, obj: dict[str, Any], *,
+        patch_type: PatchType = PatchType.STRATEGIC,
+    ) -> GlobalSubResource: ...
+    @overload
+    async def patch(
+        self, res: type[GlobalResource], name: str, obj: dict[str, Any], *,
+        patch_type: PatchType = PatchType.STRATEGIC,
+    ) -> GlobalResource: ...
+    @overload
+    async def patch(
+        self, res: type[AllNamespacedResource], name: str, obj: dict[str, Any], *,
+        namespace: str | None = None, patch_type: PatchType = PatchType.STRATEGIC,
+    ) -> AllNamespacedResource: ...
+
+    @overload
+    async def create(
+        self, obj: NamespacedSubResource, name: str, *, namespace: str | None = None
+    ) -> NamespacedSubResource: ...
+    @overload
+    async def create(self, obj: NamespacedResource) -> NamespacedResource: ...
+
+    async def replace(self, obj: NamespacedResource) -> NamespacedResource:
+        """Replace the object; its resourceVersion is the precondition (409 if it moved)."""
+        ...
+
+    async def delete(
+        self, res: type[NamespacedResource], name: str, *, namespace: str | None = None
+    ) -> None: ...
