@@ -80,7 +80,7 @@ class Config:
 async def slurm_alone(slurm: SlurmTarget, cfg: Config) -> tuple[float, dict[str, float]]:
     pod = live.bench_pod("slurm-alone", keys.SCHEDULER_NAME, "bench-b1")
     pod.metadata = ObjectMeta(name="slurm-alone", namespace="bench", uid="unused")
-    request = dataclasses.replace(job_request_for_pod(pod), pod_uid="")  # native to the bridge
+    request = dataclasses.replace(job_request_for_pod(pod), owner="")  # native to the bridge
     settings = slurm.settings(max_connections=cfg.submit_parallel)
     async with SlurmClient(settings) as client:
         await client.connect()

@@ -51,7 +51,7 @@ async def block_nodes(slurm: SlurmTarget) -> list[int]:
         nodes = await client.list_nodes()
         ids = [
             await client.submit(JobRequest(
-                name="bench-b2-blocker", pod_uid="", cpus=n.cpus, memory_mb=1024,
+                name="bench-b2-blocker", owner="", cpus=n.cpus, memory_mb=1024,
                 exclusive=True,
             ))
             for n in nodes

@@ -91,7 +91,7 @@ async def submit_all(slurm: SlurmTarget, cfg: Config) -> list[int]:
         async def one(i: int) -> int:
             async with slots:
                 return await client.submit(JobRequest(
-                    name=f"k8s:bench/b5-{i}", pod_uid=f"bench-b5-{tag}-{i}", cpus=1,
+                    name=f"k8s:bench/b5-{i}", owner=f"bench-b5-{tag}-{i}", cpus=1,
                     memory_mb=256,
                 ))
 

@@ -56,7 +56,7 @@ def job(i: int, nodes: int) -> SlurmJob:
         name=f"k8s:{NAMESPACE}/pod-{i}",
         state=JobState.RUNNING,
         reason="None",
-        pod_uid=pod_uid(i),
+        owner=pod_uid(i),
         allocation=Allocation(nodes=(node,), gpu_ids=gpus),
         partition="main",
         user="slurm",

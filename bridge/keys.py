@@ -109,8 +109,10 @@ GPU_ENV_VARS: Final = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 # The annotation the downward API copies into each GPU variable (set in every container).
 GPU_ENV_SOURCES: Final = {"NVIDIA_VISIBLE_DEVICES": GPU_IDS, "CUDA_VISIBLE_DEVICES": CUDA_DEVICES}
 
-# Placeholder jobs: name prefix and the marker in the job comment carrying the pod UID.
+# Placeholder jobs: name prefix and the marker in the job comment carrying the job's owner
+# (pod UID or group:<ns>/<group>).  The marker's spelling predates groups and stays, so the
+# jobs an older bridge submitted are still recognised after an upgrade.
 JOB_NAME_PREFIX: Final = "k8s:"
-COMMENT_POD_UID: Final = "slurmbridge.io/pod-uid="
+COMMENT_OWNER: Final = "slurmbridge.io/pod-uid="
 # Reason prefix on Slurm drains the bridge sets (it only ever undoes these).
 DRAIN_REASON_PREFIX: Final = "slurmbridge:"

@@ -179,7 +179,7 @@ class Bridge:
         while True:
             await asyncio.sleep(self.settings.placement.node_refresh_seconds)
             forgotten = self.pods.prune(
-                lambda owner: self.index.by_uid(owner) is not None, IDLE_OWNER_SECONDS
+                lambda owner: self.index.by_owner(owner) is not None, IDLE_OWNER_SECONDS
             )
             self.notifier.prune()
             if forgotten:

@@ -59,8 +59,8 @@ async def collect(kube: AsyncClient, slurm: SlurmClient) -> list[Row]:
     listing = await slurm.list_jobs()
     jobs: dict[str, SlurmJob] = {}
     for job in listing:
-        if job.pod_uid and (job.pod_uid not in jobs or job.state.is_live):
-            jobs[job.pod_uid] = job
+        if job.owner and (job.owner not in jobs or job.state.is_live):
+            jobs[job.owner] = job
     rows = []
     async for pod in kube.list(
         Pod, namespace="*", fields={"spec.schedulerName": keys.SCHEDULER_NAME}

@@ -114,9 +114,9 @@ class Lifecycle:
         ):
             by_owner.setdefault(owner_key(pod), []).append(pod)
         for job in self._index.jobs():
-            if job.pod_uid is None:
+            if job.owner is None:
                 continue
-            members = by_owner.get(job.pod_uid, [])
+            members = by_owner.get(job.owner, [])
             await self._evict_stranded(job, members)
             if job.state.is_live:
                 await self._release_if_done(job, members)
@@ -137,27 +137,27 @@ class Lifecycle:
             return False
 
     async def _release_if_done(self, job: SlurmJob, members: list[Pod]) -> None:
-        assert job.pod_uid is not None
+        assert job.owner is not None
         if members:
             self._orphan_since.pop(job.job_id, None)
             if all(releases_job(p) for p in members):
                 await self._cancel(job, f"pod {pod_ref(members[0])} finished or was deleted")
             return
-        if job.pod_uid in self._seen_owners or self._registry.pods_of(job.pod_uid):
+        if job.owner in self._seen_owners or self._registry.pods_of(job.owner):
             await self._cancel(job, "its pod was deleted")
             return
         since = self._orphan_since.setdefault(job.job_id, self._clock())
         if self._clock() - since >= self._orphan_grace:
-            why = f"no pod with owner {job.pod_uid} for {self._orphan_grace:.0f}s"
+            why = f"no pod with owner {job.owner} for {self._orphan_grace:.0f}s"
             await self._cancel(job, why)
 
     async def _cancel(self, job: SlurmJob, why: str) -> None:
-        log.info("lifecycle.cancel", job_id=job.job_id, owner=job.pod_uid, why=why)
+        log.info("lifecycle.cancel", job_id=job.job_id, owner=job.owner, why=why)
         metrics.CONTROLLER_ACTIONS.labels("cancel").inc()
         await self._slurm.cancel(job.job_id)
         self._orphan_since.pop(job.job_id, None)
-        if job.pod_uid:
-            self._registry.forget_owner(job.pod_uid)
+        if job.owner:
+            self._registry.forget_owner(job.owner)
         try:
             self._index.record(await self._slurm.get_job(job.job_id))
         except SlurmJobNotFound:
@@ -186,7 +186,7 @@ class Lifecycle:
             return annotations.get(keys.JOB_ID) == str(job.job_id) and not _holds(annotations, job)
         if job.state.is_live or not tied_to(pod, job):  # untied: the group's next run
             return False
-        current = self._index.by_uid(owner_key(pod))
+        current = self._index.by_owner(owner_key(pod))
         return current is None or current.job_id == job.job_id
 
     async def _evict(self, pod: Pod, job: SlurmJob) -> None:

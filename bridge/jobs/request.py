@@ -13,7 +13,7 @@ class JobRequest:
     """
 
     name: str  # k8s:<namespace>/<pod-or-group>, already sanitized
-    pod_uid: str  # recorded in the job comment so the link survives restarts
+    owner: str  # pod UID or group:<ns>/<group>, in the job comment: the link survives restarts
     cpus: int = 1
     memory_mb: int = 0  # 0 = let Slurm apply DefMemPerCPU / DefMemPerNode
     gpus: int = 0

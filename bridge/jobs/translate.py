@@ -26,7 +26,7 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
     resources = pod_resources(pod)
     return JobRequest(
         name=placeholder_job_name(namespace, group.name if group else name),
-        pod_uid=uid,
+        owner=uid,
         cpus=resources.cpus,
         memory_mb=resources.memory_mb,
         gpus=resources.gpus if options.gpus is None else options.gpus,

@@ -1,8 +1,8 @@
-"""In-memory index of placeholder jobs by pod UID, and idempotent submission.
+"""In-memory index of placeholder jobs by owner (pod or group), and idempotent submission.
 
-All truth lives in Slurm (the pod UID is in each job's comment), so the index
+All truth lives in Slurm (the owner is in each job's comment), so the index
 can be rebuilt from one listing after any restart; between rebuilds it is fed
-by the cheap polls.  Submitting through it gives one live job per pod UID in a
+by the cheap polls.  Submitting through it gives one live job per owner in a
 process; ``resync`` cancels the extras that racing processes may leave.
 """
 
@@ -26,7 +26,7 @@ def _keeper(jobs: list[SlurmJob]) -> SlurmJob:
 class JobIndex:
     def __init__(self, client: SlurmClient) -> None:
         self._client = client
-        self._by_uid: dict[str, SlurmJob] = {}
+        self._by_owner: dict[str, SlurmJob] = {}
         self._by_id: dict[int, SlurmJob] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._submitted: set[int] = set()  # jobs submitted while a resync lists
@@ -37,8 +37,8 @@ class JobIndex:
         # newer job once, so jobs other replicas submit reach this index between resyncs.
         self.listed_upto = 0
 
-    def by_uid(self, pod_uid: str) -> SlurmJob | None:
-        return self._by_uid.get(pod_uid)
+    def by_owner(self, owner: str) -> SlurmJob | None:
+        return self._by_owner.get(owner)
 
     def by_id(self, job_id: int) -> SlurmJob | None:
         return self._by_id.get(job_id)
@@ -51,18 +51,18 @@ class JobIndex:
         return list(self._by_id.values())
 
     def record(self, job: SlurmJob) -> None:
-        """Remember a placeholder job (native jobs, without a pod UID, are ignored)."""
-        if job.pod_uid is None:
+        """Remember a placeholder job (native jobs, without an owner, are ignored)."""
+        if job.owner is None:
             return
         self._by_id[job.job_id] = job
-        current = self._by_uid.get(job.pod_uid)
+        current = self._by_owner.get(job.owner)
         if current is None or current.job_id == job.job_id or not current.state.is_live:
-            self._by_uid[job.pod_uid] = job
+            self._by_owner[job.owner] = job
 
     def forget(self, job_id: int) -> None:
         job = self._by_id.pop(job_id, None)
-        if job and job.pod_uid and self._by_uid.get(job.pod_uid) is job:
-            del self._by_uid[job.pod_uid]
+        if job and job.owner and self._by_owner.get(job.owner) is job:
+            del self._by_owner[job.owner]
 
     async def adopt(self, job_id: int) -> SlurmJob:
         """Fetch a job we did not submit (named on a pod) and track it."""
@@ -77,7 +77,7 @@ class JobIndex:
             self._listing = asyncio.ensure_future(self._client.list_jobs())
             self._listing.add_done_callback(lambda _: setattr(self, "_listing", None))
         listing = await asyncio.shield(self._listing)
-        live = _live_by_uid(listing).get(owner, [])
+        live = _live_by_owner(listing).get(owner, [])
         if not live:
             return None
         job = _keeper(live)
@@ -86,9 +86,9 @@ class JobIndex:
 
     async def ensure(self, req: JobRequest) -> SlurmJob:
         """The pod's live placeholder job, submitting it only if there is none."""
-        lock = self._locks.setdefault(req.pod_uid, asyncio.Lock())
+        lock = self._locks.setdefault(req.owner, asyncio.Lock())
         async with lock:
-            known = self._by_uid.get(req.pod_uid)
+            known = self._by_owner.get(req.owner)
             if known is not None and known.state.is_live:
                 return known
             job_id = await self._client.submit(req)
@@ -98,7 +98,7 @@ class JobIndex:
             # Not read back: slurmctld schedules after it answers, so a read now would say
             # PENDING anyway; the poller reads the job when its state changes.
             job = SlurmJob(
-                job_id, req.name, JobState.PENDING, "None", req.pod_uid, None,
+                job_id, req.name, JobState.PENDING, "None", req.owner, None,
                 partition=req.partition or "", account=req.account or "", qos=req.qos or "",
             )
             self.record(job)
@@ -116,19 +116,19 @@ class JobIndex:
         self.listed_upto = max(listed, default=self.listed_upto)
         newer = [self._by_id[i] for i in self._submitted - listed if i in self._by_id]
         self._submitted.clear()
-        self._by_uid.clear()
+        self._by_owner.clear()
         self._by_id.clear()
         for job in newer:
             self.record(job)
         cancelled = []
-        for uid, jobs in _live_by_uid(listing).items():
+        for owner, jobs in _live_by_owner(listing).items():
             if len(jobs) > 1:
                 keep = _keeper(jobs)
                 for extra in jobs:
                     if extra is not keep:
                         log.warning(
                             "placement.duplicate_cancelled",
-                            pod_uid=uid, job_id=extra.job_id, kept=keep.job_id,
+                            owner=owner, job_id=extra.job_id, kept=keep.job_id,
                         )
                         await self._client.cancel(extra.job_id)
                         cancelled.append(extra.job_id)
@@ -137,14 +137,14 @@ class JobIndex:
                 self.record(job)
         # Submit locks of owners whose jobs left Slurm's listing: not kept forever.
         self._locks = {
-            o: lock for o, lock in self._locks.items() if lock.locked() or o in self._by_uid
+            o: lock for o, lock in self._locks.items() if lock.locked() or o in self._by_owner
         }
         return cancelled
 
 
-def _live_by_uid(jobs: Iterable[SlurmJob]) -> dict[str, list[SlurmJob]]:
+def _live_by_owner(jobs: Iterable[SlurmJob]) -> dict[str, list[SlurmJob]]:
     out: dict[str, list[SlurmJob]] = {}
     for job in jobs:
-        if job.pod_uid is not None and job.state.is_live:
-            out.setdefault(job.pod_uid, []).append(job)
+        if job.owner is not None and job.state.is_live:
+            out.setdefault(job.owner, []).append(job)
     return out

@@ -64,7 +64,7 @@ class PodNotifier:
         assert meta.uid and meta.namespace and meta.name
         key = PodKey(meta.namespace, meta.name, meta.uid)
         annotations = meta.annotations or {}
-        recorded = {keys.JOB_ID: str(job.job_id), keys.OWNER: job.pod_uid}
+        recorded = {keys.JOB_ID: str(job.job_id), keys.OWNER: job.owner}
         if key.uid not in self._seen and (
             any(annotations.get(k) != v for k, v in recorded.items())
             or keys.SUBMITTING in annotations
@@ -76,9 +76,9 @@ class PodNotifier:
 
     async def job_changed(self, job: SlurmJob) -> None:
         """Called by the poller on any change: new reason, or nodes allocated (requeue now)."""
-        if job.pod_uid is None:
+        if job.owner is None:
             return
-        for key in self._registry.pods_of(job.pod_uid):
+        for key in self._registry.pods_of(job.owner):
             self._update(key, job)
 
     def _update(self, key: PodKey, job: SlurmJob) -> None:

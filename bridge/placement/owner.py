@@ -45,7 +45,7 @@ def tied_to(pod: Pod, job: SlurmJob) -> bool:
     recorded on (``slurmbridge.io/job-id``): a member that never saw it belongs to the
     group's next run (a Job resumed after suspend, a group re-created under its name).
     """
-    if not (job.pod_uid or "").startswith(GROUP_PREFIX):
+    if not (job.owner or "").startswith(GROUP_PREFIX):
         return True
     annotations = (pod.metadata and pod.metadata.annotations) or {}
     return annotations.get(keys.JOB_ID) == str(job.job_id)

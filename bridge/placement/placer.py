@@ -156,7 +156,7 @@ class Placer:
 
     async def _job_for(self, pod: Pod, *, submit: bool = True) -> SlurmJob:
         owner = self._pods.remember(pod)
-        job = self._index.by_uid(owner) or await self._adopt_annotated(pod)
+        job = self._index.by_owner(owner) or await self._adopt_annotated(pod)
         replacing = None
         if job is not None and not job.state.is_live:
             if tied_to(pod, job):
@@ -193,7 +193,7 @@ class Placer:
             raise PlacementError(refused[1])  # Slurm said no moments ago: no retry storm
         if self._admit is not None:  # checked here too: the bridge does not trust admission
             pod = self._admit(pod)
-        request = dataclasses.replace(job_request_for_pod(pod), pod_uid=owner)
+        request = dataclasses.replace(job_request_for_pod(pod), owner=owner)
         if self._claims is None:
             return await self._ensure(pod, request)
         try:
@@ -229,8 +229,8 @@ class Placer:
             message = f"Slurm refused the pod's job: {sentence}"
             now = time.monotonic()
             self._refused = {o: r for o, r in self._refused.items() if r[0] > now}
-            self._refused[request.pod_uid] = (now + REFUSED_RETRY_SECONDS, message)
-            log.warning("placement.submit_refused", owner=request.pod_uid, reason=reason,
+            self._refused[request.owner] = (now + REFUSED_RETRY_SECONDS, message)
+            log.warning("placement.submit_refused", owner=request.owner, reason=reason,
                         error=str(exc))
             if self._on_refused is not None:
                 await self._on_refused(pod, reason, message)
@@ -248,12 +248,12 @@ class Placer:
             job = await self._index.adopt(int(text))
         except SlurmJobNotFound:
             return None
-        return job if job.pod_uid == owner_key(pod) else None
+        return job if job.owner == owner_key(pod) else None
 
     def known_placement(self, pod_uid: str) -> Placement | None:
         """Where a pod filter has seen must bind, from memory alone (None: ask the apiserver)."""
         owner = self._pods.owner_of(pod_uid)
-        job = self._index.by_uid(owner) if owner is not None else None
+        job = self._index.by_owner(owner) if owner is not None else None
         if owner is None or job is None:
             return None
         try:

@@ -17,15 +17,15 @@ def job_state(states: list[str]) -> JobState:
     raise ValueError(f"Slurm job state {states!r} has no base state the bridge knows")
 
 
-def pod_uid_from_comment(comment: str) -> str | None:
+def owner_from_comment(comment: str) -> str | None:
     for part in comment.split():
-        if part.startswith(keys.COMMENT_POD_UID):
-            return part[len(keys.COMMENT_POD_UID) :] or None
+        if part.startswith(keys.COMMENT_OWNER):
+            return part[len(keys.COMMENT_OWNER) :] or None
     return None
 
 
-def comment_for(pod_uid: str) -> str:
-    return f"{keys.COMMENT_POD_UID}{pod_uid}"
+def comment_for(owner: str) -> str:
+    return f"{keys.COMMENT_OWNER}{owner}"
 
 
 def slurm_job(info: JobInfo, *, owned: bool) -> SlurmJob:
@@ -37,15 +37,15 @@ def slurm_job(info: JobInfo, *, owned: bool) -> SlurmJob:
     as a duplicate.  Other jobs are not the bridge's business, so their allocation (and
     whatever odd GPU detail a native job carries) is never parsed.
     """
-    pod_uid = pod_uid_from_comment(info.comment) if owned else None
+    owner = owner_from_comment(info.comment) if owned else None
     state = job_state(info.job_state)
-    allocated = pod_uid is not None and state is not JobState.PENDING and info.nodes
+    allocated = owner is not None and state is not JobState.PENDING and info.nodes
     return SlurmJob(
         job_id=info.job_id,
         name=info.name,
         state=state,
         reason=info.state_reason or "None",
-        pod_uid=pod_uid,
+        owner=owner,
         allocation=allocation_from(info.nodes, info.gres_detail) if allocated else None,
         partition=info.partition,
         user=info.user_name,

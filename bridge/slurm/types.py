@@ -42,7 +42,7 @@ class SlurmJob:
     name: str
     state: JobState
     reason: str  # Slurm's state_reason, "None" when there is none
-    pod_uid: str | None  # from the comment marker; None for native jobs
+    owner: str | None  # pod UID or group:<ns>/<group> from the comment marker; None: native
     allocation: Allocation | None  # None until Slurm allocated it
     partition: str = ""
     user: str = ""

@@ -94,11 +94,11 @@ async def test_sigkill_at_random_moments_leaves_one_job_per_pod(
 
     async with SlurmClient(bridge_stack.slurm.settings()) as slurm:
         async def clean() -> bool:
-            live = [j for j in await slurm.list_jobs() if j.pod_uid and j.state.is_live
+            live = [j for j in await slurm.list_jobs() if j.owner and j.state.is_live
                     and j.name.startswith(f"k8s:{ns}/")]
-            owners = [j.pod_uid for j in live]
+            owners = [j.owner for j in live]
             duplicates = len(owners) - len(set(owners))
-            leaked = [j.job_id for j in live if j.pod_uid not in pods]
+            leaked = [j.job_id for j in live if j.owner not in pods]
             return duplicates == 0 and not leaked and len(live) == 50
 
         # duplicates from a crash mid-submit go at the next resync (30 s), orphans after 20 s
@@ -106,7 +106,7 @@ async def test_sigkill_at_random_moments_leaves_one_job_per_pod(
         for uid, pod in pods.items():
             assert pod.metadata and pod.spec
             job = await slurm.get_job(int((pod.metadata.annotations or {})[keys.JOB_ID]))
-            assert job.pod_uid == uid and job.state.is_live
+            assert job.owner == uid and job.state.is_live
             assert job.allocation is not None
             assert bridge_stack.slurm_node_of(pod.spec.nodeName or "") in job.allocation.nodes
 

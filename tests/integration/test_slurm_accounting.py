@@ -29,7 +29,7 @@ def _trust(user: str, job_name: str) -> bool:
 def _request(namespace: str, gpus: int = 0, qos: str | None = None) -> JobRequest:
     uid = str(uuid.uuid4())
     return JobRequest(
-        name=f"k8s:{namespace}/acct-{uid[:8]}", pod_uid=uid, user=MAPPED[namespace],
+        name=f"k8s:{namespace}/acct-{uid[:8]}", owner=uid, user=MAPPED[namespace],
         account=namespace, cpus=1, memory_mb=512, gpus=gpus, qos=qos,
     )
 
@@ -82,7 +82,7 @@ async def test_placeholder_is_accounted_to_its_user_and_account_with_gpus(
         for req, job_id in zip(reqs, ids, strict=True):
             job = await _wait(tenant_client, job_id, JobState.RUNNING)
             assert (job.user, job.account) == (req.user, req.account)
-            assert job.pod_uid == req.pod_uid  # the bridge still recognises its placeholder
+            assert job.owner == req.owner  # the bridge still recognises its placeholder
             user, account, tres = await _sacct(slurm, job_id, "User,Account,AllocTRES")
             assert (user, account) == (req.user, req.account)
             assert f"gres/gpu={req.gpus}" in tres.split(","), tres
@@ -98,14 +98,14 @@ async def test_a_job_of_an_unmapped_user_is_not_a_placeholder(
 ) -> None:
     """bob forging the marker for team-a's namespace: read, never taken for a placeholder."""
     forged = JobRequest(
-        name="k8s:team-a/forged", pod_uid=str(uuid.uuid4()), user="bob", account="team-b",
+        name="k8s:team-a/forged", owner=str(uuid.uuid4()), user="bob", account="team-b",
         cpus=1, memory_mb=512,
     )
     job_id = await tenant_client.submit(forged)
     try:
         job = await tenant_client.get_job(job_id)
         assert job.user == "bob"
-        assert job.pod_uid is None
+        assert job.owner is None
     finally:
         await tenant_client.cancel(job_id)
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 def _request(pod: str, **kw: object) -> JobRequest:
     uid = str(uuid.uuid4())
-    return JobRequest(name=f"k8s:itest/{pod}-{uid[:8]}", pod_uid=uid, **kw)  # type: ignore[arg-type]
+    return JobRequest(name=f"k8s:itest/{pod}-{uid[:8]}", owner=uid, **kw)  # type: ignore[arg-type]
 
 
 async def _wait_running(client: SlurmClient, job_id: int) -> SlurmJob:
@@ -106,7 +106,7 @@ async def test_racing_processes_converge_to_one_live_job(
     assert first.job_id != second.job_id
     index = JobIndex(slurm_client)
     cancelled = await index.resync()
-    kept = index.by_uid(req.pod_uid)
+    kept = index.by_owner(req.owner)
     try:
         assert kept is not None and len(cancelled) == 1
         assert {kept.job_id, *cancelled} == {first.job_id, second.job_id}

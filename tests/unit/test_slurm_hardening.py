@@ -46,7 +46,7 @@ def test_owner_recorded_by_the_bridge_outlives_a_relabel() -> None:
 def _job(job_id: int, user: str, **fields: Any) -> dict[str, Any]:
     return {
         "job_id": job_id, "name": f"k8s:ns/p{job_id}", "user_name": user,
-        "comment": f"{keys.COMMENT_POD_UID}uid-{job_id}", "job_state": ["RUNNING"],
+        "comment": f"{keys.COMMENT_OWNER}uid-{job_id}", "job_state": ["RUNNING"],
         "nodes": "node1", "gres_detail": ["gpu:1(IDX:0)"], **fields,
     }
 
@@ -84,8 +84,8 @@ async def test_only_the_bridges_own_jobs_are_placeholders() -> None:
     async with _client(rest) as client:
         listing = await client.list_jobs()
         forged = await client.get_job(2)
-    assert {j.job_id: j.pod_uid for j in listing} == {1: "uid-1", 2: None}
-    assert forged.pod_uid is None and forged.allocation is None
+    assert {j.job_id: j.owner for j in listing} == {1: "uid-1", 2: None}
+    assert forged.owner is None and forged.allocation is None
 
 
 async def test_a_native_job_the_bridge_cannot_read_is_left_out_of_a_listing() -> None:
@@ -108,7 +108,7 @@ async def test_an_unreadable_placeholder_is_a_protocol_error_naming_the_job() ->
 async def test_placeholders_are_submitted_non_requeueable() -> None:
     rest = FakeRest([])
     async with _client(rest) as client:
-        await client.submit(JobRequest(name="k8s:ns/p", pod_uid="uid-1"))
+        await client.submit(JobRequest(name="k8s:ns/p", owner="uid-1"))
     assert rest.submitted[0]["job"]["requeue"] is False
 
 

@@ -69,7 +69,7 @@ def key_file(tmp_path: Path) -> Path:
 
 
 def _req(user: str | None) -> JobRequest:
-    return JobRequest(name="k8s:team-a/p", pod_uid="uid-1", user=user, account="team-a")
+    return JobRequest(name="k8s:team-a/p", owner="uid-1", user=user, account="team-a")
 
 
 def test_minted_token_carries_the_claims_slurm_documents() -> None:
@@ -132,7 +132,7 @@ def test_no_credential_names_both_settings() -> None:
 
 def _job(user: str, name: str) -> dict[str, Any]:
     return {"job_id": 7, "name": name, "user_name": user, "job_state": ["PENDING"],
-            "comment": f"{keys.COMMENT_POD_UID}uid-7"}
+            "comment": f"{keys.COMMENT_OWNER}uid-7"}
 
 
 @pytest.mark.parametrize(("user", "name", "placeholder"), [
@@ -155,4 +155,4 @@ async def test_placeholders_are_the_bridges_and_its_mapped_users_jobs(
     settings = SlurmSettings(user="slurm", jwt_key_file=key_file, retries=0)
     async with SlurmClient(settings, transport=httpx.MockTransport(rest), trust=trust) as c:
         job = (await c.list_jobs())[0]
-    assert (job.pod_uid == "uid-7") is placeholder
+    assert (job.owner == "uid-7") is placeholder

@@ -21,7 +21,7 @@ def _job(job_id: int, owner: str, state: str, nodes: str = "", *, gres: list[str
          reason: str = "None") -> dict[str, Any]:
     return {
         "job_id": job_id, "name": f"k8s:{NS}/x", "user_name": "slurm", "job_state": [state],
-        "comment": f"{keys.COMMENT_POD_UID}{owner}", "nodes": nodes, "state_reason": reason,
+        "comment": f"{keys.COMMENT_OWNER}{owner}", "nodes": nodes, "state_reason": reason,
         "gres_detail": gres or [],
     }
 

@@ -19,7 +19,7 @@ from tests.unit.test_resources import GPU, container, make_pod
 def test_plain_pod_becomes_a_one_node_job_with_slurm_defaults() -> None:
     pod = make_pod(container(requests={"cpu": "1500m", "memory": "4Gi"}))
     assert job_request_for_pod(pod) == JobRequest(
-        name="k8s:ml/train", pod_uid="6f1c0a9e-uid", cpus=2, memory_mb=4096
+        name="k8s:ml/train", owner="6f1c0a9e-uid", cpus=2, memory_mb=4096
     )
 
 
