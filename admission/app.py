@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from admission import mutate, validate, workloads
+from admission.owners import OwnerReader, WorkloadError, WorkloadLookupError, kube_owner_reader
 from admission.pod import PodShape
 from admission.review import AdmissionRequest, AdmissionResponse, AdmissionReview
 from admission.scope import (
@@ -46,13 +47,13 @@ def create_app(
     namespace_lookup: NamespaceLabels | None = None,
     translate: validate.PodTranslator = job_request_for_pod,
     tenancy: TenancySource | None = None,
-    owners: workloads.OwnerReader | None = None,
+    owners: OwnerReader | None = None,
 ) -> FastAPI:
     """The webhook app; ``namespace_lookup`` defaults to the API server (cached either way),
     ``tenancy`` to the file ``settings.tenancy_file`` (re-read when it changes), ``owners``
     (what sizes a pod's group) to the API server."""
     tenancy = tenancy or TenancySource(settings.tenancy_file)
-    read_owner = owners or workloads.kube_owner_reader()
+    read_owner = owners or kube_owner_reader()
     labels = CachedNamespaceLabels(
         namespace_lookup or kube_namespace_labels(), settings.namespace_cache_ttl_seconds
     )
@@ -134,7 +135,7 @@ async def _decide(
     translate: validate.PodTranslator,
     *,
     tenancy: TenancySource,
-    owners: workloads.OwnerReader,
+    owners: OwnerReader,
 ) -> AdmissionResponse:
     """One review's answer."""
     if (request.resource.group, request.resource.resource) != ("", "pods"):
@@ -161,9 +162,9 @@ async def _decide(
         return AdmissionResponse.allow(request.uid)
     try:
         group = await workloads.membership(pod, request.namespace, owners)
-    except workloads.WorkloadError as err:
+    except WorkloadError as err:
         return AdmissionResponse.deny(request.uid, 422, f"slurmbridge cannot group this pod: {err}")
-    except workloads.WorkloadLookupError as err:  # the owner's controller retries the create
+    except WorkloadLookupError as err:  # the owner's controller retries the create
         log.error("admission.owner_lookup_failed", uid=request.uid, reason=str(err))
         return AdmissionResponse.deny(request.uid, 503, f"slurmbridge: {err}; retry")
     try:

@@ -18,20 +18,25 @@ match wins:
 5. The bridge's own labels, as the user wrote them (nothing to resolve).
 
 Ranks come from the workload's own index (the Job completion index, the JobSet job index,
-the LWS worker index), so a replaced pod gets its predecessor's node.
+the LWS worker index), so a replaced pod gets its predecessor's node.  Reading the owners
+(API, cache, their wire shapes) is ``owners.py``'s job.
 """
 
 import hashlib
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
-from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
-from lightkube.generic_resource import create_namespaced_resource
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
+from admission.owners import (
+    JOB,
+    JOBSET,
+    POD_GROUP,
+    JobObject,
+    JobSetObject,
+    OwnerReader,
+    PodGroupObject,
+    WorkloadError,
+    WorkloadLookupError,
+    load,
+)
 from admission.pod import OwnerReference, PodShape
 from bridge import keys
 
@@ -50,91 +55,6 @@ class Membership:
         if self.rank is not None:
             labels[keys.GROUP_RANK] = str(self.rank)
         return labels
-
-
-class WorkloadError(ValueError):
-    """The workload asks for a group the bridge cannot form; the message says how to fix it."""
-
-
-class WorkloadLookupError(RuntimeError):
-    """The owner could not be read (API unreachable, RBAC): the pod cannot be placed yet."""
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    group: str
-    version: str
-    kind: str
-    plural: str
-
-
-JOB = Kind("batch", "v1", "Job", "jobs")
-POD_GROUP = Kind("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups")
-JOBSET = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
-
-OwnerReader = Callable[[Kind, str, str], Awaitable[dict[str, Any] | None]]
-"""Async read of one namespaced object as a dict (None: it does not exist)."""
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-# --- the owners' wire shapes: only the fields read here ------------------------------------
-
-
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-
-class _Meta(_Wire):
-    name: str = ""
-    uid: str = ""
-    annotations: dict[str, str] = Field(default_factory=dict)
-
-
-class _JobSpec(_Wire):
-    parallelism: int | None = None
-    completions: int | None = None
-
-
-class _Job(_Wire):
-    metadata: _Meta = Field(default_factory=_Meta)
-    spec: _JobSpec = Field(default_factory=_JobSpec)
-
-
-class _Gang(_Wire):
-    min_count: int = Field(alias="minCount")
-
-
-class _Policy(_Wire):
-    gang: _Gang | None = None
-
-
-class _PodGroupSpec(_Wire):
-    scheduling_policy: _Policy = Field(default_factory=_Policy, alias="schedulingPolicy")
-
-
-class _PodGroup(_Wire):
-    spec: _PodGroupSpec = Field(default_factory=_PodGroupSpec)
-
-
-class _JobTemplate(_Wire):
-    spec: _JobSpec = Field(default_factory=_JobSpec)
-
-
-class _ReplicatedJob(_Wire):
-    name: str
-    replicas: int = 1
-    template: _JobTemplate = Field(default_factory=_JobTemplate)
-
-
-class _JobSetSpec(_Wire):
-    replicated_jobs: list[_ReplicatedJob] = Field(default_factory=list, alias="replicatedJobs")
-
-
-class _JobSet(_Wire):
-    metadata: _Meta = Field(default_factory=_Meta)
-    spec: _JobSetSpec = Field(default_factory=_JobSetSpec)
 
 
 # --- resolution ------------------------------------------------------------------------------
@@ -185,25 +105,11 @@ def group_name(text: str) -> str:
     return f"{text[:50].rstrip('-_.')}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
-async def _get(read: OwnerReader, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
-    try:
-        found = await read(kind, namespace, name)
-    except Exception as err:  # unreachable, RBAC: never guess a group
-        raise WorkloadLookupError(
-            f"cannot read {kind.kind} {namespace}/{name} to size the pod's group: {err}"
-        ) from err
-    if found is None:  # e.g. a PodGroup created after its pods: the creator retries
-        raise WorkloadLookupError(
-            f"{kind.kind} {namespace}/{name}, which sizes this pod's group, does not exist (yet)"
-        )
-    return found
-
-
 async def _gang_job(
     namespace: str, owner: OwnerReference, annotations: dict[str, str], read: OwnerReader
 ) -> Membership | None:
     ref = f"Job {namespace}/{owner.name}"
-    job = _parse(_Job, await _get(read, JOB, namespace, owner.name), ref)
+    job = await load(read, JOB, JobObject, namespace, owner.name)
     if job.metadata.annotations.get(keys.GANG, "").strip().lower() != "true":
         return None
     if job.metadata.uid and job.metadata.uid != owner.uid:
@@ -222,7 +128,7 @@ async def _pod_group(
     namespace: str, name: str, annotations: dict[str, str], read: OwnerReader
 ) -> Membership | None:
     ref = f"PodGroup {namespace}/{name}"
-    gang = _parse(_PodGroup, await _get(read, POD_GROUP, namespace, name), ref)
+    gang = await load(read, POD_GROUP, PodGroupObject, namespace, name)
     policy = gang.spec.scheduling_policy.gang
     if policy is None:  # basic policy: scheduled pod by pod
         return None
@@ -250,7 +156,7 @@ async def _jobset(
 ) -> Membership:
     name = labels[keys.JOBSET_NAME]
     ref = f"JobSet {namespace}/{name}"
-    jobset = _parse(_JobSet, await _get(read, JOBSET, namespace, name), ref)
+    jobset = await load(read, JOBSET, JobSetObject, namespace, name)
     size, offset = 0, None
     replicated = labels.get(keys.JOBSET_REPLICATED_JOB)
     job_index = _index(labels, keys.JOBSET_JOB_INDEX, "pod label")
@@ -271,53 +177,3 @@ def _jobset_rank(
     if job_index is None or completion is None or job_index >= replicas or completion >= per_job:
         return None
     return before + job_index * per_job + completion
-
-
-def _parse(model: type[M], raw: dict[str, Any], ref: str) -> M:
-    try:
-        return model.model_validate(raw)
-    except ValidationError as err:
-        raise WorkloadError(f"{ref} cannot be read: {err.errors()[0]['msg']}") from None
-
-
-OWNER_CACHE_SECONDS = 2.0
-"""A controller creates a workload's pods in a burst: one read of the owner serves it."""
-
-
-def kube_owner_reader(
-    client: AsyncClient | None = None, clock: Callable[[], float] = time.monotonic
-) -> OwnerReader:
-    """Reads owners through the API server (a client from in-cluster config or
-    ``$KUBECONFIG`` is made on first use, so building the app needs no cluster), each
-    answer kept for OWNER_CACHE_SECONDS."""
-    resources: dict[Kind, Any] = {}
-    answers: dict[tuple[Kind, str, str], tuple[float, dict[str, Any] | None]] = {}
-
-    async def read(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
-        key = (kind, namespace, name)
-        cached = answers.get(key)
-        if cached is not None and clock() - cached[0] < OWNER_CACHE_SECONDS:
-            return cached[1]
-        for stale in [k for k, (at, _) in answers.items() if clock() - at >= OWNER_CACHE_SECONDS]:
-            del answers[stale]
-        answer = await fetch(kind, namespace, name)
-        answers[key] = (clock(), answer)
-        return answer
-
-    async def fetch(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
-        nonlocal client
-        client = client or AsyncClient()
-        resource = resources.get(kind)
-        if resource is None:
-            resource = create_namespaced_resource(kind.group, kind.version, kind.kind, kind.plural)
-            resources[kind] = resource
-        try:
-            found = await client.get(resource, name, namespace=namespace)
-        except ApiError as err:
-            if err.status.code == 404:
-                return None
-            raise
-        result: dict[str, Any] = found.to_dict()
-        return result
-
-    return read

@@ -12,20 +12,18 @@ from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
 
 from admission import mutate
-from admission.pod import PodShape
-from admission.workloads import (
+from admission.owners import (
     JOB,
     JOBSET,
     OWNER_CACHE_SECONDS,
     POD_GROUP,
     Kind,
-    Membership,
     WorkloadError,
     WorkloadLookupError,
-    group_name,
     kube_owner_reader,
-    membership,
 )
+from admission.pod import PodShape
+from admission.workloads import Membership, group_name, membership
 from bridge import keys
 from bridge.jobs.annotations import PodGroup, pod_group
 from bridge.jobs.errors import InvalidPodRequest

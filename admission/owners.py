@@ -1,0 +1,160 @@
+"""Reading the objects that size a pod's group: a Job, a Workload API PodGroup, a JobSet.
+
+Only the fields ``workloads.py`` decides on are modelled; an owner that does not parse, is
+missing or cannot be read is an error naming it, never a guessed group.  The reader the
+webhook uses goes through the API server and keeps each answer for a controller's burst.
+"""
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_namespaced_resource
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class WorkloadError(ValueError):
+    """The workload asks for a group the bridge cannot form; the message says how to fix it."""
+
+
+class WorkloadLookupError(RuntimeError):
+    """The owner could not be read (API unreachable, RBAC): the pod cannot be placed yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    group: str
+    version: str
+    kind: str
+    plural: str
+
+
+JOB = Kind("batch", "v1", "Job", "jobs")
+POD_GROUP = Kind("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups")
+JOBSET = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
+
+OwnerReader = Callable[[Kind, str, str], Awaitable[dict[str, Any] | None]]
+"""Async read of one namespaced object as a dict (None: it does not exist)."""
+
+
+# --- the owners' wire shapes: only the fields read ------------------------------------------
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class _Meta(_Wire):
+    name: str = ""
+    uid: str = ""
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class _JobSpec(_Wire):
+    parallelism: int | None = None
+    completions: int | None = None
+
+
+class JobObject(_Wire):
+    metadata: _Meta = Field(default_factory=_Meta)
+    spec: _JobSpec = Field(default_factory=_JobSpec)
+
+
+class _Gang(_Wire):
+    min_count: int = Field(alias="minCount")
+
+
+class _Policy(_Wire):
+    gang: _Gang | None = None
+
+
+class _PodGroupSpec(_Wire):
+    scheduling_policy: _Policy = Field(default_factory=_Policy, alias="schedulingPolicy")
+
+
+class PodGroupObject(_Wire):
+    spec: _PodGroupSpec = Field(default_factory=_PodGroupSpec)
+
+
+class _JobTemplate(_Wire):
+    spec: _JobSpec = Field(default_factory=_JobSpec)
+
+
+class _ReplicatedJob(_Wire):
+    name: str
+    replicas: int = 1
+    template: _JobTemplate = Field(default_factory=_JobTemplate)
+
+
+class _JobSetSpec(_Wire):
+    replicated_jobs: list[_ReplicatedJob] = Field(default_factory=list, alias="replicatedJobs")
+
+
+class JobSetObject(_Wire):
+    metadata: _Meta = Field(default_factory=_Meta)
+    spec: _JobSetSpec = Field(default_factory=_JobSetSpec)
+
+
+M = TypeVar("M", bound=_Wire)
+
+
+async def load(read: OwnerReader, kind: Kind, model: type[M], namespace: str, name: str) -> M:
+    """The owner ``namespace/name`` of ``kind``, parsed; raises WorkloadLookupError when it
+    cannot be read or does not exist (yet), WorkloadError when it does not parse."""
+    ref = f"{kind.kind} {namespace}/{name}"
+    try:
+        found = await read(kind, namespace, name)
+    except Exception as err:  # unreachable, RBAC: never guess a group
+        raise WorkloadLookupError(f"cannot read {ref} to size the pod's group: {err}") from err
+    if found is None:  # e.g. a PodGroup created after its pods: the creator retries
+        raise WorkloadLookupError(f"{ref}, which sizes this pod's group, does not exist (yet)")
+    try:
+        return model.model_validate(found)
+    except ValidationError as err:
+        raise WorkloadError(f"{ref} cannot be read: {err.errors()[0]['msg']}") from None
+
+
+OWNER_CACHE_SECONDS = 2.0
+"""A controller creates a workload's pods in a burst: one read of the owner serves it."""
+
+
+def kube_owner_reader(
+    client: AsyncClient | None = None, clock: Callable[[], float] = time.monotonic
+) -> OwnerReader:
+    """Reads owners through the API server (a client from in-cluster config or
+    ``$KUBECONFIG`` is made on first use, so building the app needs no cluster), each
+    answer kept for OWNER_CACHE_SECONDS."""
+    resources: dict[Kind, Any] = {}
+    answers: dict[tuple[Kind, str, str], tuple[float, dict[str, Any] | None]] = {}
+
+    async def read(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        key = (kind, namespace, name)
+        cached = answers.get(key)
+        if cached is not None and clock() - cached[0] < OWNER_CACHE_SECONDS:
+            return cached[1]
+        for stale in [k for k, (at, _) in answers.items() if clock() - at >= OWNER_CACHE_SECONDS]:
+            del answers[stale]
+        answer = await fetch(kind, namespace, name)
+        answers[key] = (clock(), answer)
+        return answer
+
+    async def fetch(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        nonlocal client
+        client = client or AsyncClient()
+        resource = resources.get(kind)
+        if resource is None:
+            resource = create_namespaced_resource(kind.group, kind.version, kind.kind, kind.plural)
+            resources[kind] = resource
+        try:
+            found = await client.get(resource, name, namespace=namespace)
+        except ApiError as err:
+            if err.status.code == 404:
+                return None
+            raise
+        result: dict[str, Any] = found.to_dict()
+        return result
+
+    return read
