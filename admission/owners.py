@@ -15,6 +15,8 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bridge.kube.status import is_not_found
+
 
 class WorkloadError(ValueError):
     """The workload asks for a group the bridge cannot form; the message says how to fix it."""
@@ -151,7 +153,7 @@ def kube_owner_reader(
         try:
             found = await client.get(resource, name, namespace=namespace)
         except ApiError as err:
-            if err.status.code == 404:
+            if is_not_found(err):
                 return None
             raise
         result: dict[str, Any] = found.to_dict()

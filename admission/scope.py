@@ -10,6 +10,7 @@ from lightkube.resources.core_v1 import Namespace
 from admission.pod import PodShape
 from bridge import keys
 from bridge.config import AdmissionSettings
+from bridge.kube.status import is_not_found
 
 NamespaceLabels = Callable[[str], Awaitable[Mapping[str, str]]]
 """Async lookup of a namespace's labels (empty when the namespace does not exist)."""
@@ -32,7 +33,7 @@ def kube_namespace_labels(client: AsyncClient | None = None) -> NamespaceLabels:
             client = client or AsyncClient()
             namespace = await client.get(Namespace, name)
         except ApiError as err:
-            if err.status.code == 404:
+            if is_not_found(err):
                 return {}
             raise NamespaceLookupError(f"reading namespace {name!r}: {err}") from err
         except Exception as err:  # no config, connection refused, ...: report, never crash

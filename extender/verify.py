@@ -9,12 +9,13 @@ scheduling-gated), gets nothing.
 
 from typing import cast
 
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
+from bridge.kube.status import is_not_found
+from bridge.ports import KubePort
 
 
 class UnverifiedPod(Exception):
@@ -25,7 +26,7 @@ class PodUnreadable(Exception):
     """The API server could not be asked (try again later)."""
 
 
-async def pod_from_api(kube: AsyncClient, claimed: Pod) -> Pod:
+async def pod_from_api(kube: KubePort, claimed: Pod) -> Pod:
     """The API server's copy of ``claimed`` (same namespace, name and UID), unbound, ours."""
     meta = claimed.metadata
     assert meta is not None and meta.name and meta.namespace and meta.uid
@@ -33,7 +34,7 @@ async def pod_from_api(kube: AsyncClient, claimed: Pod) -> Pod:
     try:
         pod = cast(Pod, await kube.get(PodResource, meta.name, namespace=meta.namespace))
     except ApiError as exc:
-        if exc.status.code == 404:
+        if is_not_found(exc):
             raise UnverifiedPod(f"pod {ref} does not exist in the API server") from None
         raise PodUnreadable(f"reading pod {ref}: {exc.status.message}") from exc
     except Exception as exc:  # connection refused, timeout: the apiserver is away
