@@ -126,12 +126,12 @@ def bare_app(nodes: int) -> ASGIApp:
 
 def bridge_app(jobs: int, nodes: int) -> tuple[ASGIApp, Callable[[], dict[str, Any]]]:
 
-    bridge, writes = offline_bridge()
-    load(bridge, jobs, nodes)
+    bridge, kube = offline_bridge()
+    load(bridge, kube, jobs, nodes, pods=True)
     app = create_app(bridge, manage_lifecycle=False)
 
     def extra() -> dict[str, Any]:
-        return {"indexed_jobs": len(bridge.index.jobs()), "notifier_writes": writes.writes}
+        return {"indexed_jobs": len(bridge.index.jobs()), "notifier_writes": kube.writes}
 
     return app, extra
 
@@ -432,13 +432,13 @@ def run(cfg: Config) -> Outcome:
         "itself saturated near 250 req/s here); server: its own "
         "process, uvicorn as `slurmbridge extender` runs it (asyncio loop, h11 unless "
         "uvloop/httptools are installed, access log on at level info, stderr to a file).",
-        "Notifier: pre-seeded, not disabled. Every pod carries its `slurmbridge.io/job-id` "
-        "annotation and the notifier's last-published (job, state, reason) is filled in, as "
-        "after the first filter in production, so `PodNotifier.job_known` runs and returns "
-        "without writing. Its `_spawn` is replaced by a counter that drops any write; "
-        f"writes counted over all bridge runs: {writes} (must be 0).",
-        "Slurm and the apiserver point at 127.0.0.1:9 (nothing listens): an indexed pod's "
-        "filter calls neither.",
+        "Notifier: in its steady state, not disabled. Every pod carries its "
+        "`slurmbridge.io/job-id` and `owner` annotations and the notifier saw its job once, "
+        "as after the first filter in production, so `PodNotifier.job_known` runs and "
+        "returns without writing. Apiserver writes counted by the fake apiserver over all "
+        f"bridge runs: {writes} (must be 0).",
+        "Slurm and the apiserver are the dev kit's in-memory fakes: an indexed pod's filter "
+        "reads the pod from the fake apiserver and does not call Slurm.",
         "`service time in the app` is measured by an ASGI wrapper around the app (routing, "
         "body validation, handler, serialization; no HTTP parsing, no wait for the loop). "
         "At 100 concurrent requests on one event loop the client-side latency is mostly "

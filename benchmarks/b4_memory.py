@@ -54,12 +54,12 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
 
     logs.configure("info")  # as `slurmbridge extender` does
 
-    bridge, writes = synthetic.offline_bridge()
+    bridge, kube = synthetic.offline_bridge()
     app = create_app(bridge, manage_lifecycle=False)
     gc.collect()
     baseline = rss_kb()["VmRSS"]
 
-    synthetic.load(bridge, jobs, nodes)
+    synthetic.load(bridge, kube, jobs, nodes, pods=False)  # the bridge's memory, not the fake's
     candidates = [synthetic.kube_node(k) for k in range(1, nodes + 1)]
 
     async def filters() -> int:
@@ -86,7 +86,7 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
         "indexed_jobs": len(bridge.index.jobs()),
         "tracked_pods": sum(len(bridge.pods.pods_of(synthetic.pod_uid(i))) for i in range(jobs)),
         "kept": kept,
-        "notifier_writes": writes.writes,
+        "notifier_writes": kube.writes,
     }
 
 

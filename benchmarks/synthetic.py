@@ -1,32 +1,28 @@
 """An offline bridge loaded with synthetic jobs and pods (B3, B4): no Slurm, no apiserver.
 
-Slurm and the apiserver point at 127.0.0.1:9 (discard port, nothing listens): the filter
-path for a pod whose job is already indexed never calls either.  The notifier is
-*pre-seeded* as it is in steady state: each pod already carries its job-id annotation and
-the notifier already published the job's (id, state, reason), so ``job_known`` returns
-without a write.  Its ``_spawn`` is wrapped to count (and drop) any write that would still
-happen, so a benchmark can prove the path stayed write-free.
+Slurm and the apiserver are the dev kit's in-memory fakes (slurmbridge_devkit/fakes.py):
+the filter path for a pod whose job is already indexed reads the pod from the (fake)
+apiserver and never calls Slurm.  The notifier is brought to its steady state through its
+own entry point: each pod already carries its job-id and owner annotations and the notifier
+has seen its job once, so ``job_known`` returns without a write.  The fake apiserver counts
+every write, so a benchmark can prove the path stayed write-free.
 """
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
-from collections.abc import Coroutine
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-import yaml
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Node
-from pydantic import SecretStr
+from lightkube.resources.core_v1 import Node, Pod
 
 from bridge import keys
-from bridge.config import ControllerSettings, KubeSettings, Settings, SlurmSettings
 from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
+from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes
 
-UNREACHABLE = "127.0.0.1:9"
 NAMESPACE = "bench"
 JOB_ID_BASE = 100_000
 
@@ -76,7 +72,7 @@ def pod(i: int) -> dict[str, Any]:
             "resourceVersion": str(500_000 + i),
             "creationTimestamp": "2025-01-01T00:00:00Z",
             "labels": {"app": "bench", "slurmbridge.test/owner": "1"},
-            "annotations": {keys.JOB_ID: str(JOB_ID_BASE + i)},
+            "annotations": {keys.JOB_ID: str(JOB_ID_BASE + i), keys.OWNER: pod_uid(i)},
         },
         "spec": {
             "schedulerName": keys.SCHEDULER_NAME,
@@ -152,54 +148,31 @@ def filter_answer(nodes: int) -> dict[str, Any]:
     }
 
 
-def offline_settings(workdir: Path) -> Settings:
-    server = f"https://{UNREACHABLE}"
-    kubeconfig = workdir / "unreachable.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "bench",
-        "clusters": [{"name": "none", "cluster": {
-            "server": server, "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "bench", "user": {"token": "unused"}}],
-        "contexts": [{"name": "bench", "context": {"cluster": "none", "user": "bench"}}],
-    }))
-    return Settings(
-        slurm=SlurmSettings(
-            url=f"http://{UNREACHABLE}", token=SecretStr("unused"), retries=0, timeout_seconds=1
-        ),
-        kube=KubeSettings(kubeconfig=kubeconfig),
-        controllers=ControllerSettings(enabled=False),
-    )
-
-
-@dataclass
-class WriteCounter:
-    """Replaces PodNotifier._spawn: counts the apiserver writes the filter path would start."""
-
-    writes: int = 0
-
-    def __call__(self, work: Coroutine[Any, Any, None]) -> None:
-        self.writes += 1
-        work.close()
-
-
-def offline_bridge(workdir: Path | None = None) -> tuple[Bridge, WriteCounter]:
+def offline_bridge(workdir: Path | None = None) -> tuple[Bridge, FakeKube]:
+    """The bridge over the dev kit's fakes; the fake apiserver counts the writes."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="slurmbridge-bench-"))
-    bridge = Bridge(offline_settings(workdir))
-    counter = WriteCounter()
-    bridge.notifier._spawn = counter  # type: ignore[method-assign]  # benchmark instrumentation
-    return bridge, counter
+    kube = FakeKube()
+    return bridge_over_fakes(workdir, FakeSlurm(), kube), kube
 
 
-def load(bridge: Bridge, jobs: int, nodes: int) -> None:
-    """Index ``jobs`` allocated placeholder jobs, map the nodes, pre-seed the notifier."""
+def load(bridge: Bridge, kube: FakeKube, jobs: int, nodes: int, *, pods: bool) -> None:
+    """Index ``jobs`` allocated placeholder jobs, map the nodes, and let the notifier see
+    each pod's job once (steady state: nothing left to write).  ``pods``: the fake
+    apiserver holds the pods too, so filter reads them as it reads the real one."""
     bridge.nodes.update([
         Node(metadata=ObjectMeta(
             name=kube_node(k), labels={keys.SLURM_NODE: slurm_node(k)}
         ))
         for k in range(1, nodes + 1)
     ])
-    seen = bridge.notifier._seen  # steady state: every job's status already published
-    for i in range(jobs):
-        j = job(i, nodes)
-        bridge.index.record(j)
-        seen[pod_uid(i)] = (j.job_id, j.state, j.reason)
+
+    async def seed() -> None:
+        for i in range(jobs):
+            j, p = job(i, nodes), cast(Pod, Pod.from_dict(pod(i)))
+            bridge.index.record(j)
+            if pods:
+                kube.add(p)
+            await bridge.notifier.job_known(p, j)
+        await bridge.notifier.drain()
+
+    asyncio.run(seed())

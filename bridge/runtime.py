@@ -1,4 +1,4 @@
-"""The running bridge: builds the parts from settings and runs their loops."""
+"""The running bridge: wires the parts around the Slurm and Kubernetes ports, runs their loops."""
 
 import asyncio
 import contextlib
@@ -13,7 +13,6 @@ from bridge.config import Settings
 from bridge.controllers.leader import LeaderElector
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
-from bridge.kube.client import kube_client
 from bridge.kube.pods import set_slurm_condition
 from bridge.placement.claims import Claims
 from bridge.placement.grace import GraceWarnings
@@ -25,8 +24,8 @@ from bridge.placement.placer import PlacementError, Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.policy.check import SubmitRefused, for_submit
-from bridge.policy.tenancy import TenancySource, placeholder_trust
-from bridge.slurm.client import SlurmClient
+from bridge.policy.tenancy import TenancySource
+from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.types import SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -36,12 +35,16 @@ IDLE_OWNER_SECONDS = 600.0  # a pod not seen for this long, whose job left Slurm
 
 
 class Bridge:
-    def __init__(self, settings: Settings) -> None:
+    """The parts, wired; the clients come from the composition root (slurmbridge_cli/compose.py)
+    or, in unit tests, are the fakes of slurmbridge_devkit/fakes.py."""
+
+    def __init__(
+        self, settings: Settings, *, slurm: SlurmPort, kube: KubePort, tenancy: TenancySource
+    ) -> None:
         self.settings = settings
-        self.tenancy = TenancySource(settings.admission.tenancy_file)
-        # Placeholders run as the namespaces' Slurm users: the tenancy says whose job is ours.
-        self.slurm = SlurmClient(settings.slurm, trust=placeholder_trust(self.tenancy))
-        self.kube = kube_client(settings.kube.kubeconfig)
+        self.tenancy = tenancy
+        self.slurm = slurm
+        self.kube = kube
         self.index = JobIndex(self.slurm)
         self.nodes = NodeMap()
         self.pods = PodRegistry()

@@ -17,11 +17,11 @@ from bridge.config_reference import markdown
 from bridge.doctor import run as run_doctor
 from bridge.kube.client import kube_client
 from bridge.policy.tenancy import TenancyError, TenancySource, placeholder_trust
-from bridge.runtime import Bridge
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError
 from extender.server import TLSConfigError as ExtenderTLSError
 from extender.server import serve as serve_extender
+from slurmbridge_cli.compose import build_bridge
 
 
 def load_settings(config: Path | None) -> Settings:
@@ -52,7 +52,7 @@ def extender(config: Path | None) -> None:
     """Serve the kube-scheduler extender (mutual TLS), the Slurm poller and the controllers."""
     settings = load_settings(config)
     try:
-        serve_extender(Bridge(settings), settings.extender)
+        serve_extender(build_bridge(settings), settings.extender)
     except ExtenderTLSError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 from typing import Literal
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys, metrics
 from bridge.kube import pods as kpods
 from bridge.placement.placer import Placement, Placer
+from bridge.ports import KubePort
 
 log = structlog.get_logger(__name__)
 
@@ -40,7 +40,7 @@ def cuda_visible_devices(gpu_ids: str, numbering: CudaNumbering) -> str:
 
 class Binder:
     def __init__(
-        self, kube: AsyncClient, placer: Placer, *, cuda_numbering: CudaNumbering = "renumbered"
+        self, kube: KubePort, placer: Placer, *, cuda_numbering: CudaNumbering = "renumbered"
     ) -> None:
         self._kube = kube
         self._placer = placer

@@ -14,13 +14,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from bridge.kube.status import is_conflict, is_not_found
+from bridge.ports import KubePort
 
 log = structlog.get_logger(__name__)
 
@@ -32,7 +32,7 @@ def default_identity() -> str:
 class LeaderElector:
     def __init__(
         self,
-        kube: AsyncClient,
+        kube: KubePort,
         *,
         namespace: str,
         name: str = "slurmbridge-controllers",

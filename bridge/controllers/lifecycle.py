@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
@@ -28,8 +27,8 @@ from bridge.placement.grace import grace_seconds
 from bridge.placement.index import JobIndex
 from bridge.placement.owner import owner_key, pod_ref, tied_to
 from bridge.placement.pods import PodKey, PodRegistry
+from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.allocation import format_gpu_ids
-from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmJobNotFound
 from bridge.slurm.types import JobState, SlurmJob
 
@@ -86,8 +85,8 @@ def releases_job(pod: Pod) -> bool:
 class Lifecycle:
     def __init__(
         self,
-        kube: AsyncClient,
-        slurm: SlurmClient,
+        kube: KubePort,
+        slurm: SlurmPort,
         index: JobIndex,
         registry: PodRegistry,
         *,

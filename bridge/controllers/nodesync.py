@@ -11,13 +11,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from bridge import keys, metrics
 from bridge.placement.nodes import NodeMap
-from bridge.slurm.client import SlurmClient
+from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.types import SlurmNode
 
 log = structlog.get_logger(__name__)
@@ -42,7 +41,7 @@ def ours(reason: str) -> bool:
 
 
 class NodeSync:
-    def __init__(self, kube: AsyncClient, slurm: SlurmClient, nodes: NodeMap) -> None:
+    def __init__(self, kube: KubePort, slurm: SlurmPort, nodes: NodeMap) -> None:
         self._kube = kube
         self._slurm = slurm
         self._nodes = nodes

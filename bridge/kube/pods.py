@@ -7,7 +7,6 @@ from typing import Protocol
 
 import msgspec
 import structlog
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
@@ -16,6 +15,7 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.kube.status import is_conflict
+from bridge.ports import KubePort
 
 log = structlog.get_logger(__name__)
 
@@ -36,7 +36,7 @@ class AlreadyBound(Exception):
 
 
 async def annotate(
-    client: AsyncClient, namespace: str, name: str, values: Mapping[str, str | None]
+    client: KubePort, namespace: str, name: str, values: Mapping[str, str | None]
 ) -> None:
     """Merge annotations into the pod; a None value removes that annotation."""
     await client.patch(
@@ -46,7 +46,7 @@ async def annotate(
 
 
 async def set_slurm_condition(
-    client: AsyncClient, namespace: str, name: str, *, allocated: bool, reason: str, message: str
+    client: KubePort, namespace: str, name: str, *, allocated: bool, reason: str, message: str
 ) -> None:
     """Pod condition ``SlurmJobAllocated``; its change also requeues the pod in kube-scheduler."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -64,7 +64,7 @@ async def set_slurm_condition(
 
 
 async def record_event(
-    client: AsyncClient, pod: PodRef, reason: str, message: str, *, warning: bool = False
+    client: KubePort, pod: PodRef, reason: str, message: str, *, warning: bool = False
 ) -> None:
     """An Event on the pod, shown by ``kubectl describe pod``."""
     now = datetime.now(UTC)
@@ -89,7 +89,7 @@ async def record_event(
 
 
 async def bind(
-    client: AsyncClient, namespace: str, name: str, uid: str, node: str,
+    client: KubePort, namespace: str, name: str, uid: str, node: str,
     *, annotations: Mapping[str, str] | None = None,
 ) -> None:
     """Create the Binding, with the pod UID as precondition (a recreated pod is not bound).

@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
@@ -36,6 +35,7 @@ from lightkube.types import PatchType
 from bridge import keys
 from bridge.kube.status import is_conflict, is_not_found
 from bridge.placement.owner import GROUP_PREFIX, owner_key
+from bridge.ports import KubePort
 
 log = structlog.get_logger(__name__)
 
@@ -86,7 +86,7 @@ class _Record(Protocol):
 class _PodRecord:
     """A lone pod's claim lives on the pod; the first read is the copy we were given."""
 
-    def __init__(self, kube: AsyncClient, pod: Pod, owner: str) -> None:
+    def __init__(self, kube: KubePort, pod: Pod, owner: str) -> None:
         self._kube = kube
         self._pod: Pod | None = pod
         self._owner = owner
@@ -130,7 +130,7 @@ def group_claim_name(owner: str) -> str:
 class _LeaseRecord:
     """A group's claim: a Lease in the bridge's namespace, created by the first claimer."""
 
-    def __init__(self, kube: AsyncClient, namespace: str, owner: str, identity: str) -> None:
+    def __init__(self, kube: KubePort, namespace: str, owner: str, identity: str) -> None:
         self._kube = kube
         self._namespace = namespace
         self._name = group_claim_name(owner)
@@ -172,7 +172,7 @@ class _LeaseRecord:
 
 class Claims:
     def __init__(
-        self, kube: AsyncClient, identity: str, *, namespace: str, stale_after: float = 30.0
+        self, kube: KubePort, identity: str, *, namespace: str, stale_after: float = 30.0
     ) -> None:
         self._kube = kube
         self.identity = identity

@@ -13,13 +13,12 @@ from collections.abc import Coroutine
 from typing import Any
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.kube import pods as kpods
 from bridge.placement.pods import PodKey
-from bridge.slurm.client import SlurmClient
+from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.types import Accounting
 
@@ -53,7 +52,7 @@ def grace_warning(pod: Pod, known: Accounting) -> str | None:
 class GraceWarnings:
     """Warns on a pod at submit time; slurmdbd's QOS are read at most every ``refresh``."""
 
-    def __init__(self, kube: AsyncClient, slurm: SlurmClient, *, refresh: float = 60.0) -> None:
+    def __init__(self, kube: KubePort, slurm: SlurmPort, *, refresh: float = 60.0) -> None:
         self._kube = kube
         self._slurm = slurm
         self._refresh = refresh

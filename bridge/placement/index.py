@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import structlog
 
 from bridge.jobs.request import JobRequest
-from bridge.slurm.client import SlurmClient
+from bridge.ports import SlurmPort
 from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -24,7 +24,7 @@ def _keeper(jobs: list[SlurmJob]) -> SlurmJob:
 
 
 class JobIndex:
-    def __init__(self, client: SlurmClient) -> None:
+    def __init__(self, client: SlurmPort) -> None:
         self._client = client
         self._by_owner: dict[str, SlurmJob] = {}
         self._by_id: dict[int, SlurmJob] = {}

@@ -13,7 +13,6 @@ is submitted once either way).
 import asyncio
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.models.core_v1 import Pod
 from lightkube.operators import BinaryOperator, SequenceOperator
 from lightkube.resources.core_v1 import Pod as PodResource
@@ -22,6 +21,7 @@ from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.placement.owner import pod_ref
 from bridge.placement.placer import ClaimedElsewhere, PlacementError, Placer
+from bridge.ports import KubePort
 from bridge.slurm.errors import SlurmError
 
 log = structlog.get_logger(__name__)
@@ -49,7 +49,7 @@ def ready_to_submit(pod: Pod) -> bool:
 
 
 class Intake:
-    def __init__(self, kube: AsyncClient, placer: Placer, *, workers: int) -> None:
+    def __init__(self, kube: KubePort, placer: Placer, *, workers: int) -> None:
         self._kube = kube
         self._placer = placer
         self._workers = workers

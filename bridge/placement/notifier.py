@@ -14,7 +14,6 @@ from collections.abc import Coroutine
 from typing import Any
 
 import structlog
-from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
@@ -23,6 +22,7 @@ from bridge import keys
 from bridge.kube import pods as kpods
 from bridge.placement.pods import PodKey, PodRegistry
 from bridge.placement.reasons import waiting_message
+from bridge.ports import KubePort
 from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -47,7 +47,7 @@ def _allocated(job: SlurmJob) -> bool:
 
 class PodNotifier:
     def __init__(
-        self, kube: AsyncClient, registry: PodRegistry, *, quiet_seconds: float = 10.0
+        self, kube: KubePort, registry: PodRegistry, *, quiet_seconds: float = 10.0
     ) -> None:
         self._kube = kube
         self._registry = registry

@@ -25,7 +25,7 @@ import structlog
 
 from bridge import metrics
 from bridge.placement.index import JobIndex
-from bridge.slurm.client import SlurmClient
+from bridge.ports import SlurmPort
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound, SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
 
@@ -40,7 +40,7 @@ _FETCH_CONCURRENCY = 16
 class Poller:
     def __init__(
         self,
-        client: SlurmClient,
+        client: SlurmPort,
         index: JobIndex,
         on_change: OnChange,
         *,

@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 import pytest
 import trustme
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,33 +17,24 @@ from bridge.config import ExtenderSettings, Settings, SlurmSettings
 from bridge.runtime import Bridge
 from extender.app import create_app, create_health_app
 from extender.server import TLSConfigError, api_config
+from slurmbridge_cli.compose import build_bridge
+from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-# Nothing listens on port 9: Slurm and the apiserver are unreachable, the worst case.
-DEAD = "127.0.0.1:9"
+
+
+def unreachable(cfg: Settings) -> Bridge:
+    """The bridge with fake Slurm and apiserver that are both down: the worst case."""
+    slurm, kube = FakeSlurm(), FakeKube()
+    slurm.down = kube.down = True
+    return build_bridge(cfg, slurm=slurm, kube=kube)
 
 
 @pytest.fixture(scope="module")
-def dead_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("kube") / "config"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": f"https://{DEAD}",
-                                                "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "x", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
-    }))
-    return path
-
-
-@pytest.fixture(scope="module")
-async def client(dead_kubeconfig: Path) -> AsyncIterator[httpx.AsyncClient]:
-    cfg = Settings(
-        slurm=SlurmSettings(url=f"http://{DEAD}", token="t", retries=0, timeout_seconds=1),
-        kube={"kubeconfig": dead_kubeconfig},
-    )
-    app = create_app(Bridge(cfg), manage_lifecycle=False)
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    cfg = Settings(slurm=SlurmSettings(url="http://127.0.0.1:9", token="t"))
+    app = create_app(unreachable(cfg), manage_lifecycle=False)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://extender") as c:
         yield c
@@ -113,14 +103,11 @@ async def test_random_bodies_never_get_a_5xx(
     assert resp.status_code < 500, resp.text
 
 
-def test_the_protocol_port_requires_a_client_certificate(
-    tmp_path: Path, dead_kubeconfig: Path
-) -> None:
+def test_the_protocol_port_requires_a_client_certificate(tmp_path: Path) -> None:
     """No TLS material, no extender: whoever reaches filter could submit Slurm jobs."""
-    cfg = Settings(slurm=SlurmSettings(url=f"http://{DEAD}", token="t"),
-                   kube={"kubeconfig": dead_kubeconfig})
+    cfg = Settings(slurm=SlurmSettings(url="http://127.0.0.1:9", token="t"))
     with pytest.raises(TLSConfigError) as err:
-        api_config(Bridge(cfg), ExtenderSettings())
+        api_config(unreachable(cfg), ExtenderSettings())
     assert "CLIENT_CA_FILE" in str(err.value) and "TLS_CERT_FILE" in str(err.value)
 
     ca = trustme.CA()
@@ -130,15 +117,14 @@ def test_the_protocol_port_requires_a_client_certificate(
     served.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
     tls = ExtenderSettings(tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key",
                            client_ca_file=tmp_path / "ca.crt")
-    config = api_config(Bridge(cfg), tls)
+    config = api_config(unreachable(cfg), tls)
     config.load()
     assert config.ssl is not None and config.ssl.verify_mode == ssl.CERT_REQUIRED
 
 
-async def test_health_app_serves_probes_and_metrics_only(dead_kubeconfig: Path) -> None:
-    cfg = Settings(slurm=SlurmSettings(url=f"http://{DEAD}", token="t"),
-                   kube={"kubeconfig": dead_kubeconfig})
-    transport = httpx.ASGITransport(app=create_health_app(Bridge(cfg)))
+async def test_health_app_serves_probes_and_metrics_only() -> None:
+    cfg = Settings(slurm=SlurmSettings(url="http://127.0.0.1:9", token="t"))
+    transport = httpx.ASGITransport(app=create_health_app(unreachable(cfg)))
     async with httpx.AsyncClient(transport=transport, base_url="http://health") as http:
         assert (await http.get("/healthz")).status_code == 200
         assert (await http.get("/readyz")).status_code == 503  # no Slurm listing yet

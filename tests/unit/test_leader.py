@@ -1,0 +1,98 @@
+"""Leader election over a Lease (LeaderElector), against the in-memory fake apiserver."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+
+from bridge.controllers.leader import LeaderElector
+from slurmbridge_devkit.fakes import FakeKube
+
+NS = "slurmbridge"
+
+
+def _elector(kube: FakeKube, identity: str, lease_seconds: int = 15) -> LeaderElector:
+    return LeaderElector(kube, namespace=NS, identity=identity, lease_seconds=lease_seconds)
+
+
+async def _hold(kube: FakeKube, holder: str, *, renewed: datetime, seconds: int = 60) -> None:
+    """Another replica's lease, as it would have written it."""
+    lease = await kube.get(Lease, "slurmbridge-controllers", namespace=NS)
+    lease.spec = LeaseSpec(holderIdentity=holder, renewTime=renewed, acquireTime=renewed,
+                           leaseDurationSeconds=seconds)
+    await kube.replace(lease)
+
+
+class Controllers:
+    """What the elector runs while it leads; records when it starts and stops."""
+
+    def __init__(self) -> None:
+        self.running = asyncio.Event()
+        self.stopped = asyncio.Event()
+
+    async def __call__(self) -> None:
+        self.running.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.stopped.set()
+
+
+async def test_of_two_replicas_exactly_one_leads_and_keeps_leading() -> None:
+    kube = FakeKube()
+    a, b = _elector(kube, "a"), _elector(kube, "b")
+    assert await a.try_acquire()
+    assert not await b.try_acquire()
+    assert await a.try_acquire()  # renewing
+    assert not await b.try_acquire()
+
+
+async def test_a_lease_its_holder_stopped_renewing_is_taken_over() -> None:
+    kube = FakeKube()
+    a, b = _elector(kube, "a"), _elector(kube, "b")
+    assert await a.try_acquire()
+    await _hold(kube, "a", renewed=datetime.now(UTC) - timedelta(seconds=61))  # a died
+    assert await b.try_acquire()
+    assert not await a.try_acquire()  # back, too late: b leads
+
+
+async def test_racing_takers_of_one_lease_version_cannot_both_win() -> None:
+    kube = FakeKube()
+    kube.add(Lease(metadata=ObjectMeta(name="slurmbridge-controllers", namespace=NS),
+                   spec=LeaseSpec()))
+    outcomes = await asyncio.gather(*(_elector(kube, f"r{i}").try_acquire() for i in range(5)))
+    assert outcomes.count(True) == 1
+
+
+async def test_a_lost_lease_stops_the_controllers() -> None:
+    kube = FakeKube()
+    elector, controllers = _elector(kube, "a", lease_seconds=1), Controllers()
+    running = asyncio.create_task(elector.run(controllers))
+    try:
+        await asyncio.wait_for(controllers.running.wait(), 2)
+        await _hold(kube, "b", renewed=datetime.now(UTC))  # b took it (e.g. a was paused)
+        await asyncio.wait_for(controllers.stopped.wait(), 2)
+    finally:
+        running.cancel()
+    assert not await elector.try_acquire()
+
+
+async def test_controllers_stop_within_the_lease_when_the_apiserver_is_away() -> None:
+    """Cut off, the leader cannot see a taker: it stops before its lease could expire."""
+    kube = FakeKube()
+    elector, controllers = _elector(kube, "a", lease_seconds=3), Controllers()
+    running = asyncio.create_task(elector.run(controllers))
+    try:
+        await asyncio.wait_for(controllers.running.wait(), 2)
+        kube.down = True
+        loop = asyncio.get_running_loop()
+        away = loop.time()
+        await asyncio.wait_for(controllers.stopped.wait(), 5)
+        assert loop.time() - away < 3  # before anyone may take the lease over
+    finally:
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running

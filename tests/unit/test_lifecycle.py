@@ -1,0 +1,150 @@
+"""Pods and their jobs live and die together (Lifecycle), against the in-memory fakes."""
+
+from typing import Any, cast
+
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from bridge.controllers.lifecycle import Lifecycle
+from bridge.placement.index import JobIndex
+from bridge.placement.pods import PodRegistry
+from bridge.slurm.types import Allocation, JobState, SlurmJob
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+
+UID = "0000-pod-uid"
+JOB = 101
+
+
+class World:
+    """A Lifecycle over fakes, with a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.kube, self.slurm = FakeKube(), FakeSlurm(("node1",))
+        self.index = JobIndex(self.slurm)
+        self.now = 0.0
+        self.lifecycle = Lifecycle(self.kube, self.slurm, self.index, PodRegistry(),
+                                   orphan_grace=30.0, clock=lambda: self.now)
+
+    def job(self, state: JobState = JobState.RUNNING, reason: str = "None") -> None:
+        """Slurm has the pod's job, running on node1 with GPU 3 (the index knows it)."""
+        allocation = Allocation(("node1",), {"node1": (3,)})
+        self.index.record(self.slurm.put(
+            SlurmJob(JOB, "k8s:ns/p", state, reason, UID, allocation, qos="low")))
+
+    def pod(self, *, bound: bool = True, phase: str = "Running") -> None:
+        builder = PodBuilder("p", "ns")
+        if bound:
+            builder.spec(nodeName="node1").annotations(
+                {keys.JOB_ID: str(JOB), keys.SLURM_NODE: "node1", keys.GPU_IDS: "3"})
+        pod = builder.build()
+        assert pod.metadata is not None
+        pod.metadata.uid = UID
+        raw = pod.to_dict()
+        raw["status"] = {"phase": phase}
+        self.kube.add(cast(Pod, Pod.from_dict(raw)))
+
+    def polled(self) -> None:
+        """The poller saw the job change (it records Slurm's view in the index)."""
+        self.index.record(self.slurm.jobs[JOB])
+
+    def pod_object(self) -> dict[str, Any]:
+        found = self.kube.obj(Pod, "p", "ns")
+        assert found is not None
+        return found
+
+    def cancelled(self) -> bool:
+        return JOB in self.slurm.cancelled
+
+
+async def test_a_running_pod_whose_job_holds_its_node_is_left_alone() -> None:
+    world = World()
+    world.job()
+    world.pod()
+    await world.lifecycle.reconcile_once()
+    assert not world.cancelled() and world.kube.evicted == []
+
+
+async def test_a_deleted_pods_job_is_cancelled() -> None:
+    world = World()
+    world.job(JobState.PENDING, "Priority")
+    world.pod(bound=False, phase="Pending")
+    await world.lifecycle.reconcile_once()
+    assert not world.cancelled()
+    await world.kube.delete(Pod, "p", namespace="ns")
+    await world.lifecycle.reconcile_once()
+    assert world.cancelled()
+    assert world.slurm.jobs[JOB].state is JobState.CANCELLED
+
+
+async def test_a_finished_pods_job_is_cancelled() -> None:
+    world = World()
+    world.job()
+    world.pod(phase="Succeeded")
+    await world.lifecycle.reconcile_once()
+    assert world.cancelled()
+
+
+async def test_a_job_without_a_pod_is_cancelled_only_after_the_grace_period() -> None:
+    """A replica may have submitted just now, before the pod shows up in a listing."""
+    world = World()
+    world.job(JobState.PENDING, "Priority")
+    await world.lifecycle.reconcile_once()
+    world.now = 29.0
+    await world.lifecycle.reconcile_once()
+    assert not world.cancelled()
+    world.now = 31.0
+    await world.lifecycle.reconcile_once()
+    assert world.cancelled()
+
+
+async def test_a_bound_pod_whose_job_ended_is_evicted_with_an_event_saying_why() -> None:
+    world = World()
+    world.job()
+    world.pod()
+    world.slurm.end(JOB, JobState.TIMEOUT, "TimeLimit")
+    world.polled()
+    await world.lifecycle.reconcile_once()
+    assert world.kube.evicted == ["ns/p"]
+    assert world.pod_object()["metadata"].get("deletionTimestamp")
+    [event] = world.kube.events(keys.EVENT_JOB_ENDED)
+    assert f"Slurm job {JOB} ended (TIMEOUT" in event["message"]
+    await world.lifecycle.reconcile_once()
+    assert len(world.kube.evicted) == 1  # once
+
+
+async def test_one_stale_observation_is_not_enough_to_evict() -> None:
+    """The index says the job ended, a fresh read says it runs on the pod's GPUs: no eviction."""
+    world = World()
+    world.job()  # Slurm has it running where the pod is bound; the index is told it ended
+    world.index.record(SlurmJob(JOB, "k8s:ns/p", JobState.COMPLETED, "None", UID, None))
+    world.pod()
+    await world.lifecycle.reconcile_once()
+    assert world.kube.evicted == []
+
+
+async def test_a_pod_preempted_in_slurm_is_evicted_and_told_so() -> None:
+    world = World()
+    world.job()
+    world.pod()
+    world.slurm.end(JOB, JobState.PREEMPTED)
+    world.polled()
+    await world.lifecycle.reconcile_once()
+    assert world.kube.evicted == ["ns/p"]
+    [event] = world.kube.events(keys.EVENT_PREEMPTED)
+    assert "preempted by Slurm" in event["message"] and "QOS low" in event["message"]
+    conditions = world.pod_object()["status"]["conditions"]
+    assert [c["reason"] for c in conditions if c["type"] == keys.POD_CONDITION_SLURM] == [
+        keys.REASON_PREEMPTED]
+
+
+async def test_a_pod_whose_job_runs_elsewhere_now_is_evicted() -> None:
+    world = World()
+    world.job()
+    world.pod()
+    world.slurm.put(SlurmJob(JOB, "k8s:ns/p", JobState.RUNNING, "None", UID,
+                             Allocation(("node2",), {"node2": (0,)})))
+    world.polled()
+    await world.lifecycle.reconcile_once()
+    [event] = world.kube.events(keys.EVENT_JOB_ENDED)
+    assert "restarted on other resources (node2)" in event["message"]

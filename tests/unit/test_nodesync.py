@@ -1,0 +1,108 @@
+"""Node health both ways (NodeSync), against the in-memory fakes of Slurm and the apiserver."""
+
+from typing import Any
+
+from lightkube.models.core_v1 import NodeCondition, NodeSpec, NodeStatus, Taint
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+from bridge import keys
+from bridge.controllers.nodesync import NodeSync
+from bridge.placement.nodes import NodeMap
+from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, idle_node
+
+
+def _node(name: str, *, ready: bool = True, cordoned: bool = False,
+          slurm_name: str | None = None) -> Node:
+    labels = {keys.SLURM_NODE: slurm_name} if slurm_name else {}
+    return Node(
+        metadata=ObjectMeta(name=name, labels=labels),
+        spec=NodeSpec(unschedulable=cordoned or None),
+        status=NodeStatus(conditions=[NodeCondition(
+            type="Ready", status="True" if ready else "False")]),
+    )
+
+
+def _world(*nodes: Node) -> tuple[NodeSync, FakeKube, FakeSlurm]:
+    """NodeSync over a fake apiserver holding ``nodes`` and a fake Slurm with node1."""
+    kube, fake_slurm = FakeKube(), FakeSlurm(("node1",))
+    for node in nodes:
+        kube.add(node)
+    return NodeSync(kube, fake_slurm, NodeMap()), kube, fake_slurm
+
+
+def _taints(kube: FakeKube, name: str) -> dict[str, str]:
+    node = kube.obj(Node, name)
+    assert node is not None
+    return {t["key"]: t.get("value", "") for t in node.get("spec", {}).get("taints") or []}
+
+
+def _condition(kube: FakeKube, name: str) -> dict[str, Any]:
+    node = kube.obj(Node, name)
+    assert node is not None
+    conditions = node.get("status", {}).get("conditions") or []
+    return next(c for c in conditions if c["type"] == keys.NODE_CONDITION_SLURM)
+
+
+async def test_a_slurm_node_gets_the_managed_taint_and_an_available_condition() -> None:
+    sync, kube, _ = _world(_node("node1"), _node("laptop"))
+    await sync.reconcile_once()
+    assert _taints(kube, "node1") == {keys.MANAGED_TAINT: ""}
+    assert _condition(kube, "node1")["status"] == "True"
+    assert _taints(kube, "laptop") == {}  # no Slurm node of that name: not ours
+
+
+async def test_a_node_slurm_drained_is_tainted_with_slurms_reason_and_never_resumed() -> None:
+    sync, kube, slurm = _world(_node("kube-a", slurm_name="node1"))
+    slurm.nodes["node1"] = idle_node("node1", "IDLE", "DRAIN", reason="admin: bad fan")
+    await sync.reconcile_once()
+    assert _taints(kube, "kube-a") == {keys.MANAGED_TAINT: "", keys.UNAVAILABLE_TAINT: "drain"}
+    condition = _condition(kube, "kube-a")
+    assert condition["status"] == "False" and "admin: bad fan" in condition["message"]
+    await sync.reconcile_once()
+    assert "DRAIN" in slurm.nodes["node1"].states  # an admin's drain is not the bridge's to undo
+
+
+async def test_the_taint_goes_when_slurm_resumes_the_node() -> None:
+    sync, kube, slurm = _world(_node("node1"))
+    slurm.nodes["node1"] = idle_node("node1", "DOWN", reason="not responding")
+    await sync.reconcile_once()
+    assert _taints(kube, "node1")[keys.UNAVAILABLE_TAINT] == "down"
+    slurm.nodes["node1"] = idle_node("node1")
+    await sync.reconcile_once()
+    assert _taints(kube, "node1") == {keys.MANAGED_TAINT: ""}
+    assert _condition(kube, "node1")["status"] == "True"
+
+
+async def test_a_cordoned_node_is_drained_in_slurm_and_resumed_when_uncordoned() -> None:
+    sync, kube, slurm = _world(_node("node1", cordoned=True))
+    await sync.reconcile_once()
+    drained = slurm.nodes["node1"]
+    assert "DRAIN" in drained.states and drained.reason.startswith(keys.DRAIN_REASON_PREFIX)
+    assert "cordoned" in drained.reason
+    assert keys.UNAVAILABLE_TAINT in _taints(kube, "node1")  # Slurm's view, told back
+
+    await kube.patch(Node, "node1", {"spec": {"unschedulable": None}},  # kubectl uncordon
+                     patch_type=PatchType.MERGE)
+    await sync.reconcile_once()
+    assert "DRAIN" not in slurm.nodes["node1"].states
+    assert keys.UNAVAILABLE_TAINT not in _taints(kube, "node1")
+
+
+async def test_a_not_ready_node_is_drained_in_slurm() -> None:
+    sync, _, slurm = _world(_node("node1", ready=False))
+    await sync.reconcile_once()
+    assert "NotReady" in slurm.nodes["node1"].reason
+
+
+async def test_other_taints_on_the_node_are_kept() -> None:
+    node = _node("node1")
+    assert node.spec is not None
+    node.spec.taints = [Taint(key="gpu-vendor", value="x", effect="NoSchedule")]
+    sync, kube, slurm = _world(node)
+    slurm.nodes["node1"] = idle_node("node1", "DRAIN", reason="admin")
+    await sync.reconcile_once()
+    assert _taints(kube, "node1") == {
+        "gpu-vendor": "x", keys.MANAGED_TAINT: "", keys.UNAVAILABLE_TAINT: "drain",
+    }
