@@ -38,9 +38,9 @@ GPU_IDS: Final = PREFIX + "gpu-ids"
 # CUDA_VISIBLE_DEVICES as the container numbers its GPUs: 0..n-1 under the NVIDIA container
 # runtime (it mounts only the GPU_IDS devices), the physical indices where nothing renumbers.
 CUDA_DEVICES: Final = PREFIX + "cuda-visible-devices"
-# "<replica>@<epoch seconds>" while a replica submits the pod's job (placement/claims.py).
+# "<replica>@<epoch seconds>" while a replica submits the pod's job (link/claims.py).
 SUBMITTING: Final = PREFIX + "submitting"
-# The owner of the pod's job (pod UID, or group:<ns>/<group>), recorded once (owner.py).
+# The owner of the pod's job (pod UID, or group:<ns>/<group>), recorded once (link/owner.py).
 OWNER: Final = PREFIX + "owner"
 BRIDGE_OWNED_ANNOTATIONS: Final = (
     JOB_ID, SLURM_NODE, GPU_IDS, CUDA_DEVICES, SUBMITTING, OWNER,
@@ -69,7 +69,7 @@ LWS_NAME: Final = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX: Final = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX: Final = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_SIZE: Final = "leaderworkerset.sigs.k8s.io/size"
-# A group's claim is a Lease in the bridge's namespace (placement/claims.py): this label marks
+# A group's claim is a Lease in the bridge's namespace (link/records.py): this label marks
 # it; it carries SUBMITTING, JOB_ID, OWNER and, as JSON, the node each member got.
 GROUP_CLAIM: Final = PREFIX + "group-claim"
 GROUP_NODES: Final = PREFIX + "group-nodes"

@@ -14,15 +14,17 @@ from bridge.controllers.leader import LeaderElector
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
 from bridge.kube.pods import set_slurm_condition
-from bridge.placement.claims import Claims
+from bridge.link.claims import Claims
 from bridge.placement.grace import GraceWarnings
 from bridge.placement.index import JobIndex
 from bridge.placement.intake import UNBOUND, Intake
 from bridge.placement.nodes import NodeMap
 from bridge.placement.notifier import PodNotifier
-from bridge.placement.placer import PlacementError, Placer
+from bridge.placement.outcomes import Refused
+from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
+from bridge.placement.submit import SubmitHooks
 from bridge.policy.check import SubmitRefused, for_submit
 from bridge.policy.tenancy import TenancySource
 from bridge.ports import KubePort, SlurmPort
@@ -61,9 +63,11 @@ class Bridge:
         self.placer = Placer(
             self.index, self.nodes, self.pods, self.notifier.job_known,
             claims=self.claims,
-            admit=self._admit,
-            on_refused=self.notifier.submit_refused,
-            on_submitted=self.grace.submitted,
+            hooks=SubmitHooks(
+                admit=self._admit,
+                on_refused=self.notifier.submit_refused,
+                on_submitted=self.grace.submitted,
+            ),
         )
         self.binder = Binder(
             self.kube, self.placer, cuda_numbering=settings.placement.cuda_visible_devices
@@ -92,7 +96,7 @@ class Bridge:
         try:
             return for_submit(pod, self.settings.admission, self.tenancy)
         except SubmitRefused as exc:
-            raise PlacementError(str(exc)) from exc
+            raise Refused(str(exc)) from exc
 
     async def _job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
         await self.notifier.job_changed(after)

@@ -7,7 +7,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from bridge.placement.owner import owner_key
+from bridge.link.owner import owner_key
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import SlurmJob
 

@@ -21,8 +21,8 @@ from prometheus_client import make_asgi_app
 
 from bridge import metrics
 from bridge.binding.binder import BindError
-from bridge.placement.owner import pod_ref
-from bridge.placement.placer import PlacementError
+from bridge.link.owner import pod_ref
+from bridge.placement.outcomes import PlacementError
 from bridge.runtime import Bridge
 from bridge.slurm.errors import SlurmError
 from extender.verify import PodUnreadable, UnverifiedPod, pod_from_api

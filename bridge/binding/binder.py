@@ -11,9 +11,11 @@ from typing import Literal
 import structlog
 from lightkube.resources.core_v1 import Pod
 
-from bridge import keys, metrics
+from bridge import metrics
 from bridge.kube import pods as kpods
-from bridge.placement.placer import Placement, Placer
+from bridge.link import annotations
+from bridge.placement.outcomes import Placement
+from bridge.placement.placer import Placer
 from bridge.ports import KubePort
 
 log = structlog.get_logger(__name__)
@@ -57,11 +59,11 @@ class Binder:
                 f"{placement.job_id} holds {placement.kube_node} for it"
             )
         try:
-            annotations = {
-                **placement.annotations(),
-                keys.CUDA_DEVICES: cuda_visible_devices(placement.gpu_ids, self._cuda_numbering),
-            }
-            await kpods.bind(self._kube, namespace, name, uid, node, annotations=annotations)
+            cuda = cuda_visible_devices(placement.gpu_ids, self._cuda_numbering)
+            bound = annotations.bound(
+                placement.job_id, placement.owner, placement.slurm_node, placement.gpu_ids, cuda
+            )
+            await kpods.bind(self._kube, namespace, name, uid, node, annotations=bound)
         except kpods.AlreadyBound:  # bound meanwhile, or recreated (the UID precondition)
             current = await self._kube.get(Pod, name, namespace=namespace)
             if current.metadata is None or current.metadata.uid != uid:

@@ -22,13 +22,13 @@ from lightkube.resources.core_v1 import Pod
 from bridge import keys, metrics
 from bridge.kube import pods as kpods
 from bridge.kube.status import is_not_found, is_too_many_requests
-from bridge.placement.claims import Claims
+from bridge.link.annotations import holds
+from bridge.link.claims import Claims
+from bridge.link.owner import owner_key, pod_ref, recorded_job_id, tied_to
 from bridge.placement.grace import grace_seconds
 from bridge.placement.index import JobIndex
-from bridge.placement.owner import owner_key, pod_ref, tied_to
 from bridge.placement.pods import PodKey, PodRegistry
 from bridge.ports import KubePort, SlurmPort
-from bridge.slurm.allocation import format_gpu_ids
 from bridge.slurm.errors import SlurmJobNotFound
 from bridge.slurm.types import JobState, SlurmJob
 
@@ -48,16 +48,6 @@ def containers_stopped(pod: Pod) -> bool:
         return True
     statuses = (pod.status.containerStatuses if pod.status else None) or []
     return bool(statuses) and all(s.state and s.state.terminated for s in statuses)
-
-
-def _holds(annotations: dict[str, str], job: SlurmJob) -> bool:
-    """The job still runs on the Slurm node and GPUs the pod was bound to (bind annotations)."""
-    allocation = job.allocation
-    if job.state is not JobState.RUNNING or allocation is None or job.preempting:
-        return False
-    node = annotations.get(keys.SLURM_NODE, "")
-    gpus = format_gpu_ids(allocation.gpu_ids.get(node, ()))
-    return node in allocation.nodes and annotations.get(keys.GPU_IDS, "") == gpus
 
 
 def preempted(job: SlurmJob) -> bool:
@@ -180,9 +170,8 @@ class Lifecycle:
         meta = pod.metadata or ObjectMeta()
         if meta.uid in self._evicted or meta.deletionTimestamp or finished(pod):
             return False
-        annotations = meta.annotations or {}
         if pod.spec and pod.spec.nodeName:
-            return annotations.get(keys.JOB_ID) == str(job.job_id) and not _holds(annotations, job)
+            return recorded_job_id(pod) == job.job_id and not holds(meta.annotations or {}, job)
         if job.state.is_live or not tied_to(pod, job):  # untied: the group's next run
             return False
         current = self._index.by_owner(owner_key(pod))

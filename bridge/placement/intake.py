@@ -19,8 +19,9 @@ from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
-from bridge.placement.owner import pod_ref
-from bridge.placement.placer import ClaimedElsewhere, PlacementError, Placer
+from bridge.link.owner import pod_ref
+from bridge.placement.outcomes import ClaimedElsewhere, PlacementError
+from bridge.placement.placer import Placer
 from bridge.ports import KubePort
 from bridge.slurm.errors import SlurmError
 

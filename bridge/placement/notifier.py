@@ -20,6 +20,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
 from bridge.kube import pods as kpods
+from bridge.link import annotations
 from bridge.placement.pods import PodKey, PodRegistry
 from bridge.placement.reasons import waiting_message
 from bridge.ports import KubePort
@@ -63,15 +64,9 @@ class PodNotifier:
         meta = pod.metadata or ObjectMeta()
         assert meta.uid and meta.namespace and meta.name
         key = PodKey(meta.namespace, meta.name, meta.uid)
-        annotations = meta.annotations or {}
-        recorded = {keys.JOB_ID: str(job.job_id), keys.OWNER: job.owner}
-        if key.uid not in self._seen and (
-            any(annotations.get(k) != v for k, v in recorded.items())
-            or keys.SUBMITTING in annotations
-        ):  # the job id replaces the submit claim (claims.py); the owner is fixed from now on
-            self._spawn(kpods.annotate(
-                self._kube, key.namespace, key.name, {**recorded, keys.SUBMITTING: None},
-            ))
+        changes = {} if key.uid in self._seen else annotations.record_changes(pod, job)
+        if changes:
+            self._spawn(kpods.annotate(self._kube, key.namespace, key.name, changes))
         self._update(key, job)
 
     async def job_changed(self, job: SlurmJob) -> None:

@@ -1,14 +1,11 @@
 """The extender's decisions: which of the candidate nodes a pod may use, and where it binds.
 
 Slurm decides; this module only translates its answer.  No Slurm listing
-happens here: known jobs come from the index, new ones are submitted once.
+happens here: known jobs come from the index, new ones are submitted once
+(submit.py).  What a decision came to is a type (outcomes.py).
 """
 
-import asyncio
-import dataclasses
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 
 import structlog
@@ -17,75 +14,28 @@ from lightkube.models.core_v1 import Pod
 from bridge import keys, metrics
 from bridge.jobs.annotations import pod_group
 from bridge.jobs.errors import InvalidPodRequest
-from bridge.jobs.request import JobRequest
-from bridge.jobs.translate import job_request_for_pod
-from bridge.placement.claims import (
-    AlreadySubmitted,
-    ClaimLost,
-    Claims,
-    OwnerChanged,
-    member_slot,
-)
+from bridge.link.claims import Claims, member_slot
+from bridge.link.owner import is_group, owner_key, pod_ref, recorded_job_id, tied_to
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
-from bridge.placement.owner import GROUP_PREFIX, owner_key, pod_ref, tied_to
+from bridge.placement.outcomes import (
+    Outcome,
+    Pending,
+    Placement,
+    PlacementError,
+    Refused,
+    Verdict,
+)
 from bridge.placement.pods import PodRegistry
-from bridge.placement.reasons import refusal, waiting_message
+from bridge.placement.reasons import waiting_message
+from bridge.placement.submit import NO_HOOKS, SubmitHooks, Submitter
 from bridge.slurm.allocation import format_gpu_ids
-from bridge.slurm.errors import SlurmError, SlurmJobNotFound, SlurmRejected
+from bridge.slurm.errors import SlurmError, SlurmJobNotFound
 from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """Filter outcome: nodes kept; the rest failed with a message the user will read."""
-
-    keep: list[str] = field(default_factory=list)
-    unresolvable: dict[str, str] = field(default_factory=dict)
-    job: SlurmJob | None = None
-    message: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where a pod goes: Kubernetes node, Slurm node, job and GPU indices."""
-
-    job_id: int
-    owner: str
-    kube_node: str
-    slurm_node: str
-    gpu_ids: str
-
-    def annotations(self) -> dict[str, str]:
-        return {
-            keys.JOB_ID: str(self.job_id),
-            keys.OWNER: self.owner,
-            keys.SLURM_NODE: self.slurm_node,
-            keys.GPU_IDS: self.gpu_ids,
-        }
-
-
-class PlacementError(Exception):
-    """The pod cannot be placed (yet); the message is meant for the pod's owner."""
-
-
-class ClaimedElsewhere(PlacementError):
-    """Another replica's claim holds the pod; it may be taken over in ``retry_in`` seconds."""
-
-    def __init__(self, message: str, retry_in: float) -> None:
-        super().__init__(message)
-        self.retry_in = retry_in
-
-
 OnJobKnown = Callable[[Pod, SlurmJob], Awaitable[None]]
-# The pod as its job is submitted (the namespace's tenancy filled in); raises PlacementError
-# when it must not be (namespace not covered or not mapped, outside tenancy or policy).
-SubmitCheck = Callable[[Pod], Pod]
-# Slurm refused to submit the pod's job: (pod, condition reason, message for its owner).
-OnRefused = Callable[[Pod, str, str], Awaitable[None]]
-REFUSED_RETRY_SECONDS = 30.0
 
 
 class Placer:
@@ -97,35 +47,21 @@ class Placer:
         on_job_known: OnJobKnown | None = None,
         *,
         claims: Claims | None = None,
-        admit: SubmitCheck | None = None,
-        on_refused: OnRefused | None = None,
-        on_submitted: Callable[[Pod], None] | None = None,
+        hooks: SubmitHooks = NO_HOOKS,
     ) -> None:
         self._index = index
-        self._on_refused = on_refused
-        self._on_submitted = on_submitted
-        # owner → (monotonic time until which it is not resubmitted, Slurm's refusal in words)
-        self._refused: dict[str, tuple[float, str]] = {}
-        self._admit = admit
         self._nodes = nodes
         self._pods = pods
         self._on_job_known = on_job_known
         self._claims = claims
-        self._submitting: dict[str, asyncio.Future[SlurmJob]] = {}
+        self._submitter = Submitter(index, claims, hooks)
 
     async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
         try:
             job = await self._job_for(pod)
             placement = await self._placement(pod, job)
         except (PlacementError, InvalidPodRequest, SlurmError) as exc:
-            assert pod.metadata is not None and pod.metadata.uid
-            self._pods.park(pod.metadata.uid)
-            if isinstance(exc, SlurmError):
-                self._pods.note_slurm_trouble(pod)
-            waiting = isinstance(exc, PlacementError) and str(exc).startswith("waiting")
-            metrics.FILTER_DECISIONS.labels("waiting" if waiting else "refused").inc()
-            message = str(exc)
-            return Verdict(unresolvable=dict.fromkeys(candidates, message), message=message)
+            return self._not_placed(pod, candidates, exc)
         if placement.kube_node not in candidates:
             message = (
                 f"Slurm job {job.job_id} holds node {placement.kube_node} for this pod, but "
@@ -133,11 +69,26 @@ class Placer:
                 "resources): fix the node or cancel the job to let Slurm choose again"
             )
             failed = dict.fromkeys(candidates, message)
-            return Verdict(unresolvable=failed, job=job, message=message)
-        metrics.FILTER_DECISIONS.labels("allocated").inc()
+            return Verdict(Outcome.REFUSED, unresolvable=failed, job=job, message=message)
+        metrics.FILTER_DECISIONS.labels(Outcome.ALLOCATED.metric_label).inc()
         failed = {n: f"Slurm placed this pod on {placement.kube_node}" for n in candidates}
         del failed[placement.kube_node]
-        return Verdict(keep=[placement.kube_node], unresolvable=failed, job=job)
+        return Verdict(Outcome.ALLOCATED, keep=[placement.kube_node], unresolvable=failed, job=job)
+
+    def _not_placed(self, pod: Pod, candidates: list[str], exc: Exception) -> Verdict:
+        """Every candidate fails with the reason; kube-scheduler parks the pod meanwhile."""
+        assert pod.metadata is not None and pod.metadata.uid
+        self._pods.park(pod.metadata.uid)
+        if isinstance(exc, PlacementError):
+            outcome = exc.outcome
+        elif isinstance(exc, SlurmError):
+            outcome = Outcome.SLURM_UNAVAILABLE
+            self._pods.note_slurm_trouble(pod)
+        else:
+            outcome = Outcome.REFUSED
+        metrics.FILTER_DECISIONS.labels(outcome.metric_label).inc()
+        message = str(exc)
+        return Verdict(outcome, unresolvable=dict.fromkeys(candidates, message), message=message)
 
     async def placement_for(self, pod: Pod) -> Placement:
         """Where a pod that passed filter must bind (raises PlacementError otherwise)."""
@@ -156,96 +107,30 @@ class Placer:
 
     async def _job_for(self, pod: Pod, *, submit: bool = True) -> SlurmJob:
         owner = self._pods.remember(pod)
-        job = self._index.by_owner(owner) or await self._adopt_annotated(pod)
+        job = self._index.by_owner(owner) or await self._adopt_recorded(pod)
         replacing = None
         if job is not None and not job.state.is_live:
             if tied_to(pod, job):
-                raise PlacementError(
+                raise Refused(
                     f"Slurm job {job.job_id} for this pod ended ({job.state}, reason "
                     f"{job.reason}); the bridge will not resubmit it: recreate the pod"
                 )
             replacing, job = job.job_id, None  # the group's next run (e.g. a resumed Job)
         if job is None:
             if not submit:
-                raise PlacementError(f"no Slurm job for pod {pod_ref(pod)}")
-            job = await self._submit_once(pod, owner, replacing)
+                raise Refused(f"no Slurm job for pod {pod_ref(pod)}")
+            job = await self._submitter.submit(pod, owner, replacing)
         if self._on_job_known is not None:
             await self._on_job_known(pod, job)
         return job
 
-    async def _submit_once(self, pod: Pod, owner: str, replacing: int | None) -> SlurmJob:
-        """Claim and submit; callers racing on one owner (intake, filter) share one attempt."""
-        attempt = self._submitting.get(owner)
-        if attempt is None:
-            attempt = asyncio.ensure_future(self._claim_and_submit(pod, owner, replacing))
-            self._submitting[owner] = attempt
-            attempt.add_done_callback(lambda done: self._submitted(owner, done))
-        return await asyncio.shield(attempt)
-
-    def _submitted(self, owner: str, attempt: "asyncio.Future[SlurmJob]") -> None:
-        del self._submitting[owner]
-        if not attempt.cancelled():
-            attempt.exception()  # retrieved: every waiter has seen it, or none is left
-
-    async def _claim_and_submit(self, pod: Pod, owner: str, replacing: int | None) -> SlurmJob:
-        refused = self._refused.get(owner)
-        if refused is not None and refused[0] > time.monotonic():
-            raise PlacementError(refused[1])  # Slurm said no moments ago: no retry storm
-        if self._admit is not None:  # checked here too: the bridge does not trust admission
-            pod = self._admit(pod)
-        request = dataclasses.replace(job_request_for_pod(pod), owner=owner)
-        if self._claims is None:
-            return await self._ensure(pod, request)
-        try:
-            took_over = await self._claims.claim(pod, owner, replacing=replacing)
-        except AlreadySubmitted as exc:
-            return await self._index.adopt(exc.job_id)
-        except ClaimLost as exc:
-            raise ClaimedElsewhere(f"waiting: {exc}", exc.retry_in) from exc
-        except OwnerChanged as exc:
-            raise PlacementError(f"waiting: {exc}; deciding again") from exc
-        except Exception as exc:  # apiserver unreachable: submit nothing unclaimed
-            raise PlacementError(f"waiting: cannot claim the pod's job: {exc!r}") from exc
-        # A taken-over claim's holder may have submitted, then died before recording it.
-        job = (await self._index.find_live(owner) if took_over else None) or (
-            await self._ensure(pod, request)
-        )
-        try:
-            await self._claims.submitted(pod, owner, job.job_id)
-        except Exception as exc:  # the claim goes stale; its taker finds the job in Slurm
-            log.warning("placement.record_failed", owner=owner, job_id=job.job_id, error=repr(exc))
-        return job
-
-    async def _ensure(self, pod: Pod, request: JobRequest) -> SlurmJob:
-        """Submit; a refusal is told to the pod's owner in words, and not retried for a while
-        (an account removed from slurmdbd must not turn into a submission per filter)."""
-        try:
-            job = await self._index.ensure(request)
-        except SlurmRejected as exc:
-            reason, sentence = refusal(
-                "; ".join(exc.errors) or str(exc), account=request.account,
-                user=request.user, qos=request.qos, partition=request.partition,
-            )
-            message = f"Slurm refused the pod's job: {sentence}"
-            now = time.monotonic()
-            self._refused = {o: r for o, r in self._refused.items() if r[0] > now}
-            self._refused[request.owner] = (now + REFUSED_RETRY_SECONDS, message)
-            log.warning("placement.submit_refused", owner=request.owner, reason=reason,
-                        error=str(exc))
-            if self._on_refused is not None:
-                await self._on_refused(pod, reason, message)
-            raise PlacementError(message) from exc
-        if self._on_submitted is not None:
-            self._on_submitted(pod)
-        return job
-
-    async def _adopt_annotated(self, pod: Pod) -> SlurmJob | None:
+    async def _adopt_recorded(self, pod: Pod) -> SlurmJob | None:
         """A job another replica (or this one before a restart) recorded on the pod."""
-        text = ((pod.metadata and pod.metadata.annotations) or {}).get(keys.JOB_ID)
-        if not text or not text.isdigit():
+        job_id = recorded_job_id(pod)
+        if job_id is None:
             return None
         try:
-            job = await self._index.adopt(int(text))
+            job = await self._index.adopt(job_id)
         except SlurmJobNotFound:
             return None
         return job if job.owner == owner_key(pod) else None
@@ -260,7 +145,7 @@ class Placer:
             allocated = _allocated_nodes(job)
         except PlacementError:  # not running: nowhere to bind yet
             return None
-        if owner.startswith(GROUP_PREFIX):  # only a node recorded on the group's claim
+        if is_group(owner):  # only a node recorded on the group's claim
             node = self._pods.reserved(owner, pod_uid)
             return self._placement_at(owner, job, node) if node in allocated else None
         return self._placement_at(owner, job, allocated[0])
@@ -269,7 +154,7 @@ class Placer:
         assert pod.metadata is not None and pod.metadata.uid
         owner = owner_key(pod)
         allocated = _allocated_nodes(job)
-        if not owner.startswith(GROUP_PREFIX):
+        if not is_group(owner):
             return self._placement_at(owner, job, allocated[0])
         node = self._pods.reserved(owner, pod.metadata.uid)
         if node not in allocated:
@@ -290,9 +175,9 @@ class Placer:
             try:
                 node = await self._claims.member_node(pod, owner, job.job_id, allocated, rank)
             except Exception as exc:  # apiserver away: reserve nothing unrecorded
-                raise PlacementError(f"waiting: cannot reserve a node: {exc!r}") from exc
+                raise Pending(f"waiting: cannot reserve a node: {exc!r}") from exc
         if node is None:
-            raise PlacementError(
+            raise Refused(
                 f"every node of Slurm job {job.job_id} ({','.join(allocated)}) is taken by "
                 f"other members of the group: is {keys.GROUP_SIZE} too small?"
             )
@@ -311,7 +196,7 @@ class Placer:
 
 
 def _allocated_nodes(job: SlurmJob) -> tuple[str, ...]:
-    """The nodes of a running job (PlacementError "waiting" until it runs)."""
+    """The nodes of a running job (Pending, "waiting for Slurm job ...", until it runs)."""
     if job.state is not JobState.RUNNING or job.allocation is None or not job.allocation.nodes:
-        raise PlacementError(waiting_message(job))
+        raise Pending(waiting_message(job))
     return job.allocation.nodes

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from lightkube.models.core_v1 import Pod
 
-from bridge.placement.owner import owner_key
+from bridge.link.owner import owner_key
 
 
 @dataclass(frozen=True, slots=True)

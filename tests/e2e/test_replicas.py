@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from lightkube import AsyncClient
 
-from bridge.placement.claims import Claims
+from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.placer import Placer

@@ -16,10 +16,12 @@ from bridge.placement.grace import grace_warning
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.notifier import PodNotifier
-from bridge.placement.placer import PlacementError, Placer
+from bridge.placement.outcomes import PlacementError
+from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.placement.reasons import explain, refusal, waiting_message
+from bridge.placement.submit import SubmitHooks
 from bridge.policy.tenancy import Tenant
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.convert import accounting
@@ -112,7 +114,7 @@ async def test_a_refused_submit_reaches_the_pod_once_without_a_retry_storm() -> 
         told.append((reason, message))
 
     placer = Placer(JobIndex(cast(SlurmClient, slurm)), NodeMap(), PodRegistry(),
-                    on_refused=on_refused)
+                    hooks=SubmitHooks(on_refused=on_refused))
     verdicts = [await placer.filter(_pod(), ["node1"]) for _ in range(5)]
     assert slurm.submits == 1  # kube-scheduler retries; Slurm is asked once per backoff
     assert told == [("InvalidAccount", verdicts[0].message)]

@@ -6,7 +6,7 @@ from typing import Any, cast
 from lightkube.models.core_v1 import Pod
 
 from bridge.jobs.request import JobRequest
-from bridge.placement.claims import Claims
+from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.placer import Placer

@@ -14,9 +14,9 @@ from prometheus_client import REGISTRY
 from bridge import keys
 from bridge.config import SlurmSettings
 from bridge.jobs.request import JobRequest
+from bridge.link.owner import owner_key
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
-from bridge.placement.owner import owner_key
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller

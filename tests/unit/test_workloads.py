@@ -27,8 +27,8 @@ from admission.workloads import Membership, group_name, membership
 from bridge import keys
 from bridge.jobs.annotations import PodGroup, pod_group
 from bridge.jobs.errors import InvalidPodRequest
-from bridge.placement.claims import member_slot
-from bridge.placement.owner import tied_to
+from bridge.link.claims import member_slot
+from bridge.link.owner import tied_to
 from bridge.slurm.types import JobState, SlurmJob
 
 NS = "research"

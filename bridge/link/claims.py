@@ -2,13 +2,12 @@
 API server, written with a resourceVersion precondition, so they hold across replicas
 and outlive the replica that wrote them.
 
-The claim object is the pod itself for a lone pod, and a Lease per group (in the
-bridge's namespace, labelled ``slurmbridge.io/group-claim``) for a pod group.  Before
-submitting, a replica writes ``slurmbridge.io/submitting=<identity>@<time>`` and the
-owner on it with the object's resourceVersion as precondition: of two replicas racing
-on the same version, exactly one write succeeds.  The loser answers "waiting" and
-adopts the job once its id is recorded (on the pod by the notifier, on a group's Lease
-right after submitting).  A claim whose holder died is taken over after
+The claim object is the pod itself for a lone pod, and a Lease per group (records.py).
+Before submitting, a replica writes ``slurmbridge.io/submitting=<identity>@<time>`` and
+the owner on it with the object's resourceVersion as precondition: of two replicas racing
+on the same version, exactly one write succeeds.  The loser answers "waiting" and adopts
+the job once its id is recorded (on the pod with its job's first status, annotations.py;
+on a group's Lease right after submitting).  A claim whose holder died is taken over after
 ``stale_after`` seconds, and the taker first looks in Slurm for a job the holder may
 have submitted before dying; anything a crash still leaves twice is cancelled by the
 next resync (index.py).
@@ -18,28 +17,24 @@ JSON, written the same way), so two replicas filtering two members at once never
 out one node twice, and a replica that takes over binds each member where it was put.
 """
 
-import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
 
 import structlog
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Pod as PodResource
-from lightkube.types import PatchType
 
 from bridge import keys
-from bridge.kube.status import is_conflict, is_not_found
-from bridge.placement.owner import GROUP_PREFIX, owner_key
+from bridge.kube.status import is_not_found
+from bridge.link.owner import is_group
+from bridge.link.records import Annotations, LeaseRecord, Outdated, PodRecord, Record
 from bridge.ports import KubePort
 
 log = structlog.get_logger(__name__)
 
-Annotations = dict[str, str]
 _WRITE_ATTEMPTS = 5  # precondition failures in a row before a member's reservation gives up
 
 
@@ -63,113 +58,6 @@ class AlreadySubmitted(Exception):
         self.job_id = job_id
 
 
-class OwnerChanged(Exception):
-    """The pod's group labels changed while we were deciding: decide again."""
-
-
-class _Outdated(Exception):
-    """The object's resourceVersion moved on: read it again before deciding."""
-
-
-class _Record(Protocol):
-    """One claim object: read its annotations, write some under a precondition."""
-
-    async def read(self) -> tuple[Annotations, str | None]:
-        """Annotations and resourceVersion (None: the object does not exist yet)."""
-        ...
-
-    async def write(self, changes: dict[str, str | None], version: str | None) -> None:
-        """Apply ``changes`` (None deletes) if still at ``version``, else raise _Outdated."""
-        ...
-
-
-class _PodRecord:
-    """A lone pod's claim lives on the pod; the first read is the copy we were given."""
-
-    def __init__(self, kube: KubePort, pod: Pod, owner: str) -> None:
-        self._kube = kube
-        self._pod: Pod | None = pod
-        self._owner = owner
-        meta = pod.metadata
-        assert meta is not None and meta.name and meta.namespace
-        self._name, self._namespace = meta.name, meta.namespace
-
-    async def read(self) -> tuple[Annotations, str | None]:
-        pod = self._pod or await self._kube.get(
-            PodResource, self._name, namespace=self._namespace
-        )
-        self._pod = None
-        if owner_key(pod) != self._owner:
-            raise OwnerChanged(
-                f"pod {self._namespace}/{self._name} now belongs to {owner_key(pod)}"
-            )
-        meta = pod.metadata or ObjectMeta()
-        return dict(meta.annotations or {}), meta.resourceVersion
-
-    async def write(self, changes: dict[str, str | None], version: str | None) -> None:
-        patch = {"metadata": {"resourceVersion": version, "annotations": changes}}
-        try:
-            await self._kube.patch(
-                PodResource, self._name, patch, namespace=self._namespace,
-                patch_type=PatchType.MERGE,
-            )
-        except ApiError as exc:
-            if is_conflict(exc):
-                raise _Outdated from exc
-            raise
-
-
-def group_claim_name(owner: str) -> str:
-    """The Lease holding a group's claim: readable, and unique per namespace/group."""
-    _, _, group = owner.removeprefix(GROUP_PREFIX).partition("/")
-    readable = "".join(c if c.isalnum() else "-" for c in group.lower()).strip("-")[:30]
-    digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
-    return f"group-{readable}-{digest}" if readable else f"group-{digest}"
-
-
-class _LeaseRecord:
-    """A group's claim: a Lease in the bridge's namespace, created by the first claimer."""
-
-    def __init__(self, kube: KubePort, namespace: str, owner: str, identity: str) -> None:
-        self._kube = kube
-        self._namespace = namespace
-        self._name = group_claim_name(owner)
-        self._owner = owner
-        self._identity = identity
-        self._lease: Lease | None = None
-
-    async def read(self) -> tuple[Annotations, str | None]:
-        try:
-            self._lease = await self._kube.get(Lease, self._name, namespace=self._namespace)
-        except ApiError as exc:
-            if not is_not_found(exc):
-                raise
-            self._lease = None
-            return {}, None
-        meta = self._lease.metadata or ObjectMeta()
-        return dict(meta.annotations or {}), meta.resourceVersion
-
-    async def write(self, changes: dict[str, str | None], version: str | None) -> None:
-        try:
-            if version is None or self._lease is None:
-                annotations = {k: v for k, v in changes.items() if v is not None}
-                await self._kube.create(Lease(metadata=ObjectMeta(
-                    name=self._name, namespace=self._namespace,
-                    labels={keys.GROUP_CLAIM: "true"},
-                    annotations={keys.OWNER: self._owner, **annotations},
-                )))
-                return
-            meta = self._lease.metadata
-            assert meta is not None
-            merged: dict[str, str | None] = {**(meta.annotations or {}), **changes}
-            meta.annotations = {k: v for k, v in merged.items() if v is not None}
-            await self._kube.replace(self._lease)  # carries resourceVersion: 409 if moved on
-        except ApiError as exc:
-            if is_conflict(exc):
-                raise _Outdated from exc
-            raise
-
-
 class Claims:
     def __init__(
         self, kube: KubePort, identity: str, *, namespace: str, stale_after: float = 30.0
@@ -179,10 +67,10 @@ class Claims:
         self._namespace = namespace  # where group claims live: the bridge's own namespace
         self._stale_after = stale_after
 
-    def _record(self, pod: Pod, owner: str) -> _Record:
-        if owner.startswith(GROUP_PREFIX):
-            return _LeaseRecord(self._kube, self._namespace, owner, self.identity)
-        return _PodRecord(self._kube, pod, owner)
+    def _record(self, pod: Pod, owner: str) -> Record:
+        if is_group(owner):
+            return LeaseRecord(self._kube, self._namespace, owner, self.identity)
+        return PodRecord(self._kube, pod, owner)
 
     async def claim(self, pod: Pod, owner: str, *, replacing: int | None = None) -> bool:
         """Claim the owner's submission, reading once more if our copy is out of date.
@@ -194,10 +82,10 @@ class Claims:
         record = self._record(pod, owner)
         try:
             return await self._claim(record, owner, replacing)
-        except _Outdated:
+        except Outdated:
             return await self._claim(record, owner, replacing)
 
-    async def _claim(self, record: _Record, owner: str, replacing: int | None) -> bool:
+    async def _claim(self, record: Record, owner: str, replacing: int | None) -> bool:
         annotations, version = await record.read()
         recorded = annotations.get(keys.JOB_ID, "")
         if recorded.isdigit() and int(recorded) != replacing:
@@ -221,7 +109,7 @@ class Claims:
 
         If this fails the claim goes stale and its taker looks in Slurm first.
         """
-        if not owner.startswith(GROUP_PREFIX):
+        if not is_group(owner):
             return
         record = self._record(pod, owner)
         for _ in range(_WRITE_ATTEMPTS):
@@ -229,7 +117,7 @@ class Claims:
             try:
                 await record.write({keys.JOB_ID: str(job_id), keys.SUBMITTING: None}, version)
                 return
-            except _Outdated:
+            except Outdated:
                 continue
 
     async def member_node(
@@ -254,7 +142,7 @@ class Claims:
             table = json.dumps({"job": job_id, "nodes": {**others, meta.uid: free}})
             try:
                 await record.write({keys.GROUP_NODES: table, keys.JOB_ID: str(job_id)}, version)
-            except _Outdated:  # another member was given a node meanwhile: look again
+            except Outdated:  # another member was given a node meanwhile: look again
                 continue
             return free
         raise ClaimLost("the group's node reservations keep changing", retry_in=1.0)

@@ -16,6 +16,10 @@ from bridge.slurm.types import SlurmJob
 GROUP_PREFIX = "group:"
 
 
+def is_group(owner: str) -> bool:
+    return owner.startswith(GROUP_PREFIX)
+
+
 def owner_key(pod: Pod) -> str:
     """The recorded owner, else the one the pod's labels declare (no job yet)."""
     recorded = ((pod.metadata and pod.metadata.annotations) or {}).get(keys.OWNER)
@@ -38,6 +42,12 @@ def pod_ref(pod: Pod) -> str:
     return f"{meta.namespace}/{meta.name}" if meta else "<unnamed pod>"
 
 
+def recorded_job_id(pod: Pod) -> int | None:
+    """The job id the bridge recorded on the pod (None: none yet, or not a number)."""
+    text = ((pod.metadata and pod.metadata.annotations) or {}).get(keys.JOB_ID, "")
+    return int(text) if text.isdigit() else None
+
+
 def tied_to(pod: Pod, job: SlurmJob) -> bool:
     """Whether an ended ``job`` is this pod's for good.
 
@@ -45,7 +55,6 @@ def tied_to(pod: Pod, job: SlurmJob) -> bool:
     recorded on (``slurmbridge.io/job-id``): a member that never saw it belongs to the
     group's next run (a Job resumed after suspend, a group re-created under its name).
     """
-    if not (job.owner or "").startswith(GROUP_PREFIX):
+    if not is_group(job.owner or ""):
         return True
-    annotations = (pod.metadata and pod.metadata.annotations) or {}
-    return annotations.get(keys.JOB_ID) == str(job.job_id)
+    return recorded_job_id(pod) == job.job_id

@@ -1,0 +1,52 @@
+"""What the bridge writes on a pod about its job, and reads back.
+
+Two writes: the job id and owner as soon as the job is known (it replaces the submit
+claim, and other replicas adopt the job from it), and, in the Binding, where the job
+put the pod (Slurm node, GPU indices and CUDA's numbering of them).  A bound pod's job
+must keep running there, or the pod no longer has what it was bound to.
+"""
+
+from collections.abc import Mapping
+
+from lightkube.models.core_v1 import Pod
+
+from bridge import keys
+from bridge.slurm.allocation import format_gpu_ids
+from bridge.slurm.types import JobState, SlurmJob
+
+
+def record_changes(pod: Pod, job: SlurmJob) -> dict[str, str | None]:
+    """The annotation changes that record ``job`` on the pod (empty: recorded already).
+
+    The job id replaces the submit claim; the owner is fixed from now on (owner.py)."""
+    annotations = (pod.metadata and pod.metadata.annotations) or {}
+    recorded = {keys.JOB_ID: str(job.job_id), keys.OWNER: job.owner}
+    if all(annotations.get(k) == v for k, v in recorded.items()) and (
+        keys.SUBMITTING not in annotations
+    ):
+        return {}
+    return {**recorded, keys.SUBMITTING: None}
+
+
+def bound(
+    job_id: int, owner: str, slurm_node: str, gpu_ids: str, cuda_devices: str
+) -> dict[str, str]:
+    """The annotations the Binding carries: applied with the node name in one write, so a
+    container starting on the node always finds its GPUs through the downward API."""
+    return {
+        keys.JOB_ID: str(job_id),
+        keys.OWNER: owner,
+        keys.SLURM_NODE: slurm_node,
+        keys.GPU_IDS: gpu_ids,
+        keys.CUDA_DEVICES: cuda_devices,
+    }
+
+
+def holds(annotations: Mapping[str, str], job: SlurmJob) -> bool:
+    """The job still runs on the Slurm node and GPUs the pod was bound to."""
+    allocation = job.allocation
+    if job.state is not JobState.RUNNING or allocation is None or job.preempting:
+        return False
+    node = annotations.get(keys.SLURM_NODE, "")
+    gpus = format_gpu_ids(allocation.gpu_ids.get(node, ()))
+    return node in allocation.nodes and annotations.get(keys.GPU_IDS, "") == gpus

@@ -1,0 +1,70 @@
+"""What trying to place a pod came to, as types: filter, intake and bind tell the kinds
+apart by class, never by the wording of a message (which is for the pod's owner)."""
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from bridge.slurm.types import SlurmJob
+
+
+class Outcome(StrEnum):
+    ALLOCATED = "allocated"  # the job runs: the pod goes to its node
+    PENDING = "pending"  # Slurm has not started the job yet, or the apiserver is away
+    CLAIMED_ELSEWHERE = "claimed_elsewhere"  # another replica is submitting the job
+    REFUSED = "refused"  # it will not be placed as it is (Slurm or policy said no, job ended)
+    SLURM_UNAVAILABLE = "slurm_unavailable"  # slurmrestd did not answer usefully
+
+    @property
+    def metric_label(self) -> str:
+        """The label of ``slurmbridge_filter_total``: allocated, waiting or refused."""
+        if self in (Outcome.PENDING, Outcome.CLAIMED_ELSEWHERE):
+            return "waiting"
+        return "allocated" if self is Outcome.ALLOCATED else "refused"
+
+
+class PlacementError(Exception):
+    """The pod cannot be placed (yet); the message is meant for the pod's owner."""
+
+    outcome = Outcome.REFUSED
+
+
+class Refused(PlacementError):
+    """Not as things are: someone must change the pod, the tenancy or Slurm."""
+
+
+class Pending(PlacementError):
+    """Not yet: asking again later may succeed without anyone doing anything."""
+
+    outcome = Outcome.PENDING
+
+
+class ClaimedElsewhere(Pending):
+    """Another replica's claim holds the pod; it may be taken over in ``retry_in`` seconds."""
+
+    outcome = Outcome.CLAIMED_ELSEWHERE
+
+    def __init__(self, message: str, retry_in: float) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Filter outcome: nodes kept; the rest failed with a message the user will read."""
+
+    outcome: Outcome
+    keep: list[str] = field(default_factory=list)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    job: SlurmJob | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a pod goes: Kubernetes node, Slurm node, job and GPU indices."""
+
+    job_id: int
+    owner: str
+    kube_node: str
+    slurm_node: str
+    gpu_ids: str

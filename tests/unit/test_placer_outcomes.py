@@ -1,0 +1,103 @@
+"""Filter's outcome is a type, not a message prefix: each kind of answer is told apart,
+counted under the metric label it always had, and worded as users read it today."""
+
+import time
+from typing import Any, cast
+
+import pytest
+from lightkube.models.core_v1 import Pod
+from prometheus_client import REGISTRY
+
+from bridge import keys
+from bridge.jobs.request import JobRequest
+from bridge.link.claims import Claims
+from bridge.placement.index import JobIndex
+from bridge.placement.nodes import NodeMap
+from bridge.placement.outcomes import Outcome
+from bridge.placement.placer import Placer
+from bridge.placement.pods import PodRegistry
+from bridge.ports import KubePort, SlurmPort
+from bridge.slurm.errors import SlurmRejected, SlurmUnavailable
+from bridge.slurm.types import Allocation, JobState, SlurmJob
+
+
+class OneJobSlurm:
+    """Answers submit with job 7, in the state the test gives; or fails as told."""
+
+    def __init__(self, state: JobState = JobState.PENDING, error: Exception | None = None):
+        self.state, self.error = state, error
+
+    async def submit(self, req: JobRequest) -> int:
+        if self.error is not None:
+            raise self.error
+        return 7
+
+    async def get_job(self, job_id: int) -> SlurmJob:
+        running = self.state is JobState.RUNNING
+        allocation = Allocation(("node1",), {"node1": (0,)}) if running else None
+        return SlurmJob(job_id, "k8s:ns/p", self.state, "Priority", "uid-1", allocation)
+
+
+class AcceptingKube:
+    """An apiserver that accepts every claim written on a pod."""
+
+    async def patch(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _pod(**annotations: str) -> Pod:
+    return cast(Pod, Pod.from_dict({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1", "resourceVersion": "1",
+                     "annotations": annotations},
+        "spec": {"schedulerName": keys.SCHEDULER_NAME,
+                 "containers": [{"name": "c", "image": "x"}]},
+    }))
+
+
+def _placer(slurm: Any, claims: Claims) -> Placer:
+    return Placer(JobIndex(cast(SlurmPort, slurm)), NodeMap(), PodRegistry(), claims=claims)
+
+
+def _count(label: str) -> float:
+    return REGISTRY.get_sample_value("slurmbridge_filter_total", {"outcome": label}) or 0.0
+
+
+@pytest.mark.parametrize(
+    ("slurm", "claimed", "outcome", "label", "message"),
+    [
+        (OneJobSlurm(JobState.PENDING), False, Outcome.PENDING, "waiting",
+         "waiting for Slurm job 7 (PENDING, reason None): "),
+        (OneJobSlurm(error=SlurmRejected("submit", ["Invalid qos specification"], 500)), False,
+         Outcome.REFUSED, "refused", "Slurm refused the pod's job: Slurm refused QOS"),
+        (OneJobSlurm(error=SlurmUnavailable("slurmrestd at http://127.0.0.1:1 failed submit")),
+         False, Outcome.SLURM_UNAVAILABLE, "refused", "slurmrestd at http://127.0.0.1:1 failed"),
+        (OneJobSlurm(JobState.PENDING), True,
+         Outcome.CLAIMED_ELSEWHERE, "waiting",
+         "waiting: bridge replica other is submitting this pod's job"),
+    ],
+)
+async def test_a_pod_not_placed_gets_a_typed_outcome_and_todays_message(
+    slurm: OneJobSlurm, claimed: bool, outcome: Outcome, label: str, message: str
+) -> None:
+    # claimed: another replica wrote its submit claim on the pod a moment ago
+    annotations = {keys.SUBMITTING: f"other@{int(time.time())}"} if claimed else {}
+    claims = Claims(cast(KubePort, AcceptingKube()), "me", namespace="slurmbridge")
+    before = _count(label)
+    verdict = await _placer(slurm, claims).filter(_pod(**annotations), ["node1", "node2"])
+    assert verdict.outcome is outcome
+    assert verdict.keep == [] and verdict.message.startswith(message)
+    assert verdict.unresolvable == dict.fromkeys(["node1", "node2"], verdict.message)
+    assert _count(label) == before + 1
+
+
+async def test_a_running_job_places_the_pod_on_its_node() -> None:
+    slurm = OneJobSlurm(JobState.RUNNING)
+    index = JobIndex(cast(SlurmPort, slurm))
+    placer = Placer(index, NodeMap(), PodRegistry())
+    await placer.filter(_pod(), ["node1"])  # submits; the job is not read back
+    index.record(await slurm.get_job(7))  # what the poller does when the job starts
+    before = _count("allocated")
+    verdict = await placer.filter(_pod(), ["node1", "node2"])
+    assert verdict.outcome is Outcome.ALLOCATED and verdict.keep == ["node1"]
+    assert verdict.unresolvable == {"node2": "Slurm placed this pod on node1"}
+    assert _count("allocated") == before + 1
