@@ -146,7 +146,8 @@ class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Obj] = {}  # (kind, namespace, name) -> object
         self.evicted: list[str] = []  # "namespace/name" of pods evicted, in order
-        self.writes = 0  # create, patch, replace and delete calls, failed ones included
+        # Every create, patch, replace and delete, failed ones included: (verb, kind, body).
+        self.written: list[tuple[str, str, Obj]] = []
         self.down = False
         self._versions = itertools.count(1)
         self._watchers: list[asyncio.Queue[tuple[str, Obj]]] = []
@@ -202,7 +203,7 @@ class FakeKube:
 
     async def patch(self, res: Any, name: str, obj: Any, *, namespace: str | None = None,
                     patch_type: PatchType = PatchType.STRATEGIC) -> Any:
-        await self._io(write=True)
+        await self._io(("patch", _kind(res), copy.deepcopy(obj)))
         target = _SUBRESOURCES.get(res, res)
         current = copy.deepcopy(self._existing(target, name, namespace))
         wanted = (obj.get("metadata") or {}).get("resourceVersion")
@@ -213,7 +214,7 @@ class FakeKube:
 
     async def create(self, obj: Any, name: str | None = None, *,
                      namespace: str | None = None) -> Any:
-        await self._io(write=True)
+        await self._io(("create", _kind(type(obj)), obj.to_dict()))
         if isinstance(obj, Pod.Binding):
             return self._bind(obj)
         if isinstance(obj, Pod.Eviction):  # the pod is deleted: it stays until it stopped
@@ -231,7 +232,7 @@ class FakeKube:
         return type(obj).from_dict(self._store(_kind(type(obj)), raw, "ADDED"))
 
     async def replace(self, obj: Any) -> Any:
-        await self._io(write=True)
+        await self._io(("replace", _kind(type(obj)), obj.to_dict()))
         raw = obj.to_dict()
         meta = raw["metadata"]
         current = self._existing(type(obj), meta["name"], meta.get("namespace"))
@@ -240,7 +241,7 @@ class FakeKube:
         return type(obj).from_dict(self._store(_kind(type(obj)), raw, "MODIFIED"))
 
     async def delete(self, res: Any, name: str, *, namespace: str | None = None) -> None:
-        await self._io(write=True)
+        await self._io(("delete", _kind(res), {"metadata": {"name": name, "namespace": namespace}}))
         self._existing(res, name, namespace)
         gone = self.objects.pop((_kind(res), namespace or "", name))
         self._notify("DELETED", gone)
@@ -251,9 +252,14 @@ class FakeKube:
         if self.down:
             raise ConnectionError("fake apiserver is down")
 
-    async def _io(self, *, write: bool = False) -> None:
+    @property
+    def writes(self) -> int:
+        return len(self.written)
+
+    async def _io(self, write: tuple[str, str, Obj] | None = None) -> None:
         """A request: other tasks run meanwhile (as during a real round trip)."""
-        self.writes += write
+        if write is not None:
+            self.written.append(write)
         await asyncio.sleep(0)
         self._check_up()
 

@@ -1,34 +1,32 @@
-"""What the notifier writes on a pod, and when (a fake apiserver records the writes)."""
+"""What the notifier writes on a pod, and when (the dev kit's fake apiserver records the writes)."""
 
 import asyncio
-from typing import Any, cast
+from typing import cast
 
-from lightkube import AsyncClient
 from lightkube.models.core_v1 import Pod
-from lightkube.resources.core_v1 import Event
 
 from bridge import keys
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.types import Allocation, JobState, SlurmJob
+from slurmbridge_devkit.fakes import FakeKube
 
 QUIET = 0.05
 
 
-class FakeKube:
-    def __init__(self) -> None:
-        self.writes: list[tuple[str, str]] = []  # (what, detail)
-
-    async def patch(self, res: Any, name: str, obj: dict[str, Any], **_: Any) -> None:
-        if "status" in obj:
-            condition = obj["status"]["conditions"][0]
-            self.writes.append(("condition", condition["status"]))
+def writes(kube: FakeKube) -> list[tuple[str, str]]:
+    """The notifier's writes, in order: annotations patched (their keys), a condition set
+    (its status), an event created (its reason)."""
+    seen = []
+    for verb, kind, body in kube.written:
+        if (verb, kind) == ("create", "Event"):
+            seen.append(("event", body.get("reason") or ""))
+        elif (verb, kind) == ("patch", "PodStatus"):
+            seen.append(("condition", body["status"]["conditions"][0]["status"]))
         else:
-            self.writes.append(("annotate", ",".join(obj["metadata"]["annotations"])))
-
-    async def create(self, obj: Any, **_: Any) -> None:
-        assert isinstance(obj, Event)
-        self.writes.append(("event", obj.reason or ""))
+            assert (verb, kind) == ("patch", "Pod"), (verb, kind)
+            seen.append(("annotate", ",".join(body["metadata"]["annotations"])))
+    return seen
 
 
 def _pod(uid: str = "uid-1", annotations: dict[str, str] | None = None) -> Pod:
@@ -44,7 +42,7 @@ RUNNING = SlurmJob(7, "k8s:ns/p", JobState.RUNNING, "None", "uid-1", Allocation(
 
 def _notifier() -> tuple[PodNotifier, FakeKube, PodRegistry]:
     kube, registry = FakeKube(), PodRegistry()
-    notifier = PodNotifier(cast(AsyncClient, kube), registry, quiet_seconds=QUIET)
+    notifier = PodNotifier(kube, registry, quiet_seconds=QUIET)
     return notifier, kube, registry
 
 
@@ -60,7 +58,7 @@ async def test_a_job_slurm_starts_at_once_costs_only_the_job_id_annotation() -> 
     await notifier.job_known(pod, PENDING)
     await notifier.job_changed(RUNNING)
     await _settle(notifier)
-    assert kube.writes == [("annotate", f"{keys.JOB_ID},{keys.OWNER},{keys.SUBMITTING}")]
+    assert writes(kube) == [("annotate", f"{keys.JOB_ID},{keys.OWNER},{keys.SUBMITTING}")]
 
 
 async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
@@ -72,10 +70,10 @@ async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
     await notifier.job_changed(RUNNING)
     await asyncio.sleep(0)
     await notifier.drain()  # before the quiet period is over
-    assert kube.writes == [("condition", "True")]  # kube-scheduler will say "Scheduled"
+    assert writes(kube) == [("condition", "True")]  # kube-scheduler will say "Scheduled"
     assert not registry.parked("uid-1")
     await _settle(notifier)
-    assert len(kube.writes) == 1  # nothing more once the quiet period ends
+    assert len(writes(kube)) == 1  # nothing more once the quiet period ends
 
 
 async def test_a_job_that_keeps_pending_is_shown_after_the_quiet_period() -> None:
@@ -84,12 +82,12 @@ async def test_a_job_that_keeps_pending_is_shown_after_the_quiet_period() -> Non
     registry.remember(pod)
     await notifier.job_known(pod, PENDING)
     await asyncio.sleep(0)
-    assert kube.writes == []
+    assert writes(kube) == []
     await _settle(notifier)
-    assert kube.writes == [("event", "SlurmPending"), ("condition", "False")]
+    assert writes(kube) == [("event", "SlurmPending"), ("condition", "False")]
     await notifier.job_changed(RUNNING)  # shown as pending, so its allocation is shown too
     await notifier.drain()
-    assert kube.writes[2:] == [("event", "SlurmAllocated"), ("condition", "True")]
+    assert writes(kube)[2:] == [("event", "SlurmAllocated"), ("condition", "True")]
 
 
 async def test_pods_whose_jobs_are_long_gone_are_forgotten() -> None:
