@@ -22,7 +22,7 @@ from prometheus_client import make_asgi_app
 from bridge import metrics
 from bridge.binding.binder import BindError
 from bridge.link.owner import pod_ref
-from bridge.placement.outcomes import PlacementError
+from bridge.placement.outcomes import Outcome, PlacementError
 from bridge.runtime import Bridge
 from bridge.slurm.errors import SlurmError
 from extender.verify import PodUnreadable, UnverifiedPod, pod_from_api
@@ -103,7 +103,8 @@ async def _filter(bridge: Bridge, args: ExtenderArgs) -> ExtenderFilterResult:
         pod = await pod_from_api(bridge.kube, claimed)
     except (UnverifiedPod, PodUnreadable) as exc:
         unverified = isinstance(exc, UnverifiedPod)
-        metrics.FILTER_DECISIONS.labels("refused" if unverified else "waiting").inc()
+        outcome = Outcome.REFUSED if unverified else Outcome.PENDING
+        metrics.FILTER_DECISIONS.labels(outcome.metric_label).inc()
         if unverified:
             log.warning("extender.unverified_pod", pod=pod_ref(claimed), why=str(exc))
         message = str(exc) if unverified else f"waiting: cannot read the pod: {exc}"

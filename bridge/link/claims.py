@@ -105,7 +105,7 @@ class Claims:
         return not mine
 
     async def submitted(self, pod: Pod, owner: str, job_id: int) -> None:
-        """Record a group's job id on its claim (a lone pod's is written by the notifier).
+        """Record a group's job id on its claim (a lone pod's: annotations.record_changes).
 
         If this fails the claim goes stale and its taker looks in Slurm first.
         """

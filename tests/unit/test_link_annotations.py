@@ -1,0 +1,44 @@
+"""What the bridge writes on a pod about its job: the record other replicas adopt the job
+from, and the Binding's annotations the containers read their GPUs from."""
+
+from typing import cast
+
+from lightkube.models.core_v1 import Pod
+
+from bridge import keys
+from bridge.link.annotations import bound, holds, record_changes
+from bridge.slurm.types import Allocation, JobState, SlurmJob
+
+
+def _pod(**annotations: str) -> Pod:
+    return cast(Pod, Pod.from_dict(
+        {"metadata": {"name": "p", "namespace": "ns", "uid": "u1", "annotations": annotations}}
+    ))
+
+
+def _job(state: JobState = JobState.RUNNING, gpus: tuple[int, ...] = (4, 5)) -> SlurmJob:
+    allocation = Allocation(("n1",), {"n1": gpus}) if state is JobState.RUNNING else None
+    return SlurmJob(12, "k8s:ns/g", state, "None", "group:ns/g", allocation)
+
+
+def test_the_job_id_and_owner_replace_the_submit_claim_once() -> None:
+    claimed = _pod(**{keys.SUBMITTING: "replica-a@1700000000"})
+    assert record_changes(claimed, _job()) == {
+        keys.JOB_ID: "12", keys.OWNER: "group:ns/g", keys.SUBMITTING: None,
+    }
+    recorded = _pod(**{keys.JOB_ID: "12", keys.OWNER: "group:ns/g"})
+    assert record_changes(recorded, _job()) == {}  # nothing to write: no apiserver call
+
+
+def test_the_binding_carries_where_the_job_put_the_pod() -> None:
+    assert bound(12, "group:ns/g", "n1", "4,5", "0,1") == {
+        keys.JOB_ID: "12", keys.OWNER: "group:ns/g", keys.SLURM_NODE: "n1",
+        keys.GPU_IDS: "4,5", keys.CUDA_DEVICES: "0,1",
+    }
+
+
+def test_a_bound_pod_keeps_its_job_only_on_the_same_node_and_gpus() -> None:
+    annotations = bound(12, "group:ns/g", "n1", "4,5", "0,1")
+    assert holds(annotations, _job())
+    assert not holds(annotations, _job(gpus=(6, 7)))  # requeued onto other GPUs
+    assert not holds(annotations, _job(JobState.PENDING))
