@@ -38,13 +38,13 @@ _SUBRESOURCES: dict[Any, type[Resource]] = {Pod.Status: Pod, Node.Status: Node}
 class FakeSlurm:
     """A fake slurmctld: jobs and nodes in dicts; tests move jobs on with ``start``/``end``."""
 
-    def __init__(self, nodes: tuple[str, ...] = ()) -> None:
+    def __init__(self, nodes: tuple[str, ...] = (), *, first_id: int = 100) -> None:
         self.jobs: dict[int, SlurmJob] = {}
         self.nodes: dict[str, SlurmNode] = {n: idle_node(n) for n in nodes}
         self.submitted: list[JobRequest] = []
         self.cancelled: list[int] = []
         self.down = False  # True: every call fails as an unreachable slurmrestd would
-        self._ids = itertools.count(100)
+        self._ids = itertools.count(first_id)
 
     def _check_up(self) -> None:
         if self.down:

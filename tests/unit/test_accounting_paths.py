@@ -3,9 +3,7 @@
 from typing import Any, cast
 
 import pytest
-from lightkube import AsyncClient
 from lightkube.models.core_v1 import Pod
-from lightkube.resources.core_v1 import Event
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
@@ -23,13 +21,13 @@ from bridge.placement.poller import Poller
 from bridge.placement.reasons import explain, refusal, waiting_message
 from bridge.placement.submit import SubmitHooks
 from bridge.policy.tenancy import Tenant
-from bridge.slurm.client import SlurmClient
 from bridge.slurm.convert import accounting
 from bridge.slurm.errors import SlurmRejected
 from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob
 from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
 from bridge.status import _row as status_row
 from bridge.status import render_table
+from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
 
 
 def _job(state: JobState, reason: str = "None", **extra: Any) -> SlurmJob:
@@ -86,8 +84,11 @@ def test_submit_refusals_name_the_tenancy_values() -> None:
 # --- a refused submit: told once, not retried per filter ---------------------------------
 
 
-class RefusingSlurm:
+class RefusingSlurm(FakeSlurm):
+    """The dev kit's fake Slurm, refusing every submit as slurmctld does a bad account."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.submits = 0
 
     async def submit(self, req: JobRequest) -> int:
@@ -97,8 +98,8 @@ class RefusingSlurm:
         )
 
 
-def _pod(uid: str = "uid-1", **spec: Any) -> Pod:
-    return cast(Pod, Pod.from_dict({
+def _pod(uid: str = "uid-1", **spec: Any) -> PodResource:
+    return cast(PodResource, PodResource.from_dict({
         "metadata": {"name": "p", "namespace": "ns", "uid": uid,
                      "annotations": {keys.ACCOUNT: "team-b", keys.SLURM_USER: "bob"}},
         "spec": {"schedulerName": keys.SCHEDULER_NAME,
@@ -113,7 +114,7 @@ async def test_a_refused_submit_reaches_the_pod_once_without_a_retry_storm() -> 
     async def on_refused(pod: Pod, reason: str, message: str) -> None:
         told.append((reason, message))
 
-    placer = Placer(JobIndex(cast(SlurmClient, slurm)), NodeMap(), PodRegistry(),
+    placer = Placer(JobIndex(slurm), NodeMap(), PodRegistry(),
                     hooks=SubmitHooks(on_refused=on_refused))
     verdicts = [await placer.filter(_pod(), ["node1"]) for _ in range(5)]
     assert slurm.submits == 1  # kube-scheduler retries; Slurm is asked once per backoff
@@ -124,35 +125,38 @@ async def test_a_refused_submit_reaches_the_pod_once_without_a_retry_storm() -> 
         await placer.prepare(_pod())
 
 
-class FakeKube:
-    """Records the writes the bridge makes; lists the pods it is given."""
+def _kube(*pods: PodResource) -> FakeKube:
+    """The dev kit's fake apiserver holding ``pods``."""
+    kube = FakeKube()
+    for pod in pods:
+        kube.add(pod)
+    return kube
 
-    def __init__(self, pods: list[Pod] | None = None) -> None:
-        self.pods = pods or []
-        self.writes: list[tuple[str, Any]] = []
 
-    async def patch(self, res: Any, name: str, obj: dict[str, Any], **_: Any) -> None:
-        condition = obj["status"]["conditions"][0]
-        self.writes.append(("condition", (condition["reason"], condition["message"])))
-
-    async def create(self, obj: Any, *args: Any, **_: Any) -> None:
-        if isinstance(obj, Event):
-            self.writes.append(("event", (obj.reason, obj.message, obj.type)))
+def writes(kube: FakeKube) -> list[tuple[str, Any]]:
+    """The bridge's writes, in order: conditions (reason, message), events (reason, message,
+    type), evictions (the pod's name)."""
+    seen: list[tuple[str, Any]] = []
+    for verb, kind, body in kube.written:
+        assert verb in ("create", "patch"), (verb, kind)
+        if kind == "PodStatus":
+            condition = body["status"]["conditions"][0]
+            seen.append(("condition", (condition["reason"], condition["message"])))
+        elif kind == "Event":
+            seen.append(("event", (body["reason"], body["message"], body["type"])))
         else:
-            self.writes.append(("evict", obj.metadata.name))
-
-    async def list(self, *_: Any, **__: Any) -> Any:
-        for pod in self.pods:
-            yield pod
+            assert kind == "PodEviction", kind
+            seen.append(("evict", body["metadata"]["name"]))
+    return seen
 
 
 async def test_submit_refusal_is_an_event_and_a_condition_once() -> None:
-    kube = FakeKube()
-    notifier = PodNotifier(cast(AsyncClient, kube), PodRegistry(), quiet_seconds=0)
+    kube = _kube(_pod())
+    notifier = PodNotifier(kube, PodRegistry(), quiet_seconds=0)
     for _ in range(3):
         await notifier.submit_refused(_pod(), "InvalidAccount", "Slurm refused: account")
     await notifier.drain()
-    assert kube.writes == [
+    assert writes(kube) == [
         ("event", (keys.EVENT_SUBMIT_REFUSED, "Slurm refused: account", "Warning")),
         ("condition", ("InvalidAccount", "Slurm refused: account")),
     ]
@@ -161,17 +165,14 @@ async def test_submit_refusal_is_an_event_and_a_condition_once() -> None:
 # --- preemption ------------------------------------------------------------------------------
 
 
-class FreshSlurm:
-    """Answers the lifecycle's confirming read with ``job``."""
-
-    def __init__(self, job: SlurmJob) -> None:
-        self.job = job
-
-    async def get_job(self, job_id: int) -> SlurmJob:
-        return self.job
+def _fresh(job: SlurmJob) -> FakeSlurm:
+    """The dev kit's fake Slurm, answering the lifecycle's confirming read with ``job``."""
+    slurm = FakeSlurm()
+    slurm.put(job)
+    return slurm
 
 
-def _bound_pod(grace: int) -> Pod:
+def _bound_pod(grace: int) -> PodResource:
     pod = _pod(nodeName="kube-node1", terminationGracePeriodSeconds=grace)
     assert pod.metadata is not None and pod.metadata.annotations is not None
     pod.metadata.annotations |= {keys.JOB_ID: "7", keys.SLURM_NODE: "node1", keys.GPU_IDS: "0"}
@@ -188,34 +189,32 @@ def _bound_pod(grace: int) -> Pod:
     ids=["ended", "in-grace", "requeued"],
 )
 async def test_a_preempted_job_evicts_its_pod_with_the_reason(job: SlurmJob) -> None:
-    kube = FakeKube([_bound_pod(grace=45)])
-    index = JobIndex(cast(SlurmClient, None))
+    kube, slurm = _kube(_bound_pod(grace=45)), _fresh(job)
+    index = JobIndex(slurm)
     index.record(job)  # as the poller saw it; the lifecycle confirms with a fresh read
-    lifecycle = Lifecycle(cast(AsyncClient, kube), cast(SlurmClient, FreshSlurm(job)), index,
-                          PodRegistry())
+    lifecycle = Lifecycle(kube, slurm, index, PodRegistry())
     await lifecycle.reconcile_once()
-    assert kube.writes[0] == ("evict", "p")  # the Eviction API: the pod's grace period holds
-    (reason, message, kind), = [w[1] for w in kube.writes if w[0] == "event"]
+    assert writes(kube)[0] == ("evict", "p")  # the Eviction API: the pod's grace period holds
+    (reason, message, kind), = [w[1] for w in writes(kube) if w[0] == "event"]
     assert (reason, kind) == (keys.EVENT_PREEMPTED, "Warning")
     assert "preempted by Slurm" in message and "QOS low" in message
     assert "terminationGracePeriodSeconds=45" in message
-    conditions = [w[1] for w in kube.writes if w[0] == "condition"]
+    conditions = [w[1] for w in writes(kube) if w[0] == "condition"]
     assert conditions == [(keys.REASON_PREEMPTED, message)]
     await lifecycle.reconcile_once()  # evicted once
-    assert [w[0] for w in kube.writes].count("evict") == 1
+    assert [w[0] for w in writes(kube)].count("evict") == 1
 
 
 async def test_a_job_that_ended_otherwise_is_not_called_a_preemption() -> None:
-    kube = FakeKube([_bound_pod(grace=0)])
-    index = JobIndex(cast(SlurmClient, None))
     cancelled = _job(JobState.CANCELLED)
+    kube, slurm = _kube(_bound_pod(grace=0)), _fresh(cancelled)
+    index = JobIndex(slurm)
     index.record(cancelled)
-    lifecycle = Lifecycle(cast(AsyncClient, kube), cast(SlurmClient, FreshSlurm(cancelled)),
-                          index, PodRegistry())
+    lifecycle = Lifecycle(kube, slurm, index, PodRegistry())
     await lifecycle.reconcile_once()
-    events = [w[1] for w in kube.writes if w[0] == "event"]
+    events = [w[1] for w in writes(kube) if w[0] == "event"]
     assert [e[0] for e in events] == ["SlurmJobEnded"]
-    assert not [w for w in kube.writes if w[0] == "condition"]
+    assert not [w for w in writes(kube) if w[0] == "condition"]
 
 
 # --- doctor, status and the slurmdb wire models ------------------------------------------------
@@ -288,42 +287,40 @@ def test_status_shows_account_user_and_qos() -> None:
     pod = _pod()
     assert pod.metadata is not None and pod.metadata.annotations is not None
     pod.metadata.annotations[keys.QOS] = "low"
-    row = status_row(cast(PodResource, pod), _job(JobState.RUNNING, qos="high"))
+    row = status_row(pod, _job(JobState.RUNNING, qos="high"))
     assert (row.account, row.user, row.qos) == ("team-a", "alice", "high")
-    waiting = status_row(cast(PodResource, pod), None)  # no job yet: what the tenancy asked for
+    waiting = status_row(pod, None)  # no job yet: what the tenancy asked for
     assert (waiting.account, waiting.user, waiting.qos) == ("team-b", "bob", "low")
     table = render_table([row])
     assert table.splitlines()[0].split()[4:7] == ["ACCOUNT", "USER", "QOS"]
     assert table.splitlines()[1].split()[4:7] == ["team-a", "alice", "high"]
 
 
-class SignallingSlurm:
+class SignallingSlurm(FakeSlurm):
     """A running job whose preemption Slurm has signalled: its state is still RUNNING."""
 
     def __init__(self, job: SlurmJob) -> None:
-        self.job = job
+        super().__init__()
+        self.put(job)
         self.reads = 0
-
-    async def job_states(self) -> dict[int, JobState]:
-        return {self.job.job_id: self.job.state}
 
     async def get_job(self, job_id: int) -> SlurmJob:
         self.reads += 1
-        return self.job
+        return await super().get_job(job_id)
 
 
 @pytest.mark.parametrize("qos", ["low", "high"])
 async def test_running_jobs_of_a_preemptable_qos_are_watched_for_the_signal(qos: str) -> None:
     signalled = _job(JobState.RUNNING, qos=qos, preempting=True)
     slurm = SignallingSlurm(signalled)
-    index = JobIndex(cast(SlurmClient, slurm))
+    index = JobIndex(slurm)
     index.record(_job(JobState.RUNNING, qos=qos))  # as last read: not preempted
     changes: list[SlurmJob] = []
 
     async def changed(before: SlurmJob, after: SlurmJob) -> None:
         changes.append(after)
 
-    poller = Poller(cast(SlurmClient, slurm), index, changed,
+    poller = Poller(slurm, index, changed,
                     watch_running=lambda job: job.qos == "low")
     await poller.poll_once()
     job = index.by_id(7)

@@ -1,10 +1,12 @@
-"""JobIndex invariants against a fake Slurm client (the real one is in tests/integration)."""
+"""JobIndex invariants against the dev kit's fake Slurm (the real one is in tests/integration)."""
 
 import asyncio
-from typing import Any, cast
+from typing import cast
 
 from lightkube.models.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod as PodResource
 
+from bridge import keys
 from bridge.jobs.request import JobRequest
 from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
@@ -12,45 +14,35 @@ from bridge.placement.nodes import NodeMap
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
-from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import Allocation, JobState, SlurmJob
+from slurmbridge_devkit import fakes
+from slurmbridge_devkit.fakes import FakeKube
 
 
-class FakeSlurm:
-    """Just enough of SlurmClient: submit, get_job, list_jobs (which can be held), cancel."""
+class FakeSlurm(fakes.FakeSlurm):
+    """The dev kit's fake Slurm, numbering jobs from 1, whose listing can be held and which
+    remembers the jobs read one by one."""
 
     def __init__(self) -> None:
-        self.jobs: dict[int, SlurmJob] = {}
-        self.cancelled: list[int] = []
+        super().__init__(first_id=1)
         self.fetched: list[int] = []
         self.hold_listing: asyncio.Event | None = None
         self.listing_started = asyncio.Event()
 
-    async def submit(self, req: JobRequest) -> int:
-        job_id = len(self.jobs) + 1
-        self.jobs[job_id] = SlurmJob(job_id, req.name, JobState.PENDING, "None", req.owner, None)
-        return job_id
-
     async def get_job(self, job_id: int) -> SlurmJob:
         self.fetched.append(job_id)
-        return self.jobs[job_id]
-
-    async def job_states(self) -> dict[int, JobState]:
-        return {i: j.state for i, j in self.jobs.items()}
+        return await super().get_job(job_id)
 
     async def list_jobs(self) -> list[SlurmJob]:
-        snapshot = list(self.jobs.values())
+        snapshot = await super().list_jobs()
         self.listing_started.set()
         if self.hold_listing is not None:
             await self.hold_listing.wait()
         return snapshot
 
-    async def cancel(self, job_id: int) -> None:
-        self.cancelled.append(job_id)
-
 
 def _index(fake: FakeSlurm) -> JobIndex:
-    return JobIndex(cast(SlurmClient, cast(Any, fake)))
+    return JobIndex(fake)
 
 
 async def test_a_submit_during_resync_is_not_forgotten() -> None:
@@ -92,7 +84,7 @@ async def test_a_change_seen_only_by_a_resync_is_reported() -> None:
     async def on_change(before: SlurmJob, after: SlurmJob) -> None:
         seen.append((before.state, after.state))
 
-    await Poller(cast(SlurmClient, cast(Any, fake)), index, on_change).resync()
+    await Poller(fake, index, on_change).resync()
     assert seen == [(JobState.PENDING, JobState.RUNNING)]
 
 
@@ -105,7 +97,7 @@ async def test_a_job_another_replica_submitted_is_tracked_at_the_next_poll() -> 
     async def on_change(before: SlurmJob, after: SlurmJob) -> None:
         return None
 
-    poller = Poller(cast(SlurmClient, cast(Any, fake)), leader, on_change)
+    poller = Poller(fake, leader, on_change)
     await poller.resync()
     job = await other.ensure(JobRequest(name="k8s:ns/p", owner="uid-4"))
     native = len(fake.jobs) + 1
@@ -119,31 +111,21 @@ async def test_a_job_another_replica_submitted_is_tracked_at_the_next_poll() -> 
     assert fake.fetched.count(native) == 1
 
 
-class CountingClaims:
-    def __init__(self) -> None:
-        self.claims = 0
-
-    async def claim(self, pod: Pod, owner: str, *, replacing: int | None = None) -> bool:
-        self.claims += 1
-        await asyncio.sleep(0.01)  # an apiserver round trip: the other caller arrives meanwhile
-        return False
-
-    async def submitted(self, pod: Pod, owner: str, job_id: int) -> None:
-        pass
-
-
 async def test_intake_and_filter_racing_on_one_pod_claim_and_submit_once() -> None:
-    fake, claims = FakeSlurm(), CountingClaims()
-    placer = Placer(
-        _index(fake), NodeMap(), PodRegistry(), claims=cast(Claims, cast(Any, claims))
-    )
-    pod = cast(Pod, Pod.from_dict({
+    fake, kube = FakeSlurm(), FakeKube()
+    claims = Claims(kube, "replica-a", namespace="slurmbridge")
+    placer = Placer(_index(fake), NodeMap(), PodRegistry(), claims=claims)
+    pod = cast(PodResource, PodResource.from_dict({
         "metadata": {"name": "p", "namespace": "ns", "uid": "uid-9"},
         "spec": {"schedulerName": "slurmbridge", "containers": [
             {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]},
     }))
+    kube.add(pod)
     early, verdict = await asyncio.gather(placer.prepare(pod), placer.filter(pod, ["kube-node1"]))
-    assert claims.claims == 1 and len(fake.jobs) == 1
+    claimed = [body for verb, kind, body in kube.written
+               if (verb, kind) == ("patch", "Pod")
+               and keys.SUBMITTING in body["metadata"]["annotations"]]
+    assert len(claimed) == 1 and len(fake.jobs) == 1
     assert verdict.keep == [] and f"Slurm job {early.job_id}" in verdict.message
 
 
