@@ -23,6 +23,7 @@ from bridge.placement.poller import Poller
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import Allocation, JobState, SlurmJob
+from slurmbridge_devkit.fakes import FakeSlurm
 
 BRIDGE_USER = "slurm"
 
@@ -112,24 +113,19 @@ async def test_placeholders_are_submitted_non_requeueable() -> None:
     assert rest.submitted[0]["job"]["requeue"] is False
 
 
-class BrokenOnce:
-    """A Slurm client whose state poll raises a non-Slurm error once, then works."""
+class BrokenOnce(FakeSlurm):
+    """The dev kit's fake Slurm whose state poll raises a non-Slurm error once, then works."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.calls = 0
-        self.job = SlurmJob(1, "k8s:ns/p", JobState.PENDING, "None", "uid-1", None)
-
-    async def list_jobs(self) -> list[SlurmJob]:
-        return [self.job]
+        self.job = self.put(SlurmJob(1, "k8s:ns/p", JobState.PENDING, "None", "uid-1", None))
 
     async def job_states(self) -> dict[int, JobState]:
         self.calls += 1
         if self.calls == 1:
             raise KeyError("gres_detail")  # a bug meeting an answer nobody expected
-        return {1: JobState.PENDING}
-
-    async def get_job(self, job_id: int) -> SlurmJob:
-        return self.job
+        return await super().job_states()
 
 
 def _errors(kind: str) -> float:
@@ -138,13 +134,12 @@ def _errors(kind: str) -> float:
 
 async def test_the_poller_outlives_any_error_and_counts_it() -> None:
     fake = BrokenOnce()
-    client = cast(SlurmClient, cast(Any, fake))
     before = _errors("bug")
 
     async def nothing(before: SlurmJob, after: SlurmJob) -> None:
         return None
 
-    poller = Poller(client, JobIndex(client), nothing, interval=0.01, fast_interval=0.01)
+    poller = Poller(fake, JobIndex(fake), nothing, interval=0.01, fast_interval=0.01)
     task = asyncio.create_task(poller.run())
     try:
         for _ in range(200):
@@ -161,8 +156,7 @@ async def test_the_poller_outlives_any_error_and_counts_it() -> None:
 async def test_known_placement_is_none_until_the_job_runs() -> None:
     """prioritize and bind ask from memory: a pending job is "no preference", not an error."""
     fake = BrokenOnce()
-    client = cast(SlurmClient, cast(Any, fake))
-    index = JobIndex(client)
+    index = JobIndex(fake)
     placer = Placer(index, NodeMap(), PodRegistry())
     pod = cast(Pod, Pod.from_dict({
         "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
