@@ -1,9 +1,10 @@
 """Leader election over a Lease (LeaderElector), against the in-memory fake apiserver."""
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
@@ -67,32 +68,33 @@ async def test_racing_takers_of_one_lease_version_cannot_both_win() -> None:
     assert outcomes.count(True) == 1
 
 
-async def test_a_lost_lease_stops_the_controllers() -> None:
-    kube = FakeKube()
-    elector, controllers = _elector(kube, "a", lease_seconds=1), Controllers()
-    running = asyncio.create_task(elector.run(controllers))
+@contextlib.asynccontextmanager
+async def leading(kube: FakeKube, lease_seconds: int) -> AsyncIterator[Controllers]:
+    """Replica a's elector running (stopped on exit), once its controllers have started."""
+    controllers = Controllers()
+    running = asyncio.create_task(_elector(kube, "a", lease_seconds).run(controllers))
     try:
         await asyncio.wait_for(controllers.running.wait(), 2)
-        await _hold(kube, "b", renewed=datetime.now(UTC))  # b took it (e.g. a was paused)
-        await asyncio.wait_for(controllers.stopped.wait(), 2)
+        yield controllers
     finally:
         running.cancel()
-    assert not await elector.try_acquire()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_a_lost_lease_stops_the_controllers() -> None:
+    kube = FakeKube()
+    async with leading(kube, lease_seconds=1) as controllers:
+        await _hold(kube, "b", renewed=datetime.now(UTC))  # b took it (e.g. a was paused)
+        await asyncio.wait_for(controllers.stopped.wait(), 2)
+    assert not await _elector(kube, "a").try_acquire()
 
 
 async def test_controllers_stop_within_the_lease_when_the_apiserver_is_away() -> None:
     """Cut off, the leader cannot see a taker: it stops before its lease could expire."""
     kube = FakeKube()
-    elector, controllers = _elector(kube, "a", lease_seconds=3), Controllers()
-    running = asyncio.create_task(elector.run(controllers))
-    try:
-        await asyncio.wait_for(controllers.running.wait(), 2)
+    async with leading(kube, lease_seconds=3) as controllers:
         kube.down = True
         loop = asyncio.get_running_loop()
         away = loop.time()
         await asyncio.wait_for(controllers.stopped.wait(), 5)
         assert loop.time() - away < 3  # before anyone may take the lease over
-    finally:
-        running.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await running
