@@ -4,8 +4,8 @@ Each repeat is a fresh process (``python -m benchmarks.b4_memory child``) that r
 own VmRSS from /proc at three points:
 
 1. ``interpreter``: at start, before importing the bridge;
-2. ``baseline``: after importing the bridge and building ``Bridge(settings)`` and the
-   extender app (nothing loaded yet);
+2. ``baseline``: after importing the bridge, building it over the dev kit's fakes and the
+   extender app, and putting the ``app_filters`` pods in the fake apiserver (nothing loaded);
 3. ``loaded``: after indexing ``jobs`` placeholder jobs (``JobIndex.record``) and running
    one filter per pod through ``Placer.filter`` (so ``PodRegistry`` and the notifier track
    every pod, as after kube-scheduler asked about each), plus ``app_filters`` filters
@@ -47,6 +47,7 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
 
     import httpx  # noqa: PLC0415
     from lightkube.models.core_v1 import Pod  # noqa: PLC0415
+    from lightkube.resources.core_v1 import Pod as PodResource  # noqa: PLC0415
 
     from benchmarks import synthetic  # noqa: PLC0415
     from bridge import logs  # noqa: PLC0415
@@ -56,6 +57,8 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
 
     bridge, kube = synthetic.offline_bridge()
     app = create_app(bridge, manage_lifecycle=False)
+    for i in range(app_filters):  # the (fake) apiserver's pods the app filters read
+        kube.add(cast(PodResource, PodResource.from_dict(synthetic.pod(i))))
     gc.collect()
     baseline = rss_kb()["VmRSS"]
 
@@ -127,8 +130,10 @@ def run(cfg: Config) -> Outcome:
         f"through `Placer.filter` ({int(last['kept']):,} kept a node), then "
         f"{cfg.app_filters} filters through the FastAPI app (httpx ASGITransport), then "
         "`gc.collect()`. RSS from /proc/self/status (VmRSS, VmHWM; psutil is not installed).",
-        "Same offline bridge as B3 (Slurm and apiserver unreachable, notifier pre-seeded; "
-        f"writes counted: {int(sum(c['notifier_writes'] for c in checks))}). Pod objects are "
+        "Same offline bridge as B3 (Slurm and the apiserver are the dev kit's in-memory "
+        "fakes, the app's pods in the fake apiserver before the baseline; notifier in its "
+        "steady state; apiserver writes counted: "
+        f"{int(sum(c['notifier_writes'] for c in checks))}). Pod objects are "
         "not retained by the bridge; the index holds `SlurmJob`s, the registry `PodKey`s.",
     ]
     return Outcome(
