@@ -9,7 +9,7 @@ can never both believe they lead for longer than one renew period.
 import asyncio
 import os
 import socket
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -68,13 +68,8 @@ class LeaderElector:
             spec.acquireTime = now
             spec.leaseTransitions = (spec.leaseTransitions or 0) + 1
         lease.spec = spec
-        try:  # replace carries resourceVersion: a concurrent taker gets 409
-            await self._kube.replace(lease)
-        except ApiError as exc:
-            if is_conflict(exc):
-                return False
-            raise
-        return True
+        # replace carries resourceVersion: a concurrent taker gets 409
+        return await _won(self._kube.replace(lease))
 
     async def _create(self, now: datetime) -> bool:
         lease = Lease(
@@ -84,13 +79,7 @@ class LeaderElector:
                 acquireTime=now, renewTime=now, leaseTransitions=0,
             ),
         )
-        try:
-            await self._kube.create(lease)
-        except ApiError as exc:
-            if is_conflict(exc):
-                return False
-            raise
-        return True
+        return await _won(self._kube.create(lease))
 
     async def run(self, lead: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Forever: while we hold the lease, ``lead()`` runs; it is cancelled when we lose it."""
@@ -114,3 +103,14 @@ class LeaderElector:
                 task.cancel()
                 task = None
             await asyncio.sleep(renew)
+
+
+async def _won(write: Awaitable[object]) -> bool:
+    """Whether our write of the lease went through; False when another candidate's did (409)."""
+    try:
+        await write
+    except ApiError as exc:
+        if is_conflict(exc):
+            return False
+        raise
+    return True

@@ -86,6 +86,13 @@ async def test_deleting_a_pending_pod_cancels_its_job(
         for k in range(1, 5)
     ]
     try:
+        # All running before the pod's job exists: a blocker still pending leaves its node's
+        # GPUs to the pod's job (RUNNING, not PENDING: failed on 24.11 at 15:44 and 15:47).
+        def running() -> bool:
+            return all(slurm_job_view(bridge_stack.slurm, b)["state"] == "RUNNING"
+                       for b in blockers)
+
+        await wait_for(running, 30, what=f"blockers {blockers} running")
         await create_pod(kube, ns, pod_manifest("waits", gpus=1))
         await _pending_pod_deleted(bridge_stack, kube, ns)
     finally:
