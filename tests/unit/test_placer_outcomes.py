@@ -2,10 +2,10 @@
 counted under the metric label it always had, and worded as users read it today."""
 
 import time
-from typing import Any, cast
+from typing import cast
 
 import pytest
-from lightkube.models.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod as PodResource
 from prometheus_client import REGISTRY
 
 from bridge import keys
@@ -16,37 +16,30 @@ from bridge.placement.nodes import NodeMap
 from bridge.placement.outcomes import Outcome
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
-from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.errors import SlurmRejected, SlurmUnavailable
-from bridge.slurm.types import Allocation, JobState, SlurmJob
+from bridge.slurm.types import JobState
+from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
 
 
-class OneJobSlurm:
-    """Answers submit with job 7, in the state the test gives; or fails as told."""
+class OneJobSlurm(FakeSlurm):
+    """The dev kit's fake Slurm: the job it accepts is 7, started on node1 when ``state`` is
+    RUNNING; or its submit fails as told."""
 
     def __init__(self, state: JobState = JobState.PENDING, error: Exception | None = None):
+        super().__init__(first_id=7)
         self.state, self.error = state, error
 
     async def submit(self, req: JobRequest) -> int:
         if self.error is not None:
             raise self.error
-        return 7
-
-    async def get_job(self, job_id: int) -> SlurmJob:
-        running = self.state is JobState.RUNNING
-        allocation = Allocation(("node1",), {"node1": (0,)}) if running else None
-        return SlurmJob(job_id, "k8s:ns/p", self.state, "Priority", "uid-1", allocation)
+        job_id = await super().submit(req)
+        if self.state is JobState.RUNNING:
+            self.start(job_id, "node1", gpus=(0,))
+        return job_id
 
 
-class AcceptingKube:
-    """An apiserver that accepts every claim written on a pod."""
-
-    async def patch(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-def _pod(**annotations: str) -> Pod:
-    return cast(Pod, Pod.from_dict({
+def _pod(**annotations: str) -> PodResource:
+    return cast(PodResource, PodResource.from_dict({
         "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1", "resourceVersion": "1",
                      "annotations": annotations},
         "spec": {"schedulerName": keys.SCHEDULER_NAME,
@@ -54,8 +47,8 @@ def _pod(**annotations: str) -> Pod:
     }))
 
 
-def _placer(slurm: Any, claims: Claims) -> Placer:
-    return Placer(JobIndex(cast(SlurmPort, slurm)), NodeMap(), PodRegistry(), claims=claims)
+def _placer(slurm: OneJobSlurm, claims: Claims) -> Placer:
+    return Placer(JobIndex(slurm), NodeMap(), PodRegistry(), claims=claims)
 
 
 def _count(label: str) -> float:
@@ -81,7 +74,9 @@ async def test_a_pod_not_placed_gets_a_typed_outcome_and_todays_message(
 ) -> None:
     # claimed: another replica wrote its submit claim on the pod a moment ago
     annotations = {keys.SUBMITTING: f"other@{int(time.time())}"} if claimed else {}
-    claims = Claims(cast(KubePort, AcceptingKube()), "me", namespace="slurmbridge")
+    kube = FakeKube()
+    kube.add(_pod(**annotations))
+    claims = Claims(kube, "me", namespace="slurmbridge")
     before = _count(label)
     verdict = await _placer(slurm, claims).filter(_pod(**annotations), ["node1", "node2"])
     assert verdict.outcome is outcome
@@ -92,7 +87,7 @@ async def test_a_pod_not_placed_gets_a_typed_outcome_and_todays_message(
 
 async def test_a_running_job_places_the_pod_on_its_node() -> None:
     slurm = OneJobSlurm(JobState.RUNNING)
-    index = JobIndex(cast(SlurmPort, slurm))
+    index = JobIndex(slurm)
     placer = Placer(index, NodeMap(), PodRegistry())
     await placer.filter(_pod(), ["node1"])  # submits; the job is not read back
     index.record(await slurm.get_job(7))  # what the poller does when the job starts
