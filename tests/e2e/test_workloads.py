@@ -32,7 +32,7 @@ from lightkube.types import CascadeType, PatchType
 
 from bridge import keys
 from bridge.slurm.allocation import expand_nodes
-from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, slurm_job_view
 from slurmbridge_devkit.kube import ControlPlane, cache_dir, set_pod_phase, wait_for
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import BridgeStack, free_port, make_e2e_namespace
@@ -184,13 +184,22 @@ async def run_pods(kube: AsyncClient, pods: list[Pod]) -> None:
         await set_pod_phase(kube, pod, "Running")
 
 
-def block(slurm: SlurmTarget, *nodes: str, cpus: int = 32) -> list[str]:
-    """Admin jobs holding ``cpus`` CPUs on each node, so a 48-CPU member fits only elsewhere."""
-    return [
+async def block(slurm: SlurmTarget, *nodes: str, cpus: int = 32) -> list[str]:
+    """Admin jobs holding ``cpus`` CPUs on each node, so a 48-CPU member fits only elsewhere.
+
+    Returns once they run: a blocker still pending when the group's job arrives could let
+    Slurm give its node to the group first."""
+    jobs = [
         slurm.admin("sbatch", "--parsable", "-c", str(cpus), "-w", node, "-o", "/dev/null",
                     "--wrap", "sleep 900").strip()
         for node in nodes
     ]
+
+    def running() -> bool:
+        return all(slurm_job_view(slurm, job)["state"] == "RUNNING" for job in jobs)
+
+    await wait_for(running, 30, what=f"blockers {jobs} running")
+    return jobs
 
 
 async def ensure_crd(kube: AsyncClient, group: str, version: str, kind: str, plural: str) -> None:
@@ -245,7 +254,7 @@ async def test_gang_job_is_one_slurm_job_never_half_placed(
 ) -> None:
     slurm, ns = await quiet_namespace(bridge_stack, kube, e2e_namespaces, "gang-job")
     # Two nodes keep 32 of their CPUs: 3 members of 48 CPUs would fit only 2 at a time.
-    blockers = block(slurm, "node1", "node2")
+    blockers = await block(slurm, "node1", "node2")
     name, selector = f"k8s:{ns}/train", {"batch.kubernetes.io/job-name": "train"}
     try:
         await create(kube, Job, ns, job_manifest("train", 3, gang=True, cpu="48"))
