@@ -24,7 +24,7 @@ from pathlib import Path
 from benchmarks import live
 from benchmarks.common import Figure, Outcome, at_most, fmt
 from bridge import keys
-from bridge.jobs.request import JobRequest
+from bridge.jobs.request import JobRequest, SlurmPlacement
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
 from slurmbridge_devkit.kube import ControlPlane, create_namespace, unique_name
@@ -52,7 +52,7 @@ async def block_nodes(slurm: SlurmTarget) -> list[int]:
         ids = [
             await client.submit(JobRequest(
                 name="bench-b2-blocker", owner="", cpus=n.cpus, memory_mb=1024,
-                exclusive=True,
+                placement=SlurmPlacement(exclusive=True),
             ))
             for n in nodes
         ]

@@ -75,7 +75,8 @@ class FakeSlurm:
         self.submitted.append(req)
         self.jobs[job_id] = SlurmJob(
             job_id, req.name, JobState.PENDING, "Priority", req.owner, None,
-            user=req.user or "", account=req.account or "", qos=req.qos or "",
+            user=req.placement.user or "", account=req.placement.account or "",
+            qos=req.placement.qos or "",
         )
         return job_id
 

@@ -8,11 +8,12 @@ An empty (or blank) value counts as unset, as a templated-out value usually mean
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.request import SlurmPlacement
 from bridge.jobs.timelimit import ACCEPTED as TIME_LIMIT_FORM
 from bridge.jobs.timelimit import SLURM_UINT32_MAX, parse_time_limit
 
@@ -30,19 +31,15 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class SlurmOptions:
-    """The job options taken from a pod's annotations; ``None`` leaves Slurm's default."""
+    """The job options taken from a pod's annotations; ``None`` leaves Slurm's default.
 
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    reservation: str | None = None
-    wckey: str | None = None
-    constraints: str | None = None
-    priority: int | None = None
+    ``placement`` goes to the job as is; the time limit and GPU count are only the pod's
+    say, which the translation weighs against its deadline and resource requests.
+    """
+
+    placement: SlurmPlacement = field(default_factory=SlurmPlacement)
     time_limit_minutes: int | None = None
-    exclusive: bool = False
     gpus: int | None = None  # written by the webhook when it moves the GPU request
-    user: str | None = None  # the namespace's Slurm user (tenancy), filled in by the webhook
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,18 +122,21 @@ def _reader(
 def slurm_options(annotations: Mapping[str, str] | None) -> SlurmOptions:
     """Parse the bridge annotations of a pod; raises InvalidPodRequest on the first bad one."""
     read = _reader(annotations, "annotation")
-    return SlurmOptions(
+    placement = SlurmPlacement(
         partition=read(keys.PARTITION, _name_list),
         account=read(keys.ACCOUNT, _name),
+        user=read(keys.SLURM_USER, _name),  # the namespace's (tenancy), set by the webhook
         qos=read(keys.QOS, _name),
         reservation=read(keys.RESERVATION, _name_list),
         wckey=read(keys.WCKEY, _name),
         constraints=read(keys.CONSTRAINTS, _constraints),
         priority=read(keys.PRIORITY, _count),
-        time_limit_minutes=read(keys.TIME_LIMIT, _time_limit),
         exclusive=read(keys.EXCLUSIVE, _flag) or False,
+    )
+    return SlurmOptions(
+        placement,
+        time_limit_minutes=read(keys.TIME_LIMIT, _time_limit),
         gpus=read(keys.GPUS, _count),
-        user=read(keys.SLURM_USER, _name),
     )
 
 

@@ -1,6 +1,24 @@
 """The job request: the core's version-independent description of a placeholder job."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmPlacement:
+    """Where and under whose name Slurm runs the job: the knobs a pod sets by annotation.
+
+    ``None`` leaves Slurm's own default (default partition, user's default account, ...).
+    """
+
+    partition: str | None = None
+    account: str | None = None
+    user: str | None = None  # Slurm user the job runs as; None: the bridge's own (slurm.user)
+    qos: str | None = None
+    reservation: str | None = None
+    wckey: str | None = None
+    constraints: str | None = None
+    priority: int | None = None
+    exclusive: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,12 +37,4 @@ class JobRequest:
     gpus: int = 0
     nodes: int = 1
     time_limit_minutes: int | None = None
-    partition: str | None = None
-    account: str | None = None
-    user: str | None = None  # Slurm user the job runs as; None: the bridge's own (slurm.user)
-    qos: str | None = None
-    reservation: str | None = None
-    wckey: str | None = None
-    constraints: str | None = None
-    priority: int | None = None
-    exclusive: bool = False
+    placement: SlurmPlacement = field(default_factory=SlurmPlacement)

@@ -32,15 +32,7 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
         gpus=resources.gpus if options.gpus is None else options.gpus,
         nodes=group.size if group else 1,
         time_limit_minutes=options.time_limit_minutes or _deadline_minutes(pod),
-        partition=options.partition,
-        account=options.account,
-        user=options.user,
-        qos=options.qos,
-        reservation=options.reservation,
-        wckey=options.wckey,
-        constraints=options.constraints,
-        priority=options.priority,
-        exclusive=options.exclusive,
+        placement=options.placement,
     )
 
 

@@ -99,7 +99,8 @@ class JobIndex:
             # PENDING anyway; the poller reads the job when its state changes.
             job = SlurmJob(
                 job_id, req.name, JobState.PENDING, "None", req.owner, None,
-                partition=req.partition or "", account=req.account or "", qos=req.qos or "",
+                partition=req.placement.partition or "", account=req.placement.account or "",
+                qos=req.placement.qos or "",
             )
             self.record(job)
             return job

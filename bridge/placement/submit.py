@@ -102,9 +102,10 @@ class Submitter:
         try:
             job = await self._index.ensure(request)
         except SlurmRejected as exc:
+            where = request.placement
             reason, sentence = refusal(
-                "; ".join(exc.errors) or str(exc), account=request.account,
-                user=request.user, qos=request.qos, partition=request.partition,
+                "; ".join(exc.errors) or str(exc), account=where.account,
+                user=where.user, qos=where.qos, partition=where.partition,
             )
             message = f"Slurm refused the pod's job: {sentence}"
             now = time.monotonic()

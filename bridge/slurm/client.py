@@ -83,13 +83,14 @@ class SlurmClient:
         )}
         resp = await self.rest.call(
             "POST", "/job/submit", "submit", SubmitResponse, json=body, idempotent=False,
-            user=req.user,
+            user=req.placement.user,
         )
         if resp.job_id is None:
             raise SlurmRejected("submit", [e.text() for e in resp.errors], 200)
         log.info(
             "slurm.submitted", job_id=resp.job_id, job_name=req.name, owner=req.owner,
-            user=req.user or self._settings.user, account=req.account, qos=req.qos,
+            user=req.placement.user or self._settings.user, account=req.placement.account,
+            qos=req.placement.qos,
         )
         return resp.job_id
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.jobs.request import JobRequest
+from bridge.jobs.request import JobRequest, SlurmPlacement
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmAuthError
 from bridge.slurm.types import JobState, SlurmJob
@@ -29,8 +29,8 @@ def _trust(user: str, job_name: str) -> bool:
 def _request(namespace: str, gpus: int = 0, qos: str | None = None) -> JobRequest:
     uid = str(uuid.uuid4())
     return JobRequest(
-        name=f"k8s:{namespace}/acct-{uid[:8]}", owner=uid, user=MAPPED[namespace],
-        account=namespace, cpus=1, memory_mb=512, gpus=gpus, qos=qos,
+        name=f"k8s:{namespace}/acct-{uid[:8]}", owner=uid, cpus=1, memory_mb=512, gpus=gpus,
+        placement=SlurmPlacement(user=MAPPED[namespace], account=namespace, qos=qos),
     )
 
 
@@ -81,10 +81,10 @@ async def test_placeholder_is_accounted_to_its_user_and_account_with_gpus(
     try:
         for req, job_id in zip(reqs, ids, strict=True):
             job = await _wait(tenant_client, job_id, JobState.RUNNING)
-            assert (job.user, job.account) == (req.user, req.account)
+            assert (job.user, job.account) == (req.placement.user, req.placement.account)
             assert job.owner == req.owner  # the bridge still recognises its placeholder
             user, account, tres = await _sacct(slurm, job_id, "User,Account,AllocTRES")
-            assert (user, account) == (req.user, req.account)
+            assert (user, account) == (req.placement.user, req.placement.account)
             assert f"gres/gpu={req.gpus}" in tres.split(","), tres
     finally:
         for job_id in ids:  # cancelling a mapped user's job: the bridge acts as SlurmUser
@@ -98,8 +98,8 @@ async def test_a_job_of_an_unmapped_user_is_not_a_placeholder(
 ) -> None:
     """bob forging the marker for team-a's namespace: read, never taken for a placeholder."""
     forged = JobRequest(
-        name="k8s:team-a/forged", owner=str(uuid.uuid4()), user="bob", account="team-b",
-        cpus=1, memory_mb=512,
+        name="k8s:team-a/forged", owner=str(uuid.uuid4()), cpus=1, memory_mb=512,
+        placement=SlurmPlacement(user="bob", account="team-b"),
     )
     job_id = await tenant_client.submit(forged)
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.jobs.request import JobRequest
+from bridge.jobs.request import JobRequest, SlurmPlacement
 from bridge.slurm import negotiate
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import (
@@ -80,7 +80,7 @@ async def test_token_file_rotation_is_picked_up(slurm: SlurmTarget, tmp_path: Pa
 
 async def test_slurm_rejection_carries_slurms_words(slurm_client: SlurmClient) -> None:
     with pytest.raises(SlurmRejected, match="Invalid partition name specified"):
-        await slurm_client.submit(_request(partition="no-such-partition"))
+        await slurm_client.submit(_request(placement=SlurmPlacement(partition="no-such-partition")))
 
 
 async def test_unknown_job_is_typed_not_found(slurm_client: SlurmClient) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from bridge import keys
 from bridge.config import SlurmSettings
-from bridge.jobs.request import JobRequest
+from bridge.jobs.request import JobRequest, SlurmPlacement
 from bridge.slurm import auth
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmAuthError
@@ -69,7 +69,8 @@ def key_file(tmp_path: Path) -> Path:
 
 
 def _req(user: str | None) -> JobRequest:
-    return JobRequest(name="k8s:team-a/p", owner="uid-1", user=user, account="team-a")
+    placement = SlurmPlacement(user=user, account="team-a")
+    return JobRequest(name="k8s:team-a/p", owner="uid-1", placement=placement)
 
 
 def test_minted_token_carries_the_claims_slurm_documents() -> None:

@@ -176,8 +176,8 @@ def test_submit_carries_the_tenancy_even_when_admission_did_not_run(tenancy_file
     source = TenancySource(tenancy_file)
     settings = AdmissionSettings()
     pod = for_submit(_lightkube_pod("team-a", priorityClassName="batch-low"), settings, source)
-    request = job_request_for_pod(pod)
-    assert (request.account, request.user, request.partition, request.qos) == (
+    where = job_request_for_pod(pod).placement
+    assert (where.account, where.user, where.partition, where.qos) == (
         "physics", "alice", "gpu", "low"
     )
 
@@ -201,7 +201,8 @@ def test_a_tenant_without_a_user_lets_no_pod_name_one() -> None:
     with pytest.raises(SubmitRefused, match=r"default\.user"):
         for_submit(_lightkube_pod("any", {keys.SLURM_USER: "root"}), AdmissionSettings(), source)
     request = job_request_for_pod(for_submit(_lightkube_pod("any"), AdmissionSettings(), source))
-    assert (request.account, request.user) == ("shared", None)  # None: the bridge's own user
+    where = request.placement
+    assert (where.account, where.user) == ("shared", None)  # None: the bridge's own user
 
 
 def test_placeholders_are_trusted_only_for_the_user_their_namespace_runs_as(

@@ -30,9 +30,10 @@ def test_annotations_reach_the_job() -> None:
         keys.PRIORITY: "7", keys.TIME_LIMIT: "2:00:00", keys.EXCLUSIVE: "true",
     })
     request = job_request_for_pod(pod)
-    assert (request.partition, request.account, request.qos) == ("gpu", "physics", "high")
-    assert (request.reservation, request.wckey, request.constraints) == ("r1", "w", "a100")
-    assert (request.priority, request.time_limit_minutes, request.exclusive) == (7, 120, True)
+    where = request.placement
+    assert (where.partition, where.account, where.qos) == ("gpu", "physics", "high")
+    assert (where.reservation, where.wckey, where.constraints) == ("r1", "w", "a100")
+    assert (where.priority, request.time_limit_minutes, where.exclusive) == (7, 120, True)
 
 
 def test_gpus_come_from_the_pod_resources() -> None:

@@ -7,12 +7,13 @@ from hypothesis import strategies as st
 from bridge import keys
 from bridge.jobs.annotations import PodGroup, SlurmOptions, pod_group, slurm_options
 from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.request import SlurmPlacement
 from bridge.jobs.timelimit import parse_time_limit
 
 
 def test_no_annotations_leave_every_choice_to_slurm() -> None:
     assert slurm_options(None) == slurm_options({}) == SlurmOptions()
-    assert SlurmOptions().exclusive is False
+    assert SlurmOptions().placement.exclusive is False
 
 
 def test_every_option_is_read() -> None:
@@ -23,15 +24,17 @@ def test_every_option_is_read() -> None:
         keys.EXCLUSIVE: "true", keys.GPUS: "2", "example.com/other": "ignored",
     })
     assert options == SlurmOptions(
-        partition="gpu", account="physics", qos="high", reservation="maint_2024.q1",
-        wckey="proj-7", constraints="a100&ib", priority=100, time_limit_minutes=1440,
-        exclusive=True, gpus=2,
+        SlurmPlacement(
+            partition="gpu", account="physics", qos="high", reservation="maint_2024.q1",
+            wckey="proj-7", constraints="a100&ib", priority=100, exclusive=True,
+        ),
+        time_limit_minutes=1440, gpus=2,
     )
 
 
 def test_surrounding_whitespace_is_ignored_and_blank_means_unset() -> None:
     options = slurm_options({keys.PARTITION: " gpu\n", keys.ACCOUNT: "", keys.TIME_LIMIT: "  "})
-    assert options == SlurmOptions(partition="gpu")
+    assert options == SlurmOptions(SlurmPlacement(partition="gpu"))
 
 
 @pytest.mark.parametrize(
@@ -94,13 +97,14 @@ def test_slurm_names_outside_the_safe_charset_are_refused(key: str, bad: str) ->
 @pytest.mark.parametrize("key", NAME_KEYS)
 def test_slurm_names_up_to_64_characters_pass_unchanged(key: str) -> None:
     for good in ("gpu-a100_v2.1", "x" * 64):
-        assert getattr(slurm_options({key: good}), key.removeprefix(keys.PREFIX)) == good
+        placement = slurm_options({key: good}).placement
+        assert getattr(placement, key.removeprefix(keys.PREFIX)) == good
 
 
 @pytest.mark.parametrize("key", [keys.PARTITION, keys.RESERVATION])
 def test_partitions_and_reservations_may_be_lists_as_slurm_allows(key: str) -> None:
     options = slurm_options({key: "gpu, gpu-long"})
-    assert getattr(options, key.removeprefix(keys.PREFIX)) == "gpu,gpu-long"
+    assert getattr(options.placement, key.removeprefix(keys.PREFIX)) == "gpu,gpu-long"
 
 
 @pytest.mark.parametrize("key", [keys.ACCOUNT, keys.QOS, keys.WCKEY])
@@ -119,7 +123,7 @@ def test_name_lists_need_a_name_between_every_comma(key: str, bad: str) -> None:
 @pytest.mark.parametrize("good", ["a100", "a100&ib", "[rack1|rack2]", "a100*2", "(a|b)&c",
                                   "gpu:a100", "!slow", "x86_64,avx-512.1"])
 def test_feature_expressions_pass_unchanged(good: str) -> None:
-    assert slurm_options({keys.CONSTRAINTS: good}).constraints == good
+    assert slurm_options({keys.CONSTRAINTS: good}).placement.constraints == good
 
 
 @pytest.mark.parametrize("bad", ["a100 && ib", "a$(id)", "a\nb", "a;b", "a>b", "x" * 1025])
@@ -130,7 +134,7 @@ def test_feature_expressions_with_other_characters_are_refused(bad: str) -> None
 
 @pytest.mark.parametrize(("text", "value"), [("0", 0), ("100", 100), ("4294967293", 2**32 - 3)])
 def test_priority_is_a_non_negative_integer(text: str, value: int) -> None:
-    assert slurm_options({keys.PRIORITY: text}).priority == value
+    assert slurm_options({keys.PRIORITY: text}).placement.priority == value
 
 
 @pytest.mark.parametrize("key", [keys.PRIORITY, keys.GPUS])
@@ -143,7 +147,7 @@ def test_counts_that_are_not_plain_whole_numbers_are_refused(key: str, bad: str)
 @pytest.mark.parametrize(("text", "value"), [("true", True), ("TRUE", True), ("false", False),
                                              ("False", False)])
 def test_exclusive_is_a_boolean(text: str, value: bool) -> None:
-    assert slurm_options({keys.EXCLUSIVE: text}).exclusive is value
+    assert slurm_options({keys.EXCLUSIVE: text}).placement.exclusive is value
 
 
 @pytest.mark.parametrize("bad", ["yes", "1", "on", "exclusive"])

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bridge.jobs.request import JobRequest
+from bridge.jobs.request import JobRequest, SlurmPlacement
 
 
 class WireModel(BaseModel):
@@ -133,15 +133,22 @@ class JobDescription(WireModel):
             "memory_per_node": NoVal.of(req.memory_mb) if req.memory_mb else None,
             "tres_per_node": f"gres/gpu:{req.gpus}" if req.gpus else None,
             "time_limit": NoVal.of(req.time_limit_minutes) if req.time_limit_minutes else None,
-            "partition": req.partition,
-            "account": req.account,
-            "qos": req.qos,
-            "reservation": req.reservation,
-            "wckey": req.wckey,
-            "constraints": req.constraints,
-            "priority": NoVal.of(req.priority) if req.priority is not None else None,
-            "shared": ["none"] if req.exclusive else None,
             "environment": ["SLURMBRIDGE_PLACEHOLDER=1"],
+            **cls._placement(req.placement),
+        }
+
+    @staticmethod
+    def _placement(where: SlurmPlacement) -> dict[str, Any]:
+        """Slurm's names for the placement knobs; the user goes in the request's identity."""
+        return {
+            "partition": where.partition,
+            "account": where.account,
+            "qos": where.qos,
+            "reservation": where.reservation,
+            "wckey": where.wckey,
+            "constraints": where.constraints,
+            "priority": NoVal.of(where.priority) if where.priority is not None else None,
+            "shared": ["none"] if where.exclusive else None,
         }
 
 
