@@ -4,6 +4,7 @@ One module so that the webhook, the extender and the controllers can never
 disagree on a spelling, and so operators have one place to look them up.
 """
 
+from enum import StrEnum
 from typing import Final
 
 PREFIX: Final = "slurmbridge.io/"
@@ -83,17 +84,23 @@ UNAVAILABLE_TAINT: Final = PREFIX + "slurm-unavailable"
 
 # Pod / node condition types.
 POD_CONDITION_SLURM: Final = "SlurmJobAllocated"
-# Condition reason (on POD_CONDITION_SLURM) and event reason when Slurm preempts a pod's job.
+# Condition reason (on POD_CONDITION_SLURM) when Slurm preempts a pod's job.
 REASON_PREEMPTED: Final = "PreemptedBySlurm"
-EVENT_PREEMPTED: Final = "SlurmPreempted"
-# Event reasons: Slurm refused to submit the pod's job; the pod's grace period outlasts the
-# QOS GraceTime (Slurm kills the job before the pod has stopped).
-EVENT_SUBMIT_REFUSED: Final = "SlurmSubmitRefused"
-EVENT_GRACE_TOO_LONG: Final = "GraceLongerThanSlurm"
-# Event reasons: the job's state as first shown (notifier), a bound pod's job ended (lifecycle).
-EVENT_PENDING: Final = "SlurmPending"
-EVENT_ALLOCATED: Final = "SlurmAllocated"
-EVENT_JOB_ENDED: Final = "SlurmJobEnded"
+
+
+class EventReason(StrEnum):
+    """Every reason of the Events the bridge records on pods: a closed set, so operators can
+    select them (``kubectl get events --field-selector reason=SlurmPreempted``) and no other
+    string reaches ``record_event``."""
+
+    PREEMPTED = "SlurmPreempted"  # Slurm preempted the pod's job
+    SUBMIT_REFUSED = "SlurmSubmitRefused"  # Slurm refused to submit the pod's job
+    GRACE_TOO_LONG = "GraceLongerThanSlurm"  # Slurm kills the job before the pod has stopped
+    PENDING = "SlurmPending"  # the job's state as first shown (notifier)
+    ALLOCATED = "SlurmAllocated"
+    JOB_ENDED = "SlurmJobEnded"  # a bound pod's job ended (lifecycle)
+
+
 # Condition reasons on POD_CONDITION_SLURM besides Slurm's own pending reasons.
 REASON_ALLOCATED: Final = "Allocated"
 REASON_SLURM_REACHABLE: Final = "SlurmReachable"  # slurmrestd answers again

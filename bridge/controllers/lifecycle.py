@@ -204,11 +204,15 @@ class Lifecycle:
         metrics.CONTROLLER_ACTIONS.labels("evict").inc()
         ref = PodKey(meta.namespace, meta.name, meta.uid)
         if preempted(job):
-            await kpods.record_event(self._kube, ref, keys.EVENT_PREEMPTED, message, warning=True)
+            await kpods.record_event(
+                self._kube, ref, keys.EventReason.PREEMPTED, message, warning=True
+            )
             await kpods.set_slurm_condition(
                 self._kube, meta.namespace, meta.name, allocated=False,
                 reason=keys.REASON_PREEMPTED, message=message,
             )
         else:
-            await kpods.record_event(self._kube, ref, keys.EVENT_JOB_ENDED, message, warning=True)
+            await kpods.record_event(
+                self._kube, ref, keys.EventReason.JOB_ENDED, message, warning=True
+            )
         log.warning("lifecycle.evicted", pod=pod_ref(pod), job_id=job.job_id, state=job.state)

@@ -64,7 +64,8 @@ async def set_slurm_condition(
 
 
 async def record_event(
-    client: KubePort, pod: PodRef, reason: str, message: str, *, warning: bool = False
+    client: KubePort, pod: PodRef, reason: keys.EventReason, message: str, *,
+    warning: bool = False,
 ) -> None:
     """An Event on the pod, shown by ``kubectl describe pod``."""
     now = datetime.now(UTC)

@@ -98,5 +98,5 @@ class GraceWarnings:
         log.warning("grace.too_long", pod=f"{meta.namespace}/{meta.name}", why=warning)
         await kpods.record_event(
             self._kube, PodKey(meta.namespace, meta.name, meta.uid),
-            keys.EVENT_GRACE_TOO_LONG, warning, warning=True,
+            keys.EventReason.GRACE_TOO_LONG, warning, warning=True,
         )

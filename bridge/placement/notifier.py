@@ -126,7 +126,7 @@ class PodNotifier:
 
     async def _refused(self, key: PodKey, reason: str, message: str) -> None:
         await kpods.record_event(
-            self._kube, key, keys.EVENT_SUBMIT_REFUSED, message, warning=True
+            self._kube, key, keys.EventReason.SUBMIT_REFUSED, message, warning=True
         )
         await kpods.set_slurm_condition(
             self._kube, key.namespace, key.name, allocated=False, reason=reason, message=message,
@@ -142,7 +142,8 @@ class PodNotifier:
         self._shown[key.uid] = _status(job)
         await kpods.record_event(
             self._kube, key,
-            keys.EVENT_PENDING if job.state is JobState.PENDING else keys.EVENT_ALLOCATED,
+            keys.EventReason.PENDING if job.state is JobState.PENDING
+            else keys.EventReason.ALLOCATED,
             describe(job),
         )
         await self._nudge(key, job)

@@ -202,7 +202,7 @@ async def test_a_high_priority_native_job_preempts_a_low_priority_pod(
         try:
             async def preempted() -> list[tuple[str, str]]:
                 return [e for e in await pod_events(kube, ns, "victim")
-                        if e[0] == keys.EVENT_PREEMPTED]
+                        if e[0] == keys.EventReason.PREEMPTED]
 
             (_, message), = await wait_for(preempted, 90, interval=1, what="SlurmPreempted")
             assert "preempted by Slurm" in message and job in message and "QOS low" in message
@@ -213,7 +213,8 @@ async def test_a_high_priority_native_job_preempts_a_low_priority_pod(
             # Evicted, not killed: the pod keeps its own grace period to stop.
             assert evicted.metadata.deletionGracePeriodSeconds == grace
             events = await pod_events(kube, ns, "victim")
-            assert any(r == keys.EVENT_GRACE_TOO_LONG and "15s" in m for r, m in events), events
+            too_long = keys.EventReason.GRACE_TOO_LONG
+            assert any(r == too_long and "15s" in m for r, m in events), events
             # The pod was evicted at Slurm's signal; the job ends once the GraceTime is over.
             await wait_for(lambda: _sacct(slurm, job)["state"] == "PREEMPTED", 60, interval=1,
                            what=f"job {job} PREEMPTED in sacct")
@@ -271,7 +272,7 @@ async def test_an_account_removed_from_slurmdbd_gives_the_pod_a_clear_reason(
                if "placement.submit_refused" in ln and str(uid) in ln]
     assert len(submits) == 1, submits
     events = [e for e in await pod_events(kube, ns, "orphan")
-              if e[0] == keys.EVENT_SUBMIT_REFUSED]
+              if e[0] == keys.EventReason.SUBMIT_REFUSED]
     assert len(events) == 1 and account in events[0][1], events
     assert pod.status is not None and pod.status.phase == "Pending"
     assert keys.JOB_ID not in ((pod.metadata and pod.metadata.annotations) or {})

@@ -157,7 +157,7 @@ async def test_submit_refusal_is_an_event_and_a_condition_once() -> None:
         await notifier.submit_refused(_pod(), "InvalidAccount", "Slurm refused: account")
     await notifier.drain()
     assert writes(kube) == [
-        ("event", (keys.EVENT_SUBMIT_REFUSED, "Slurm refused: account", "Warning")),
+        ("event", (keys.EventReason.SUBMIT_REFUSED, "Slurm refused: account", "Warning")),
         ("condition", ("InvalidAccount", "Slurm refused: account")),
     ]
 
@@ -196,7 +196,7 @@ async def test_a_preempted_job_evicts_its_pod_with_the_reason(job: SlurmJob) -> 
     await lifecycle.reconcile_once()
     assert writes(kube)[0] == ("evict", "p")  # the Eviction API: the pod's grace period holds
     (reason, message, kind), = [w[1] for w in writes(kube) if w[0] == "event"]
-    assert (reason, kind) == (keys.EVENT_PREEMPTED, "Warning")
+    assert (reason, kind) == (keys.EventReason.PREEMPTED, "Warning")
     assert "preempted by Slurm" in message and "QOS low" in message
     assert "terminationGracePeriodSeconds=45" in message
     conditions = [w[1] for w in writes(kube) if w[0] == "condition"]

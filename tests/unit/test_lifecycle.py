@@ -107,7 +107,7 @@ async def test_a_bound_pod_whose_job_ended_is_evicted_with_an_event_saying_why()
     await world.lifecycle.reconcile_once()
     assert world.kube.evicted == ["ns/p"]
     assert world.pod_object()["metadata"].get("deletionTimestamp")
-    [event] = world.kube.events(keys.EVENT_JOB_ENDED)
+    [event] = world.kube.events(keys.EventReason.JOB_ENDED)
     assert f"Slurm job {JOB} ended (TIMEOUT" in event["message"]
     await world.lifecycle.reconcile_once()
     assert len(world.kube.evicted) == 1  # once
@@ -131,7 +131,7 @@ async def test_a_pod_preempted_in_slurm_is_evicted_and_told_so() -> None:
     world.polled()
     await world.lifecycle.reconcile_once()
     assert world.kube.evicted == ["ns/p"]
-    [event] = world.kube.events(keys.EVENT_PREEMPTED)
+    [event] = world.kube.events(keys.EventReason.PREEMPTED)
     assert "preempted by Slurm" in event["message"] and "QOS low" in event["message"]
     conditions = world.pod_object()["status"]["conditions"]
     assert [c["reason"] for c in conditions if c["type"] == keys.POD_CONDITION_SLURM] == [
@@ -146,5 +146,5 @@ async def test_a_pod_whose_job_runs_elsewhere_now_is_evicted() -> None:
                              Allocation(("node2",), {"node2": (0,)})))
     world.polled()
     await world.lifecycle.reconcile_once()
-    [event] = world.kube.events(keys.EVENT_JOB_ENDED)
+    [event] = world.kube.events(keys.EventReason.JOB_ENDED)
     assert "restarted on other resources (node2)" in event["message"]
