@@ -37,6 +37,7 @@ from benchmarks import live
 from benchmarks.common import Figure, Outcome, at_least, fmt
 from bridge import keys
 from bridge.config import Settings
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.translate import job_request_for_pod
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
@@ -80,7 +81,8 @@ class Config:
 async def slurm_alone(slurm: SlurmTarget, cfg: Config) -> tuple[float, dict[str, float]]:
     pod = live.bench_pod("slurm-alone", keys.SCHEDULER_NAME, "bench-b1")
     pod.metadata = ObjectMeta(name="slurm-alone", namespace="bench", uid="unused")
-    request = dataclasses.replace(job_request_for_pod(pod), owner="")  # native to the bridge
+    # an empty owner reads back as none: the job is native to the bridge
+    request = dataclasses.replace(job_request_for_pod(pod), owner=PodOwner(""))
     settings = slurm.settings(max_connections=cfg.submit_parallel)
     async with SlurmClient(settings) as client:
         await client.connect()

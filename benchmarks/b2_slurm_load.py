@@ -24,6 +24,7 @@ from pathlib import Path
 from benchmarks import live
 from benchmarks.common import Figure, Outcome, at_most, fmt
 from bridge import keys
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest, SlurmPlacement
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
@@ -51,7 +52,7 @@ async def block_nodes(slurm: SlurmTarget) -> list[int]:
         nodes = await client.list_nodes()
         ids = [
             await client.submit(JobRequest(
-                name="bench-b2-blocker", owner="", cpus=n.cpus, memory_mb=1024,
+                name="bench-b2-blocker", owner=PodOwner(""), cpus=n.cpus, memory_mb=1024,
                 placement=SlurmPlacement(exclusive=True),
             ))
             for n in nodes

@@ -51,6 +51,7 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
 
     from benchmarks import synthetic  # noqa: PLC0415
     from bridge import logs  # noqa: PLC0415
+    from bridge.jobs.owner import PodOwner  # noqa: PLC0415
     from extender.app import create_app  # noqa: PLC0415
 
     logs.configure("info")  # as `slurmbridge extender` does
@@ -87,7 +88,9 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
         "loaded_kb": loaded["VmRSS"],
         "peak_kb": loaded["VmHWM"],
         "indexed_jobs": len(bridge.index.jobs()),
-        "tracked_pods": sum(len(bridge.pods.pods_of(synthetic.pod_uid(i))) for i in range(jobs)),
+        "tracked_pods": sum(
+            len(bridge.pods.pods_of(PodOwner(synthetic.pod_uid(i)))) for i in range(jobs)
+        ),
         "kept": kept,
         "notifier_writes": kube.writes,
     }

@@ -27,6 +27,7 @@ import httpx
 
 from benchmarks import live
 from benchmarks.common import Figure, Outcome, fmt
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
 from bridge.placement.poller import Poller
@@ -91,7 +92,7 @@ async def submit_all(slurm: SlurmTarget, cfg: Config) -> list[int]:
         async def one(i: int) -> int:
             async with slots:
                 return await client.submit(JobRequest(
-                    name=f"k8s:bench/b5-{i}", owner=f"bench-b5-{tag}-{i}", cpus=1,
+                    name=f"k8s:bench/b5-{i}", owner=PodOwner(f"bench-b5-{tag}-{i}"), cpus=1,
                     memory_mb=256,
                 ))
 

@@ -19,6 +19,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 
 from bridge import keys
+from bridge.jobs.owner import PodOwner
 from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes
@@ -52,7 +53,7 @@ def job(i: int, nodes: int) -> SlurmJob:
         name=f"k8s:{NAMESPACE}/pod-{i}",
         state=JobState.RUNNING,
         reason="None",
-        owner=pod_uid(i),
+        owner=PodOwner(pod_uid(i)),
         allocation=Allocation(nodes=(node,), gpu_ids=gpus),
         partition="main",
         user="slurm",

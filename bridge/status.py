@@ -7,6 +7,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.owner import Owner
 from bridge.link.owner import owner_key
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import SlurmJob
@@ -57,7 +58,7 @@ def _row(pod: Pod, job: SlurmJob | None) -> Row:
 
 async def collect(kube: AsyncClient, slurm: SlurmClient) -> list[Row]:
     listing = await slurm.list_jobs()
-    jobs: dict[str, SlurmJob] = {}
+    jobs: dict[Owner, SlurmJob] = {}
     for job in listing:
         if job.owner and (job.owner not in jobs or job.state.is_live):
             jobs[job.owner] = job

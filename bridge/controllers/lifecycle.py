@@ -20,6 +20,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys, metrics
+from bridge.jobs.owner import Owner
 from bridge.kube import pods as kpods
 from bridge.kube.status import is_not_found, is_too_many_requests
 from bridge.link.annotations import holds
@@ -90,14 +91,14 @@ class Lifecycle:
         self._registry = registry
         self._orphan_grace = orphan_grace
         self._clock = clock
-        self._seen_owners: set[str] = set()
+        self._seen_owners: set[Owner] = set()
         self._orphan_since: dict[int, float] = {}
         self._evicted: set[str] = set()
         self._claims = claims
         self._next_prune = 0.0
 
     async def reconcile_once(self) -> None:
-        by_owner: dict[str, list[Pod]] = {}
+        by_owner: dict[Owner, list[Pod]] = {}
         async for pod in self._kube.list(
             Pod, namespace="*", fields={"spec.schedulerName": keys.SCHEDULER_NAME}
         ):
@@ -141,7 +142,7 @@ class Lifecycle:
             await self._cancel(job, why)
 
     async def _cancel(self, job: SlurmJob, why: str) -> None:
-        log.info("lifecycle.cancel", job_id=job.job_id, owner=job.owner, why=why)
+        log.info("lifecycle.cancel", job_id=job.job_id, owner=str(job.owner), why=why)
         metrics.CONTROLLER_ACTIONS.labels("cancel").inc()
         await self._slurm.cancel(job.job_id)
         self._orphan_since.pop(job.job_id, None)

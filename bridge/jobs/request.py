@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from bridge.jobs.owner import Owner
+
 
 @dataclass(frozen=True, slots=True)
 class SlurmPlacement:
@@ -31,7 +33,7 @@ class JobRequest:
     """
 
     name: str  # k8s:<namespace>/<pod-or-group>, already sanitized
-    owner: str  # pod UID or group:<ns>/<group>, in the job comment: the link survives restarts
+    owner: Owner  # in the job comment (owner.py): the link survives restarts
     cpus: int = 1
     memory_mb: int = 0  # 0 = let Slurm apply DefMemPerCPU / DefMemPerNode
     gpus: int = 0

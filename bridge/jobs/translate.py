@@ -6,6 +6,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from bridge.jobs.annotations import pod_group, slurm_options
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.names import placeholder_job_name
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.jobs.resources import pod_resources
 from bridge.jobs.timelimit import MAX_MINUTES
@@ -26,7 +27,7 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
     resources = pod_resources(pod)
     return JobRequest(
         name=placeholder_job_name(namespace, group.name if group else name),
-        owner=uid,
+        owner=PodOwner(uid),
         cpus=resources.cpus,
         memory_mb=resources.memory_mb,
         gpus=resources.gpus if options.gpus is None else options.gpus,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.owner import Owner, owner_text
 from bridge.slurm.allocation import format_gpu_ids
 from bridge.slurm.types import JobState, SlurmJob
 
@@ -20,7 +21,8 @@ def record_changes(pod: Pod, job: SlurmJob) -> dict[str, str | None]:
 
     The job id replaces the submit claim; the owner is fixed from now on (owner.py)."""
     annotations = (pod.metadata and pod.metadata.annotations) or {}
-    recorded = {keys.JOB_ID: str(job.job_id), keys.OWNER: job.owner}
+    owner = owner_text(job.owner) if job.owner is not None else None
+    recorded = {keys.JOB_ID: str(job.job_id), keys.OWNER: owner}
     if all(annotations.get(k) == v for k, v in recorded.items()) and (
         keys.SUBMITTING not in annotations
     ):
@@ -29,13 +31,13 @@ def record_changes(pod: Pod, job: SlurmJob) -> dict[str, str | None]:
 
 
 def bound(
-    job_id: int, owner: str, slurm_node: str, gpu_ids: str, cuda_devices: str
+    job_id: int, owner: Owner, slurm_node: str, gpu_ids: str, cuda_devices: str
 ) -> dict[str, str]:
     """The annotations the Binding carries: applied with the node name in one write, so a
     container starting on the node always finds its GPUs through the downward API."""
     return {
         keys.JOB_ID: str(job_id),
-        keys.OWNER: owner,
+        keys.OWNER: owner_text(owner),
         keys.SLURM_NODE: slurm_node,
         keys.GPU_IDS: gpu_ids,
         keys.CUDA_DEVICES: cuda_devices,

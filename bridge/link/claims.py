@@ -28,8 +28,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from bridge import keys
+from bridge.jobs.owner import GroupOwner, Owner, owner_text
 from bridge.kube.status import is_not_found
-from bridge.link.owner import is_group
 from bridge.link.records import Annotations, LeaseRecord, Outdated, PodRecord, Record
 from bridge.ports import KubePort
 
@@ -67,12 +67,12 @@ class Claims:
         self._namespace = namespace  # where group claims live: the bridge's own namespace
         self._stale_after = stale_after
 
-    def _record(self, pod: Pod, owner: str) -> Record:
-        if is_group(owner):
+    def _record(self, pod: Pod, owner: Owner) -> Record:
+        if isinstance(owner, GroupOwner):
             return LeaseRecord(self._kube, self._namespace, owner, self.identity)
         return PodRecord(self._kube, pod, owner)
 
-    async def claim(self, pod: Pod, owner: str, *, replacing: int | None = None) -> bool:
+    async def claim(self, pod: Pod, owner: Owner, *, replacing: int | None = None) -> bool:
         """Claim the owner's submission, reading once more if our copy is out of date.
 
         True when the claim was taken over from another replica (stale): that replica may
@@ -85,7 +85,7 @@ class Claims:
         except Outdated:
             return await self._claim(record, owner, replacing)
 
-    async def _claim(self, record: Record, owner: str, replacing: int | None) -> bool:
+    async def _claim(self, record: Record, owner: Owner, replacing: int | None) -> bool:
         annotations, version = await record.read()
         recorded = annotations.get(keys.JOB_ID, "")
         if recorded.isdigit() and int(recorded) != replacing:
@@ -98,18 +98,18 @@ class Claims:
                 retry_in=self._stale_after - self._age(held),
             )
         stamp = f"{self.identity}@{int(time.time())}"
-        changes: dict[str, str | None] = {keys.SUBMITTING: stamp, keys.OWNER: owner}
+        changes: dict[str, str | None] = {keys.SUBMITTING: stamp, keys.OWNER: owner_text(owner)}
         if recorded:  # the ended job's id goes: the claim is for its successor
             changes[keys.JOB_ID] = None
         await record.write(changes, version)
         return not mine
 
-    async def submitted(self, pod: Pod, owner: str, job_id: int) -> None:
+    async def submitted(self, pod: Pod, owner: Owner, job_id: int) -> None:
         """Record a group's job id on its claim (a lone pod's: annotations.record_changes).
 
         If this fails the claim goes stale and its taker looks in Slurm first.
         """
-        if not is_group(owner):
+        if not isinstance(owner, GroupOwner):
             return
         record = self._record(pod, owner)
         for _ in range(_WRITE_ATTEMPTS):
@@ -121,7 +121,7 @@ class Claims:
                 continue
 
     async def member_node(
-        self, pod: Pod, owner: str, job_id: int, allocated: tuple[str, ...],
+        self, pod: Pod, owner: Owner, job_id: int, allocated: tuple[str, ...],
         rank: int | None = None,
     ) -> str | None:
         """The node of group job ``job_id`` reserved for this member: its earlier one, else

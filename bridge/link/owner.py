@@ -1,7 +1,6 @@
-"""Who owns a placeholder job: one pod, or one pod group.
+"""Which owner (``bridge.jobs.owner``: one pod, or one pod group) a pod's job has.
 
-The owner key is what the job's comment records and what the index is keyed
-by: the pod UID for a lone pod, ``group:<namespace>/<group>`` for a group.
+The owner is what the job's comment records and what the index is keyed by.
 It is read from the pod's labels only until the bridge ties the pod to a job;
 from then on the bridge's own ``slurmbridge.io/owner`` annotation (written with
 the submit claim, the job id and the Binding) is the answer, so relabelling a
@@ -11,30 +10,25 @@ running pod cannot make its job look orphaned.
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.owner import GroupOwner, Owner, PodOwner, parse_owner
 from bridge.slurm.types import SlurmJob
 
-GROUP_PREFIX = "group:"
 
-
-def is_group(owner: str) -> bool:
-    return owner.startswith(GROUP_PREFIX)
-
-
-def owner_key(pod: Pod) -> str:
+def owner_key(pod: Pod) -> Owner:
     """The recorded owner, else the one the pod's labels declare (no job yet)."""
     recorded = ((pod.metadata and pod.metadata.annotations) or {}).get(keys.OWNER)
-    return recorded or declared_owner(pod)
+    return parse_owner(recorded) if recorded else declared_owner(pod)
 
 
-def declared_owner(pod: Pod) -> str:
+def declared_owner(pod: Pod) -> Owner:
     """The owner the labels ask for: what a job submitted now is recorded under."""
     meta = pod.metadata
     if meta is None or not meta.uid:
         raise ValueError("pod has no metadata.uid: it must come from the API server")
     group = (meta.labels or {}).get(keys.GROUP)
     if group:
-        return f"{GROUP_PREFIX}{meta.namespace}/{group}"
-    return meta.uid
+        return GroupOwner(meta.namespace or "", group)
+    return PodOwner(meta.uid)
 
 
 def pod_ref(pod: Pod) -> str:
@@ -55,6 +49,6 @@ def tied_to(pod: Pod, job: SlurmJob) -> bool:
     recorded on (``slurmbridge.io/job-id``): a member that never saw it belongs to the
     group's next run (a Job resumed after suspend, a group re-created under its name).
     """
-    if not is_group(job.owner or ""):
+    if not isinstance(job.owner, GroupOwner):
         return True
     return recorded_job_id(pod) == job.job_id

@@ -14,8 +14,9 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.types import PatchType
 
 from bridge import keys
+from bridge.jobs.owner import GroupOwner, Owner, owner_text
 from bridge.kube.status import is_conflict, is_not_found
-from bridge.link.owner import GROUP_PREFIX, owner_key
+from bridge.link.owner import owner_key
 from bridge.ports import KubePort
 
 Annotations = dict[str, str]
@@ -44,7 +45,7 @@ class Record(Protocol):
 class PodRecord:
     """A lone pod's claim lives on the pod; the first read is the copy we were given."""
 
-    def __init__(self, kube: KubePort, pod: Pod, owner: str) -> None:
+    def __init__(self, kube: KubePort, pod: Pod, owner: Owner) -> None:
         self._kube = kube
         self._pod: Pod | None = pod
         self._owner = owner
@@ -77,18 +78,19 @@ class PodRecord:
             raise
 
 
-def group_claim_name(owner: str) -> str:
+def group_claim_name(owner: GroupOwner) -> str:
     """The Lease holding a group's claim: readable, and unique per namespace/group."""
-    _, _, group = owner.removeprefix(GROUP_PREFIX).partition("/")
-    readable = "".join(c if c.isalnum() else "-" for c in group.lower()).strip("-")[:30]
-    digest = hashlib.sha256(owner.encode()).hexdigest()[:12]
+    readable = "".join(c if c.isalnum() else "-" for c in owner.group.lower()).strip("-")[:30]
+    digest = hashlib.sha256(owner_text(owner).encode()).hexdigest()[:12]
     return f"group-{readable}-{digest}" if readable else f"group-{digest}"
 
 
 class LeaseRecord:
     """A group's claim: a Lease in the bridge's namespace, created by the first claimer."""
 
-    def __init__(self, kube: KubePort, namespace: str, owner: str, identity: str) -> None:
+    def __init__(
+        self, kube: KubePort, namespace: str, owner: GroupOwner, identity: str
+    ) -> None:
         self._kube = kube
         self._namespace = namespace
         self._name = group_claim_name(owner)
@@ -114,7 +116,7 @@ class LeaseRecord:
                 await self._kube.create(Lease(metadata=ObjectMeta(
                     name=self._name, namespace=self._namespace,
                     labels={keys.GROUP_CLAIM: "true"},
-                    annotations={keys.OWNER: self._owner, **annotations},
+                    annotations={keys.OWNER: owner_text(self._owner), **annotations},
                 )))
                 return
             meta = self._lease.metadata

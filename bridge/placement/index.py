@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 import structlog
 
+from bridge.jobs.owner import Owner
 from bridge.jobs.request import JobRequest
 from bridge.ports import SlurmPort
 from bridge.slurm.types import JobState, SlurmJob
@@ -26,9 +27,9 @@ def _keeper(jobs: list[SlurmJob]) -> SlurmJob:
 class JobIndex:
     def __init__(self, client: SlurmPort) -> None:
         self._client = client
-        self._by_owner: dict[str, SlurmJob] = {}
+        self._by_owner: dict[Owner, SlurmJob] = {}
         self._by_id: dict[int, SlurmJob] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[Owner, asyncio.Lock] = {}
         self._submitted: set[int] = set()  # jobs submitted while a resync lists
         self._last_submit = -float("inf")  # loop time of the latest submit
         self._resyncing = False
@@ -37,7 +38,7 @@ class JobIndex:
         # newer job once, so jobs other replicas submit reach this index between resyncs.
         self.listed_upto = 0
 
-    def by_owner(self, owner: str) -> SlurmJob | None:
+    def by_owner(self, owner: Owner) -> SlurmJob | None:
         return self._by_owner.get(owner)
 
     def by_id(self, job_id: int) -> SlurmJob | None:
@@ -70,7 +71,7 @@ class JobIndex:
         self.record(job)
         return job
 
-    async def find_live(self, owner: str) -> SlurmJob | None:
+    async def find_live(self, owner: Owner) -> SlurmJob | None:
         """The owner's live job, looked up in a full listing (shared by concurrent callers):
         for the rare case where another process may have submitted it unseen."""
         if self._listing is None:
@@ -129,7 +130,7 @@ class JobIndex:
                     if extra is not keep:
                         log.warning(
                             "placement.duplicate_cancelled",
-                            owner=owner, job_id=extra.job_id, kept=keep.job_id,
+                            owner=str(owner), job_id=extra.job_id, kept=keep.job_id,
                         )
                         await self._client.cancel(extra.job_id)
                         cancelled.append(extra.job_id)
@@ -143,8 +144,8 @@ class JobIndex:
         return cancelled
 
 
-def _live_by_owner(jobs: Iterable[SlurmJob]) -> dict[str, list[SlurmJob]]:
-    out: dict[str, list[SlurmJob]] = {}
+def _live_by_owner(jobs: Iterable[SlurmJob]) -> dict[Owner, list[SlurmJob]]:
+    out: dict[Owner, list[SlurmJob]] = {}
     for job in jobs:
         if job.owner is not None and job.state.is_live:
             out.setdefault(job.owner, []).append(job)

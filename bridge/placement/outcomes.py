@@ -4,6 +4,7 @@ apart by class, never by the wording of a message (which is for the pod's owner)
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from bridge.jobs.owner import Owner
 from bridge.slurm.types import SlurmJob
 
 
@@ -64,7 +65,7 @@ class Placement:
     """Where a pod goes: Kubernetes node, Slurm node, job and GPU indices."""
 
     job_id: int
-    owner: str
+    owner: Owner
     kube_node: str
     slurm_node: str
     gpu_ids: str

@@ -14,8 +14,9 @@ from lightkube.models.core_v1 import Pod
 from bridge import keys, metrics
 from bridge.jobs.annotations import pod_group
 from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.owner import GroupOwner, Owner
 from bridge.link.claims import Claims, member_slot
-from bridge.link.owner import is_group, owner_key, pod_ref, recorded_job_id, tied_to
+from bridge.link.owner import owner_key, pod_ref, recorded_job_id, tied_to
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.outcomes import (
@@ -145,7 +146,7 @@ class Placer:
             allocated = _allocated_nodes(job)
         except PlacementError:  # not running: nowhere to bind yet
             return None
-        if is_group(owner):  # only a node recorded on the group's claim
+        if isinstance(owner, GroupOwner):  # only a node recorded on the group's claim
             node = self._pods.reserved(owner, pod_uid)
             return self._placement_at(owner, job, node) if node in allocated else None
         return self._placement_at(owner, job, allocated[0])
@@ -154,7 +155,7 @@ class Placer:
         assert pod.metadata is not None and pod.metadata.uid
         owner = owner_key(pod)
         allocated = _allocated_nodes(job)
-        if not is_group(owner):
+        if not isinstance(owner, GroupOwner):
             return self._placement_at(owner, job, allocated[0])
         node = self._pods.reserved(owner, pod.metadata.uid)
         if node not in allocated:
@@ -162,7 +163,7 @@ class Placer:
         return self._placement_at(owner, job, node)
 
     async def _member_node(
-        self, pod: Pod, owner: str, job: SlurmJob, allocated: tuple[str, ...]
+        self, pod: Pod, owner: Owner, job: SlurmJob, allocated: tuple[str, ...]
     ) -> str:
         """This member's node of the group's job, reserved on the group's claim (shared by
         every replica) before any replica may bind it there."""
@@ -184,7 +185,7 @@ class Placer:
         self._pods.reserve(owner, pod.metadata.uid, node)
         return node
 
-    def _placement_at(self, owner: str, job: SlurmJob, slurm_node: str) -> Placement:
+    def _placement_at(self, owner: Owner, job: SlurmJob, slurm_node: str) -> Placement:
         assert job.allocation is not None
         return Placement(
             job_id=job.job_id,

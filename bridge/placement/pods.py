@@ -7,6 +7,7 @@ from datetime import datetime
 
 from lightkube.models.core_v1 import Pod
 
+from bridge.jobs.owner import Owner
 from bridge.link.owner import owner_key
 
 
@@ -21,18 +22,18 @@ class PodRegistry:
     """Remembers pods seen by filter so the bridge can requeue them when Slurm allocates."""
 
     def __init__(self) -> None:
-        self._by_owner: dict[str, dict[str, PodKey]] = {}
-        self._owner_of: dict[str, str] = {}  # pod uid → owner
+        self._by_owner: dict[Owner, dict[str, PodKey]] = {}
+        self._owner_of: dict[str, Owner] = {}  # pod uid → owner
         self._created: dict[str, datetime] = {}  # pod uid → creationTimestamp (bind latency)
         # group owner → pod uid → Slurm node reserved for it (a cache of the group's claim)
-        self._group_nodes: dict[str, dict[str, str]] = {}
+        self._group_nodes: dict[Owner, dict[str, str]] = {}
         # pods refused because Slurm could not be asked: requeued when it answers again
         self._slurm_trouble: dict[str, PodKey] = {}
         # pods whose filter answered "waiting": kube-scheduler parked them until they change
         self._parked: set[str] = set()
-        self._touched: dict[str, float] = {}  # owner → monotonic time it was last remembered
+        self._touched: dict[Owner, float] = {}  # owner → monotonic time it was last remembered
 
-    def remember(self, pod: Pod) -> str:
+    def remember(self, pod: Pod) -> Owner:
         key = owner_key(pod)
         meta = pod.metadata
         assert meta is not None and meta.uid and meta.name and meta.namespace
@@ -49,7 +50,7 @@ class PodRegistry:
     def created_at(self, pod_uid: str) -> datetime | None:
         return self._created.get(pod_uid)
 
-    def owner_of(self, pod_uid: str) -> str | None:
+    def owner_of(self, pod_uid: str) -> Owner | None:
         return self._owner_of.get(pod_uid)
 
     def note_slurm_trouble(self, pod: Pod) -> None:
@@ -71,10 +72,10 @@ class PodRegistry:
     def unpark(self, pod_uid: str) -> None:
         self._parked.discard(pod_uid)
 
-    def pods_of(self, owner: str) -> list[PodKey]:
+    def pods_of(self, owner: Owner) -> list[PodKey]:
         return list(self._by_owner.get(owner, {}).values())
 
-    def forget_owner(self, owner: str) -> None:
+    def forget_owner(self, owner: Owner) -> None:
         """The owner's job is gone for good: nothing left to requeue or reserve."""
         for pod_uid in self._by_owner.pop(owner, {}):
             self._parked.discard(pod_uid)
@@ -83,7 +84,7 @@ class PodRegistry:
         self._group_nodes.pop(owner, None)
         self._touched.pop(owner, None)
 
-    def prune(self, still_tracked: Callable[[str], bool], idle_seconds: float) -> int:
+    def prune(self, still_tracked: Callable[[Owner], bool], idle_seconds: float) -> int:
         """Forget owners idle for ``idle_seconds`` whose job the index no longer tracks (it
         ended and left Slurm's listing): a long-running bridge must not grow with every pod
         it ever saw.  Returns how many were forgotten."""
@@ -93,13 +94,13 @@ class PodRegistry:
             self.forget_owner(owner)
         return len(idle)
 
-    def reserved(self, owner: str, pod_uid: str) -> str | None:
+    def reserved(self, owner: Owner, pod_uid: str) -> str | None:
         """The node reserved for this group member, as far as this process knows."""
         return self._group_nodes.get(owner, {}).get(pod_uid)
 
-    def reserved_nodes(self, owner: str) -> set[str]:
+    def reserved_nodes(self, owner: Owner) -> set[str]:
         return set(self._group_nodes.get(owner, {}).values())
 
-    def reserve(self, owner: str, pod_uid: str, node: str) -> None:
+    def reserve(self, owner: Owner, pod_uid: str, node: str) -> None:
         """Remember a member's node once it is recorded on the group's claim."""
         self._group_nodes.setdefault(owner, {})[pod_uid] = node

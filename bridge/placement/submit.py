@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import structlog
 from lightkube.models.core_v1 import Pod
 
+from bridge.jobs.owner import Owner
 from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import job_request_for_pod
 from bridge.link.claims import AlreadySubmitted, ClaimLost, Claims
@@ -50,10 +51,10 @@ class Submitter:
         self._claims = claims
         self._hooks = hooks
         # owner → (monotonic time until which it is not resubmitted, Slurm's refusal in words)
-        self._refused: dict[str, tuple[float, str]] = {}
-        self._attempts: dict[str, asyncio.Future[SlurmJob]] = {}
+        self._refused: dict[Owner, tuple[float, str]] = {}
+        self._attempts: dict[Owner, asyncio.Future[SlurmJob]] = {}
 
-    async def submit(self, pod: Pod, owner: str, replacing: int | None) -> SlurmJob:
+    async def submit(self, pod: Pod, owner: Owner, replacing: int | None) -> SlurmJob:
         """Claim and submit; callers racing on one owner (intake, filter) share one attempt.
         ``replacing``: the owner's ended job that the new one follows (a group's next run)."""
         attempt = self._attempts.get(owner)
@@ -63,12 +64,12 @@ class Submitter:
             attempt.add_done_callback(lambda done: self._done(owner, done))
         return await asyncio.shield(attempt)
 
-    def _done(self, owner: str, attempt: "asyncio.Future[SlurmJob]") -> None:
+    def _done(self, owner: Owner, attempt: "asyncio.Future[SlurmJob]") -> None:
         del self._attempts[owner]
         if not attempt.cancelled():
             attempt.exception()  # retrieved: every waiter has seen it, or none is left
 
-    async def _claim_and_submit(self, pod: Pod, owner: str, replacing: int | None) -> SlurmJob:
+    async def _claim_and_submit(self, pod: Pod, owner: Owner, replacing: int | None) -> SlurmJob:
         refused = self._refused.get(owner)
         if refused is not None and refused[0] > time.monotonic():
             raise Refused(refused[1])  # Slurm said no moments ago: no retry storm
@@ -94,7 +95,9 @@ class Submitter:
         try:
             await self._claims.submitted(pod, owner, job.job_id)
         except Exception as exc:  # the claim goes stale; its taker finds the job in Slurm
-            log.warning("placement.record_failed", owner=owner, job_id=job.job_id, error=repr(exc))
+            log.warning(
+                "placement.record_failed", owner=str(owner), job_id=job.job_id, error=repr(exc)
+            )
         return job
 
     async def _ensure(self, pod: Pod, request: JobRequest) -> SlurmJob:
@@ -111,7 +114,7 @@ class Submitter:
             now = time.monotonic()
             self._refused = {o: r for o, r in self._refused.items() if r[0] > now}
             self._refused[request.owner] = (now + REFUSED_RETRY_SECONDS, message)
-            log.warning("placement.submit_refused", owner=request.owner, reason=reason,
+            log.warning("placement.submit_refused", owner=str(request.owner), reason=reason,
                         error=str(exc))
             if self._hooks.on_refused is not None:
                 await self._hooks.on_refused(pod, reason, message)

@@ -88,7 +88,7 @@ class SlurmClient:
         if resp.job_id is None:
             raise SlurmRejected("submit", [e.text() for e in resp.errors], 200)
         log.info(
-            "slurm.submitted", job_id=resp.job_id, job_name=req.name, owner=req.owner,
+            "slurm.submitted", job_id=resp.job_id, job_name=req.name, owner=str(req.owner),
             user=req.placement.user or self._settings.user, account=req.placement.account,
             qos=req.placement.qos,
         )

@@ -1,6 +1,7 @@
 """Wire models → the core's Slurm types (the only place that reads wire fields)."""
 
 from bridge import keys
+from bridge.jobs.owner import Owner, owner_text, parse_owner
 from bridge.slurm.allocation import allocation_from
 from bridge.slurm.types import Accounting, JobState, SlurmJob, SlurmNode, SlurmQos
 from bridge.slurm.wire.base import JobInfo, NodeInfo
@@ -17,15 +18,16 @@ def job_state(states: list[str]) -> JobState:
     raise ValueError(f"Slurm job state {states!r} has no base state the bridge knows")
 
 
-def owner_from_comment(comment: str) -> str | None:
+def owner_from_comment(comment: str) -> Owner | None:
     for part in comment.split():
         if part.startswith(keys.COMMENT_OWNER):
-            return part[len(keys.COMMENT_OWNER) :] or None
+            text = part[len(keys.COMMENT_OWNER) :]
+            return parse_owner(text) if text else None
     return None
 
 
-def comment_for(owner: str) -> str:
-    return f"{keys.COMMENT_OWNER}{owner}"
+def comment_for(owner: Owner) -> str:
+    return f"{keys.COMMENT_OWNER}{owner_text(owner)}"
 
 
 def slurm_job(info: JobInfo, *, owned: bool) -> SlurmJob:

@@ -3,6 +3,8 @@
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from bridge.jobs.owner import Owner
+
 
 class JobState(StrEnum):
     PENDING = "PENDING"
@@ -42,7 +44,7 @@ class SlurmJob:
     name: str
     state: JobState
     reason: str  # Slurm's state_reason, "None" when there is none
-    owner: str | None  # pod UID or group:<ns>/<group> from the comment marker; None: native
+    owner: Owner | None  # from the comment marker; None: a native job
     allocation: Allocation | None  # None until Slurm allocated it
     partition: str = ""
     user: str = ""

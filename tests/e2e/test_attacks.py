@@ -38,6 +38,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bridge import keys
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.slurm.client import SlurmClient
 from slurmbridge_devkit.e2e import (
@@ -408,7 +409,7 @@ async def _forge(stack: BridgeStack, ns: str, pod_uid: str) -> str:
     )
     async with SlurmClient(forger) as client:
         job_id = await client.submit(
-            JobRequest(name=f"k8s:{ns}/target", owner=pod_uid, time_limit_minutes=30)
+            JobRequest(name=f"k8s:{ns}/target", owner=PodOwner(pod_uid), time_limit_minutes=30)
         )
     await wait_for(lambda: _squeue(stack, str(job_id)) == "RUNNING", 30,
                    what=f"forged job {job_id} running")

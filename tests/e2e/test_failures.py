@@ -13,6 +13,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.owner import PodOwner
 from bridge.slurm.client import SlurmClient
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, wait_bound
 from slurmbridge_devkit.kube import set_pod_phase, wait_for
@@ -91,6 +92,7 @@ async def test_sigkill_at_random_moments_leaves_one_job_per_pod(
 
     await wait_for(all_bound, 240, interval=1, what="all 50 pods bound")
     pods = {p.metadata.uid: p for p in await _pods(kube, ns) if p.metadata and p.metadata.uid}
+    owners_of_pods = {PodOwner(uid) for uid in pods}
 
     async with SlurmClient(bridge_stack.slurm.settings()) as slurm:
         async def clean() -> bool:
@@ -98,7 +100,7 @@ async def test_sigkill_at_random_moments_leaves_one_job_per_pod(
                     and j.name.startswith(f"k8s:{ns}/")]
             owners = [j.owner for j in live]
             duplicates = len(owners) - len(set(owners))
-            leaked = [j.job_id for j in live if j.owner not in pods]
+            leaked = [j.job_id for j in live if j.owner not in owners_of_pods]
             return duplicates == 0 and not leaked and len(live) == 50
 
         # duplicates from a crash mid-submit go at the next resync (30 s), orphans after 20 s
@@ -106,7 +108,7 @@ async def test_sigkill_at_random_moments_leaves_one_job_per_pod(
         for uid, pod in pods.items():
             assert pod.metadata and pod.spec
             job = await slurm.get_job(int((pod.metadata.annotations or {})[keys.JOB_ID]))
-            assert job.owner == uid and job.state.is_live
+            assert job.owner == PodOwner(uid) and job.state.is_live
             assert job.allocation is not None
             assert bridge_stack.slurm_node_of(pod.spec.nodeName or "") in job.allocation.nodes
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest, SlurmPlacement
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmAuthError
@@ -29,8 +30,8 @@ def _trust(user: str, job_name: str) -> bool:
 def _request(namespace: str, gpus: int = 0, qos: str | None = None) -> JobRequest:
     uid = str(uuid.uuid4())
     return JobRequest(
-        name=f"k8s:{namespace}/acct-{uid[:8]}", owner=uid, cpus=1, memory_mb=512, gpus=gpus,
-        placement=SlurmPlacement(user=MAPPED[namespace], account=namespace, qos=qos),
+        name=f"k8s:{namespace}/acct-{uid[:8]}", owner=PodOwner(uid), cpus=1, memory_mb=512,
+        gpus=gpus, placement=SlurmPlacement(user=MAPPED[namespace], account=namespace, qos=qos),
     )
 
 
@@ -98,7 +99,7 @@ async def test_a_job_of_an_unmapped_user_is_not_a_placeholder(
 ) -> None:
     """bob forging the marker for team-a's namespace: read, never taken for a placeholder."""
     forged = JobRequest(
-        name="k8s:team-a/forged", owner=str(uuid.uuid4()), cpus=1, memory_mb=512,
+        name="k8s:team-a/forged", owner=PodOwner(str(uuid.uuid4())), cpus=1, memory_mb=512,
         placement=SlurmPlacement(user="bob", account="team-b"),
     )
     job_id = await tenant_client.submit(forged)

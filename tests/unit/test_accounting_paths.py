@@ -9,6 +9,7 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from bridge import keys
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.doctor import Check, _tenant_check
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.placement.grace import grace_warning
 from bridge.placement.index import JobIndex
@@ -33,7 +34,7 @@ from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
 def _job(state: JobState, reason: str = "None", **extra: Any) -> SlurmJob:
     allocation = Allocation(("node1",), {"node1": (0,)}) if state is JobState.RUNNING else None
     fields: dict[str, Any] = {"user": "alice", "account": "team-a", "qos": "gpu2"} | extra
-    return SlurmJob(7, "k8s:ns/p", state, reason, "uid-1", allocation, **fields)
+    return SlurmJob(7, "k8s:ns/p", state, reason, PodOwner("uid-1"), allocation, **fields)
 
 
 # --- the reason table -----------------------------------------------------------------------

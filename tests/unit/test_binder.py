@@ -9,6 +9,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from bridge import keys
 from bridge.binding.binder import BindError
 from bridge.config import Settings
+from bridge.jobs.owner import PodOwner
 from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_cli.compose import build_bridge
@@ -22,7 +23,7 @@ JOB = 7
 def _world(node: str = "node1", gpus: tuple[int, ...] = (4, 5)) -> tuple[Bridge, FakeKube]:
     """Pod ns/p carries the id of its job, which Slurm runs on ``node`` with ``gpus``."""
     kube, slurm = FakeKube(), FakeSlurm()
-    slurm.put(SlurmJob(JOB, "k8s:ns/p", JobState.RUNNING, "None", UID,
+    slurm.put(SlurmJob(JOB, "k8s:ns/p", JobState.RUNNING, "None", PodOwner(UID),
                        Allocation((node,), {node: gpus})))
     pod = PodBuilder("p", "ns").annotate(keys.JOB_ID, str(JOB)).build()
     assert pod.metadata is not None

@@ -10,6 +10,7 @@ import httpx
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.owner import PodOwner
 from bridge.slurm.types import JobState, SlurmJob
 from extender.app import create_app
 from slurmbridge_devkit.builders import PodBuilder
@@ -85,7 +86,9 @@ async def test_a_dead_replicas_claim_is_taken_over_and_its_job_adopted(tmp_path:
     replicas = Replicas(tmp_path)
     stale = f"a@{int(time.time()) - 120}"
     replicas.add(PodBuilder("p", "ns").annotate(keys.SUBMITTING, stale), "uid-p")
-    replicas.slurm.put(SlurmJob(55, "k8s:ns/p", JobState.PENDING, "Priority", "uid-p", None))
+    replicas.slurm.put(
+        SlurmJob(55, "k8s:ns/p", JobState.PENDING, "Priority", PodOwner("uid-p"), None)
+    )
     await replicas.filter("b", "p")
     await replicas.drain()
     assert replicas.slurm.submitted == []  # no second job

@@ -7,6 +7,7 @@ from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
@@ -52,22 +53,22 @@ async def test_a_submit_during_resync_is_not_forgotten() -> None:
     index = _index(fake)
     resync = asyncio.create_task(index.resync())
     await fake.listing_started.wait()
-    job = await index.ensure(JobRequest(name="k8s:ns/p", owner="uid-1"))
+    job = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-1")))
     fake.hold_listing.set()
     assert await resync == []
-    assert index.by_owner("uid-1") == job
-    again = await index.ensure(JobRequest(name="k8s:ns/p", owner="uid-1"))
+    assert index.by_owner(PodOwner("uid-1")) == job
+    again = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-1")))
     assert again.job_id == job.job_id and len(fake.jobs) == 1
 
 
 async def test_resync_keeps_one_live_job_per_owner() -> None:
     fake = FakeSlurm()
     for _ in range(3):
-        await fake.submit(JobRequest(name="k8s:ns/p", owner="uid-2"))
+        await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-2")))
     index = _index(fake)
     cancelled = await index.resync()
     assert sorted(cancelled) == [2, 3]
-    kept = index.by_owner("uid-2")
+    kept = index.by_owner(PodOwner("uid-2"))
     assert kept is not None and kept.job_id == 1
 
 
@@ -75,9 +76,9 @@ async def test_a_change_seen_only_by_a_resync_is_reported() -> None:
     """The poller's resync must not swallow PENDING → RUNNING: waiting pods are requeued on it."""
     fake = FakeSlurm()
     index = _index(fake)
-    job = await index.ensure(JobRequest(name="k8s:ns/p", owner="uid-3"))
+    job = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-3")))
     fake.jobs[job.job_id] = SlurmJob(
-        job.job_id, job.name, JobState.RUNNING, "None", "uid-3", Allocation(("node1",))
+        job.job_id, job.name, JobState.RUNNING, "None", PodOwner("uid-3"), Allocation(("node1",))
     )
     seen: list[tuple[JobState, JobState]] = []
 
@@ -99,12 +100,12 @@ async def test_a_job_another_replica_submitted_is_tracked_at_the_next_poll() -> 
 
     poller = Poller(fake, leader, on_change)
     await poller.resync()
-    job = await other.ensure(JobRequest(name="k8s:ns/p", owner="uid-4"))
+    job = await other.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-4")))
     native = len(fake.jobs) + 1
     fake.jobs[native] = SlurmJob(native, "native", JobState.RUNNING, "None", None, None)
 
     await poller.poll_once()
-    tracked = leader.by_owner("uid-4")
+    tracked = leader.by_owner(PodOwner("uid-4"))
     assert tracked is not None and tracked.job_id == job.job_id
     # Each new job is read once: a native job is not fetched again on every poll.
     await poller.poll_once()

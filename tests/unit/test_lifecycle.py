@@ -6,6 +6,7 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from bridge.controllers.lifecycle import Lifecycle
+from bridge.jobs.owner import PodOwner
 from bridge.placement.index import JobIndex
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.types import Allocation, JobState, SlurmJob
@@ -30,7 +31,7 @@ class World:
         """Slurm has the pod's job, running on node1 with GPU 3 (the index knows it)."""
         allocation = Allocation(("node1",), {"node1": (3,)})
         self.index.record(self.slurm.put(
-            SlurmJob(JOB, "k8s:ns/p", state, reason, UID, allocation, qos="low")))
+            SlurmJob(JOB, "k8s:ns/p", state, reason, PodOwner(UID), allocation, qos="low")))
 
     def pod(self, *, bound: bool = True, phase: str = "Running") -> None:
         builder = PodBuilder("p", "ns")
@@ -117,7 +118,7 @@ async def test_one_stale_observation_is_not_enough_to_evict() -> None:
     """The index says the job ended, a fresh read says it runs on the pod's GPUs: no eviction."""
     world = World()
     world.job()  # Slurm has it running where the pod is bound; the index is told it ended
-    world.index.record(SlurmJob(JOB, "k8s:ns/p", JobState.COMPLETED, "None", UID, None))
+    world.index.record(SlurmJob(JOB, "k8s:ns/p", JobState.COMPLETED, "None", PodOwner(UID), None))
     world.pod()
     await world.lifecycle.reconcile_once()
     assert world.kube.evicted == []
@@ -142,7 +143,7 @@ async def test_a_pod_whose_job_runs_elsewhere_now_is_evicted() -> None:
     world = World()
     world.job()
     world.pod()
-    world.slurm.put(SlurmJob(JOB, "k8s:ns/p", JobState.RUNNING, "None", UID,
+    world.slurm.put(SlurmJob(JOB, "k8s:ns/p", JobState.RUNNING, "None", PodOwner(UID),
                              Allocation(("node2",), {"node2": (0,)})))
     world.polled()
     await world.lifecycle.reconcile_once()

@@ -6,6 +6,7 @@ from typing import cast
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.owner import GroupOwner
 from bridge.link.annotations import bound, holds, record_changes
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 
@@ -18,7 +19,7 @@ def _pod(**annotations: str) -> Pod:
 
 def _job(state: JobState = JobState.RUNNING, gpus: tuple[int, ...] = (4, 5)) -> SlurmJob:
     allocation = Allocation(("n1",), {"n1": gpus}) if state is JobState.RUNNING else None
-    return SlurmJob(12, "k8s:ns/g", state, "None", "group:ns/g", allocation)
+    return SlurmJob(12, "k8s:ns/g", state, "None", GroupOwner("ns", "g"), allocation)
 
 
 def test_the_job_id_and_owner_replace_the_submit_claim_once() -> None:
@@ -31,14 +32,14 @@ def test_the_job_id_and_owner_replace_the_submit_claim_once() -> None:
 
 
 def test_the_binding_carries_where_the_job_put_the_pod() -> None:
-    assert bound(12, "group:ns/g", "n1", "4,5", "0,1") == {
+    assert bound(12, GroupOwner("ns", "g"), "n1", "4,5", "0,1") == {
         keys.JOB_ID: "12", keys.OWNER: "group:ns/g", keys.SLURM_NODE: "n1",
         keys.GPU_IDS: "4,5", keys.CUDA_DEVICES: "0,1",
     }
 
 
 def test_a_bound_pod_keeps_its_job_only_on_the_same_node_and_gpus() -> None:
-    annotations = bound(12, "group:ns/g", "n1", "4,5", "0,1")
+    annotations = bound(12, GroupOwner("ns", "g"), "n1", "4,5", "0,1")
     assert holds(annotations, _job())
     assert not holds(annotations, _job(gpus=(6, 7)))  # requeued onto other GPUs
     assert not holds(annotations, _job(JobState.PENDING))

@@ -6,6 +6,7 @@ from typing import cast
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.owner import PodOwner
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.types import Allocation, JobState, SlurmJob
@@ -36,8 +37,10 @@ def _pod(uid: str = "uid-1", annotations: dict[str, str] | None = None) -> Pod:
     }))
 
 
-PENDING = SlurmJob(7, "k8s:ns/p", JobState.PENDING, "Resources", "uid-1", None)
-RUNNING = SlurmJob(7, "k8s:ns/p", JobState.RUNNING, "None", "uid-1", Allocation(("node1",)))
+PENDING = SlurmJob(7, "k8s:ns/p", JobState.PENDING, "Resources", PodOwner("uid-1"), None)
+RUNNING = SlurmJob(
+    7, "k8s:ns/p", JobState.RUNNING, "None", PodOwner("uid-1"), Allocation(("node1",))
+)
 
 
 def _notifier() -> tuple[PodNotifier, FakeKube, PodRegistry]:
@@ -94,15 +97,15 @@ async def test_pods_whose_jobs_are_long_gone_are_forgotten() -> None:
     """A bridge that runs for months must not grow with every pod it ever saw."""
     notifier, _, registry = _notifier()
     gone, waiting = _pod("uid-1"), _pod("uid-2")
-    for pod, job in ((gone, PENDING), (waiting, RUNNING)):
+    for uid, pod, job in (("uid-1", gone, PENDING), ("uid-2", waiting, RUNNING)):
         owner = registry.remember(pod)
         await notifier.job_known(pod, job)
-        assert registry.owner_of(owner) == owner
-    tracked = {"uid-2"}  # the index still has uid-2's job; uid-1's left Slurm's listing
+        assert owner == PodOwner(uid) and registry.owner_of(uid) == owner
+    tracked = {PodOwner("uid-2")}  # the index still has uid-2's job; uid-1's left Slurm's listing
     assert registry.prune(tracked.__contains__, idle_seconds=3600) == 0  # not idle yet
     assert registry.prune(tracked.__contains__, idle_seconds=0) == 1
     notifier.prune()
-    assert registry.owner_of("uid-1") is None and registry.pods_of("uid-1") == []
-    assert registry.owner_of("uid-2") == "uid-2"
+    assert registry.owner_of("uid-1") is None and registry.pods_of(PodOwner("uid-1")) == []
+    assert registry.owner_of("uid-2") == PodOwner("uid-2")
     assert set(notifier._seen) == {"uid-2"}
     await notifier.drain()

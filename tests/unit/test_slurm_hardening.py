@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 
 from bridge import keys
 from bridge.config import SlurmSettings
+from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.link.owner import owner_key
 from bridge.placement.index import JobIndex
@@ -36,12 +37,12 @@ def _pod(labels: dict[str, str], annotations: dict[str, str] | None = None) -> P
 
 
 def test_owner_recorded_by_the_bridge_outlives_a_relabel() -> None:
-    assert owner_key(_pod({})) == "uid-1"
-    assert owner_key(_pod({keys.GROUP: "g"})) == "group:ns/g"
+    assert owner_key(_pod({})) == PodOwner("uid-1")
+    assert owner_key(_pod({keys.GROUP: "g"})) == GroupOwner("ns", "g")
     recorded = {keys.OWNER: "uid-1"}
-    assert owner_key(_pod({keys.GROUP: "hijack"}, recorded)) == "uid-1"
+    assert owner_key(_pod({keys.GROUP: "hijack"}, recorded)) == PodOwner("uid-1")
     grouped = {keys.OWNER: "group:ns/g"}
-    assert owner_key(_pod({}, grouped)) == "group:ns/g"
+    assert owner_key(_pod({}, grouped)) == GroupOwner("ns", "g")
 
 
 def _job(job_id: int, user: str, **fields: Any) -> dict[str, Any]:
@@ -85,7 +86,7 @@ async def test_only_the_bridges_own_jobs_are_placeholders() -> None:
     async with _client(rest) as client:
         listing = await client.list_jobs()
         forged = await client.get_job(2)
-    assert {j.job_id: j.owner for j in listing} == {1: "uid-1", 2: None}
+    assert {j.job_id: j.owner for j in listing} == {1: PodOwner("uid-1"), 2: None}
     assert forged.owner is None and forged.allocation is None
 
 
@@ -109,7 +110,7 @@ async def test_an_unreadable_placeholder_is_a_protocol_error_naming_the_job() ->
 async def test_placeholders_are_submitted_non_requeueable() -> None:
     rest = FakeRest([])
     async with _client(rest) as client:
-        await client.submit(JobRequest(name="k8s:ns/p", owner="uid-1"))
+        await client.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-1")))
     assert rest.submitted[0]["job"]["requeue"] is False
 
 
@@ -119,7 +120,9 @@ class BrokenOnce(FakeSlurm):
     def __init__(self) -> None:
         super().__init__()
         self.calls = 0
-        self.job = self.put(SlurmJob(1, "k8s:ns/p", JobState.PENDING, "None", "uid-1", None))
+        self.job = self.put(
+            SlurmJob(1, "k8s:ns/p", JobState.PENDING, "None", PodOwner("uid-1"), None)
+        )
 
     async def job_states(self) -> dict[int, JobState]:
         self.calls += 1
@@ -166,6 +169,8 @@ async def test_known_placement_is_none_until_the_job_runs() -> None:
     verdict = await placer.filter(pod, ["node1"])
     assert verdict.keep == [] and "waiting for Slurm job 1" in verdict.message
     assert placer.known_placement("uid-1") is None
-    index.record(SlurmJob(1, "k8s:ns/p", JobState.RUNNING, "None", "uid-1", Allocation(("node1",))))
+    index.record(
+        SlurmJob(1, "k8s:ns/p", JobState.RUNNING, "None", PodOwner("uid-1"), Allocation(("node1",)))
+    )
     known = placer.known_placement("uid-1")
-    assert known is not None and known.kube_node == "node1" and known.owner == "uid-1"
+    assert known is not None and known.kube_node == "node1" and known.owner == PodOwner("uid-1")

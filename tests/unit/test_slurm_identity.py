@@ -14,6 +14,7 @@ import pytest
 
 from bridge import keys
 from bridge.config import SlurmSettings
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest, SlurmPlacement
 from bridge.slurm import auth
 from bridge.slurm.client import SlurmClient
@@ -70,7 +71,7 @@ def key_file(tmp_path: Path) -> Path:
 
 def _req(user: str | None) -> JobRequest:
     placement = SlurmPlacement(user=user, account="team-a")
-    return JobRequest(name="k8s:team-a/p", owner="uid-1", placement=placement)
+    return JobRequest(name="k8s:team-a/p", owner=PodOwner("uid-1"), placement=placement)
 
 
 def test_minted_token_carries_the_claims_slurm_documents() -> None:
@@ -156,4 +157,4 @@ async def test_placeholders_are_the_bridges_and_its_mapped_users_jobs(
     settings = SlurmSettings(user="slurm", jwt_key_file=key_file, retries=0)
     async with SlurmClient(settings, transport=httpx.MockTransport(rest), trust=trust) as c:
         job = (await c.list_jobs())[0]
-    assert (job.owner == "uid-7") is placeholder
+    assert (job.owner == PodOwner("uid-7")) is placeholder

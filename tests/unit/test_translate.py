@@ -11,6 +11,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.names import MAX_JOB_NAME, placeholder_job_name
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import job_request_for_pod
 from tests.unit.test_resources import GPU, container, make_pod
@@ -19,7 +20,7 @@ from tests.unit.test_resources import GPU, container, make_pod
 def test_plain_pod_becomes_a_one_node_job_with_slurm_defaults() -> None:
     pod = make_pod(container(requests={"cpu": "1500m", "memory": "4Gi"}))
     assert job_request_for_pod(pod) == JobRequest(
-        name="k8s:ml/train", owner="6f1c0a9e-uid", cpus=2, memory_mb=4096
+        name="k8s:ml/train", owner=PodOwner("6f1c0a9e-uid"), cpus=2, memory_mb=4096
     )
 
 

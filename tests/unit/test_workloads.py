@@ -27,6 +27,7 @@ from admission.workloads import Membership, group_name, membership
 from bridge import keys
 from bridge.jobs.annotations import PodGroup, pod_group
 from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.link.claims import member_slot
 from bridge.link.owner import tied_to
 from bridge.slurm.types import JobState, SlurmJob
@@ -248,10 +249,10 @@ def _pod_with(annotations: dict[str, str]) -> Pod:
 
 def test_an_ended_group_job_binds_only_the_members_it_was_recorded_on() -> None:
     ended = SlurmJob(7, "k8s:research/train", JobState.CANCELLED, "None",
-                     f"group:{NS}/train", None)
+                     GroupOwner(NS, "train"), None)
     assert tied_to(_pod_with({keys.JOB_ID: "7"}), ended)
     assert not tied_to(_pod_with({}), ended)  # a resumed Job's new pod: the group's next run
-    lone = SlurmJob(8, "k8s:research/p", JobState.CANCELLED, "None", "u", None)
+    lone = SlurmJob(8, "k8s:research/p", JobState.CANCELLED, "None", PodOwner("u"), None)
     assert tied_to(_pod_with({}), lone)
 
 

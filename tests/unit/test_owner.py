@@ -1,0 +1,45 @@
+"""The owner's text form is what older bridges wrote into Slurm comments, pod annotations
+and group claim Lease names: a restarted or upgraded bridge must find the same jobs and
+claims, so the text is pinned byte for byte."""
+
+from lightkube.models.core_v1 import Pod
+from lightkube.models.meta_v1 import ObjectMeta
+
+from bridge import keys
+from bridge.jobs.owner import GroupOwner, PodOwner, owner_text, parse_owner
+from bridge.link.owner import owner_key
+from bridge.link.records import group_claim_name
+from bridge.slurm.convert import comment_for, owner_from_comment
+
+UID = "6f1c0a9e-1b2c-4d5e-8f90-123456789abc"
+
+
+def test_owners_are_written_as_every_earlier_bridge_wrote_them() -> None:
+    assert comment_for(PodOwner(UID)) == f"slurmbridge.io/pod-uid={UID}"
+    group = GroupOwner("research", "train")
+    assert comment_for(group) == "slurmbridge.io/pod-uid=group:research/train"
+    assert str(GroupOwner("research", "train")) == "group:research/train"
+    assert group_claim_name(GroupOwner("research", "Train.v2")) == "group-train-v2-a0b9d449d163"
+
+
+def test_recorded_owners_are_read_back_as_the_same_owner() -> None:
+    for owner in (PodOwner(UID), GroupOwner("research", "train")):
+        assert parse_owner(owner_text(owner)) == owner
+        assert owner_from_comment(f"user note {comment_for(owner)}") == owner
+    assert owner_from_comment("slurmbridge.io/pod-uid=") is None  # no owner: a native job
+    assert owner_from_comment("no marker") is None
+
+
+def test_text_the_bridge_never_writes_stays_an_owner_no_pod_has() -> None:
+    """A forged or damaged ``group:`` text is not a group: its job stays an orphan."""
+    for text in ("group:", "group:research", "group:/train", "group:research/"):
+        assert parse_owner(text) == PodOwner(text)
+        assert owner_text(parse_owner(text)) == text
+
+
+def test_an_older_bridges_pod_annotation_names_the_owner() -> None:
+    pod = Pod(metadata=ObjectMeta(
+        name="p", namespace="research", uid=UID,
+        annotations={keys.OWNER: "group:research/train"},
+    ))
+    assert owner_key(pod) == GroupOwner("research", "train")
