@@ -154,7 +154,10 @@ class Lifecycle:
             self._index.forget(job.job_id)
 
     async def _evict_stranded(self, job: SlurmJob, members: list[Pod]) -> None:
-        if not any(self._stranded(p, job) for p in members):
+        """``members``: the pods owned by ``job``'s owner (read once, in the listing)."""
+        owner = job.owner
+        assert owner is not None
+        if not any(self._stranded(p, job, owner) for p in members):
             return
         try:  # confirm with a fresh read before acting
             fresh = await self._slurm.get_job(job.job_id)
@@ -162,10 +165,10 @@ class Lifecycle:
         except SlurmJobNotFound:
             fresh = job
         for pod in members:
-            if self._stranded(pod, fresh):
+            if self._stranded(pod, fresh, owner):
                 await self._evict(pod, fresh)
 
-    def _stranded(self, pod: Pod, job: SlurmJob) -> bool:
+    def _stranded(self, pod: Pod, job: SlurmJob, owner: Owner) -> bool:
         """The pod was bound to this job's allocation and the job no longer holds it for the
         pod, or the pod waits on this job and it ended with no live successor."""
         meta = pod.metadata or ObjectMeta()
@@ -175,7 +178,7 @@ class Lifecycle:
             return recorded_job_id(pod) == job.job_id and not holds(meta.annotations or {}, job)
         if job.state.is_live or not tied_to(pod, job):  # untied: the group's next run
             return False
-        current = self._index.by_owner(owner_key(pod))
+        current = self._index.by_owner(owner)
         return current is None or current.job_id == job.job_id
 
     async def _evict(self, pod: Pod, job: SlurmJob) -> None:

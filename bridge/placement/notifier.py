@@ -76,7 +76,7 @@ class PodNotifier:
         for key in self._registry.pods_of(job.owner):
             self._update(key, job)
 
-    def _update(self, key: PodKey, job: SlurmJob) -> None:
+    def _update(self, key: kpods.PodRef, job: SlurmJob) -> None:
         status = _status(job)
         if self._seen.get(key.uid) == status:
             return
@@ -91,7 +91,7 @@ class PodNotifier:
         elif _allocated(job) and self._registry.parked(key.uid):
             self._spawn(self._nudge(key, job))
 
-    async def _after_quiet(self, key: PodKey) -> None:
+    async def _after_quiet(self, key: kpods.PodRef) -> None:
         await asyncio.sleep(self._quiet)
         job = self._latest.pop(key.uid, None)
         if job is None or key.uid in self._shown:
@@ -124,7 +124,7 @@ class PodNotifier:
         self._refusals[key.uid] = message
         self._spawn(self._refused(key, reason, message))
 
-    async def _refused(self, key: PodKey, reason: str, message: str) -> None:
+    async def _refused(self, key: kpods.PodRef, reason: str, message: str) -> None:
         await kpods.record_event(
             self._kube, key, keys.EventReason.SUBMIT_REFUSED, message, warning=True
         )
@@ -137,7 +137,7 @@ class PodNotifier:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _show(self, key: PodKey, job: SlurmJob) -> None:
+    async def _show(self, key: kpods.PodRef, job: SlurmJob) -> None:
         """Event and condition: the pod's owner follows the job from here on."""
         self._shown[key.uid] = _status(job)
         await kpods.record_event(
@@ -148,7 +148,7 @@ class PodNotifier:
         )
         await self._nudge(key, job)
 
-    async def _nudge(self, key: PodKey, job: SlurmJob) -> None:
+    async def _nudge(self, key: kpods.PodRef, job: SlurmJob) -> None:
         """The condition alone; its change makes kube-scheduler requeue a parked pod."""
         allocated = _allocated(job)
         if allocated:

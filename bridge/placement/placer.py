@@ -16,7 +16,7 @@ from bridge.jobs.annotations import pod_group
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.link.claims import Claims, member_slot
-from bridge.link.owner import owner_key, pod_ref, recorded_job_id, tied_to
+from bridge.link.owner import LinkedPod, linked_pod, recorded_job_id, tied_to
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.outcomes import (
@@ -58,11 +58,12 @@ class Placer:
         self._submitter = Submitter(index, claims, hooks)
 
     async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
+        linked = linked_pod(pod)
         try:
-            job = await self._job_for(pod)
-            placement = await self._placement(pod, job)
+            job = await self._job_for(pod, linked)
+            placement = await self._placement(pod, linked, job)
         except (PlacementError, InvalidPodRequest, SlurmError) as exc:
-            return self._not_placed(pod, candidates, exc)
+            return self._not_placed(linked, candidates, exc)
         if placement.kube_node not in candidates:
             message = (
                 f"Slurm job {job.job_id} holds node {placement.kube_node} for this pod, but "
@@ -76,10 +77,9 @@ class Placer:
         del failed[placement.kube_node]
         return Verdict(Outcome.ALLOCATED, keep=[placement.kube_node], unresolvable=failed, job=job)
 
-    def _not_placed(self, pod: Pod, candidates: list[str], exc: Exception) -> Verdict:
+    def _not_placed(self, pod: LinkedPod, candidates: list[str], exc: Exception) -> Verdict:
         """Every candidate fails with the reason; kube-scheduler parks the pod meanwhile."""
-        assert pod.metadata is not None and pod.metadata.uid
-        self._pods.park(pod.metadata.uid)
+        self._pods.park(pod.uid)
         if isinstance(exc, PlacementError):
             outcome = exc.outcome
         elif isinstance(exc, SlurmError):
@@ -93,7 +93,8 @@ class Placer:
 
     async def placement_for(self, pod: Pod) -> Placement:
         """Where a pod that passed filter must bind (raises PlacementError otherwise)."""
-        return await self._placement(pod, await self._job_for(pod, submit=False))
+        linked = linked_pod(pod)
+        return await self._placement(pod, linked, await self._job_for(pod, linked, submit=False))
 
     def created_at(self, pod_uid: str) -> datetime | None:
         return self._pods.created_at(pod_uid)
@@ -104,11 +105,13 @@ class Placer:
 
     async def prepare(self, pod: Pod) -> SlurmJob:
         """Submit (or adopt) the pod's job ahead of kube-scheduler's first filter."""
-        return await self._job_for(pod)
+        return await self._job_for(pod, linked_pod(pod))
 
-    async def _job_for(self, pod: Pod, *, submit: bool = True) -> SlurmJob:
-        owner = self._pods.remember(pod)
-        job = self._index.by_owner(owner) or await self._adopt_recorded(pod)
+    async def _job_for(self, pod: Pod, linked: LinkedPod, *, submit: bool = True) -> SlurmJob:
+        """``linked``: ``pod`` read once (the pod itself still gives the job's request)."""
+        owner = linked.owner
+        self._pods.remember(linked, pod.metadata.creationTimestamp if pod.metadata else None)
+        job = self._index.by_owner(owner) or await self._adopt_recorded(pod, owner)
         replacing = None
         if job is not None and not job.state.is_live:
             if tied_to(pod, job):
@@ -119,13 +122,13 @@ class Placer:
             replacing, job = job.job_id, None  # the group's next run (e.g. a resumed Job)
         if job is None:
             if not submit:
-                raise Refused(f"no Slurm job for pod {pod_ref(pod)}")
+                raise Refused(f"no Slurm job for pod {linked}")
             job = await self._submitter.submit(pod, owner, replacing)
         if self._on_job_known is not None:
             await self._on_job_known(pod, job)
         return job
 
-    async def _adopt_recorded(self, pod: Pod) -> SlurmJob | None:
+    async def _adopt_recorded(self, pod: Pod, owner: Owner) -> SlurmJob | None:
         """A job another replica (or this one before a restart) recorded on the pod."""
         job_id = recorded_job_id(pod)
         if job_id is None:
@@ -134,7 +137,7 @@ class Placer:
             job = await self._index.adopt(job_id)
         except SlurmJobNotFound:
             return None
-        return job if job.owner == owner_key(pod) else None
+        return job if job.owner == owner else None
 
     def known_placement(self, pod_uid: str) -> Placement | None:
         """Where a pod filter has seen must bind, from memory alone (None: ask the apiserver)."""
@@ -151,13 +154,12 @@ class Placer:
             return self._placement_at(owner, job, node) if node in allocated else None
         return self._placement_at(owner, job, allocated[0])
 
-    async def _placement(self, pod: Pod, job: SlurmJob) -> Placement:
-        assert pod.metadata is not None and pod.metadata.uid
-        owner = owner_key(pod)
+    async def _placement(self, pod: Pod, linked: LinkedPod, job: SlurmJob) -> Placement:
+        owner = linked.owner
         allocated = _allocated_nodes(job)
         if not isinstance(owner, GroupOwner):
             return self._placement_at(owner, job, allocated[0])
-        node = self._pods.reserved(owner, pod.metadata.uid)
+        node = self._pods.reserved(owner, linked.uid)
         if node not in allocated:
             node = await self._member_node(pod, owner, job, allocated)
         return self._placement_at(owner, job, node)

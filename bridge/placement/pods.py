@@ -5,10 +5,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from lightkube.models.core_v1 import Pod
-
 from bridge.jobs.owner import Owner
-from bridge.link.owner import owner_key
+from bridge.link.owner import LinkedPod
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,30 +20,27 @@ class PodRegistry:
     """Remembers pods seen by filter so the bridge can requeue them when Slurm allocates."""
 
     def __init__(self) -> None:
-        self._by_owner: dict[Owner, dict[str, PodKey]] = {}
+        self._by_owner: dict[Owner, dict[str, LinkedPod]] = {}
         self._owner_of: dict[str, Owner] = {}  # pod uid → owner
         self._created: dict[str, datetime] = {}  # pod uid → creationTimestamp (bind latency)
         # group owner → pod uid → Slurm node reserved for it (a cache of the group's claim)
         self._group_nodes: dict[Owner, dict[str, str]] = {}
         # pods refused because Slurm could not be asked: requeued when it answers again
-        self._slurm_trouble: dict[str, PodKey] = {}
+        self._slurm_trouble: dict[str, LinkedPod] = {}
         # pods whose filter answered "waiting": kube-scheduler parked them until they change
         self._parked: set[str] = set()
         self._touched: dict[Owner, float] = {}  # owner → monotonic time it was last remembered
 
-    def remember(self, pod: Pod) -> Owner:
-        key = owner_key(pod)
-        meta = pod.metadata
-        assert meta is not None and meta.uid and meta.name and meta.namespace
-        before = self._owner_of.get(meta.uid)
-        if before is not None and before != key:  # relabelled before it had a job
-            self._by_owner.get(before, {}).pop(meta.uid, None)
-        self._by_owner.setdefault(key, {})[meta.uid] = PodKey(meta.namespace, meta.name, meta.uid)
-        self._owner_of[meta.uid] = key
-        self._touched[key] = time.monotonic()
-        if meta.creationTimestamp is not None:
-            self._created[meta.uid] = meta.creationTimestamp
-        return key
+    def remember(self, pod: LinkedPod, created: datetime | None = None) -> None:
+        """``created``: the pod's creationTimestamp (bind latency)."""
+        before = self._owner_of.get(pod.uid)
+        if before is not None and before != pod.owner:  # relabelled before it had a job
+            self._by_owner.get(before, {}).pop(pod.uid, None)
+        self._by_owner.setdefault(pod.owner, {})[pod.uid] = pod
+        self._owner_of[pod.uid] = pod.owner
+        self._touched[pod.owner] = time.monotonic()
+        if created is not None:
+            self._created[pod.uid] = created
 
     def created_at(self, pod_uid: str) -> datetime | None:
         return self._created.get(pod_uid)
@@ -53,12 +48,10 @@ class PodRegistry:
     def owner_of(self, pod_uid: str) -> Owner | None:
         return self._owner_of.get(pod_uid)
 
-    def note_slurm_trouble(self, pod: Pod) -> None:
-        meta = pod.metadata
-        assert meta is not None and meta.uid and meta.name and meta.namespace
-        self._slurm_trouble[meta.uid] = PodKey(meta.namespace, meta.name, meta.uid)
+    def note_slurm_trouble(self, pod: LinkedPod) -> None:
+        self._slurm_trouble[pod.uid] = pod
 
-    def take_slurm_trouble(self) -> list[PodKey]:
+    def take_slurm_trouble(self) -> list[LinkedPod]:
         taken, self._slurm_trouble = list(self._slurm_trouble.values()), {}
         return taken
 
@@ -72,7 +65,7 @@ class PodRegistry:
     def unpark(self, pod_uid: str) -> None:
         self._parked.discard(pod_uid)
 
-    def pods_of(self, owner: Owner) -> list[PodKey]:
+    def pods_of(self, owner: Owner) -> list[LinkedPod]:
         return list(self._by_owner.get(owner, {}).values())
 
     def forget_owner(self, owner: Owner) -> None:

@@ -7,6 +7,7 @@ from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import PodOwner
+from bridge.link.owner import linked_pod
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.types import Allocation, JobState, SlurmJob
@@ -57,7 +58,7 @@ async def _settle(notifier: PodNotifier) -> None:
 async def test_a_job_slurm_starts_at_once_costs_only_the_job_id_annotation() -> None:
     notifier, kube, registry = _notifier()
     pod = _pod(annotations={keys.SUBMITTING: "replica@1"})
-    registry.remember(pod)
+    registry.remember(linked_pod(pod))
     await notifier.job_known(pod, PENDING)
     await notifier.job_changed(RUNNING)
     await _settle(notifier)
@@ -67,7 +68,7 @@ async def test_a_job_slurm_starts_at_once_costs_only_the_job_id_annotation() -> 
 async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
     notifier, kube, registry = _notifier()
     pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
-    registry.remember(pod)
+    registry.remember(linked_pod(pod))
     await notifier.job_known(pod, PENDING)
     registry.park("uid-1")  # filter answered "waiting": kube-scheduler set the pod aside
     await notifier.job_changed(RUNNING)
@@ -82,7 +83,7 @@ async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
 async def test_a_job_that_keeps_pending_is_shown_after_the_quiet_period() -> None:
     notifier, kube, registry = _notifier()
     pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
-    registry.remember(pod)
+    registry.remember(linked_pod(pod))
     await notifier.job_known(pod, PENDING)
     await asyncio.sleep(0)
     assert writes(kube) == []
@@ -98,9 +99,9 @@ async def test_pods_whose_jobs_are_long_gone_are_forgotten() -> None:
     notifier, _, registry = _notifier()
     gone, waiting = _pod("uid-1"), _pod("uid-2")
     for uid, pod, job in (("uid-1", gone, PENDING), ("uid-2", waiting, RUNNING)):
-        owner = registry.remember(pod)
+        registry.remember(linked_pod(pod))
         await notifier.job_known(pod, job)
-        assert owner == PodOwner(uid) and registry.owner_of(uid) == owner
+        assert registry.owner_of(uid) == PodOwner(uid)
     tracked = {PodOwner("uid-2")}  # the index still has uid-2's job; uid-1's left Slurm's listing
     assert registry.prune(tracked.__contains__, idle_seconds=3600) == 0  # not idle yet
     assert registry.prune(tracked.__contains__, idle_seconds=0) == 1

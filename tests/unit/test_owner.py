@@ -2,12 +2,13 @@
 and group claim Lease names: a restarted or upgraded bridge must find the same jobs and
 claims, so the text is pinned byte for byte."""
 
+import pytest
 from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, PodOwner, owner_text, parse_owner
-from bridge.link.owner import owner_key
+from bridge.link.owner import LinkedPod, linked_pod, owner_key
 from bridge.link.records import group_claim_name
 from bridge.slurm.convert import comment_for, owner_from_comment
 
@@ -43,3 +44,14 @@ def test_an_older_bridges_pod_annotation_names_the_owner() -> None:
         annotations={keys.OWNER: "group:research/train"},
     ))
     assert owner_key(pod) == GroupOwner("research", "train")
+
+
+def test_a_pod_is_read_once_into_where_it_is_and_whose_job_it_waits_on() -> None:
+    meta = ObjectMeta(name="w-0", namespace="research", uid=UID, labels={keys.GROUP: "other"},
+                      annotations={keys.OWNER: "group:research/train"})
+    linked = linked_pod(Pod(metadata=meta))
+    # relabelled after its job was recorded: the recorded owner stands
+    assert linked == LinkedPod("research", "w-0", UID, GroupOwner("research", "train"))
+    assert str(linked) == "research/w-0"
+    with pytest.raises(ValueError, match=r"metadata\.name"):
+        linked_pod(Pod(metadata=ObjectMeta(namespace="research", uid=UID)))
