@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest, SlurmPlacement
 from bridge.slurm import negotiate
 from bridge.slurm.client import SlurmClient
@@ -25,7 +26,8 @@ pytestmark = pytest.mark.integration
 
 def _request(**kw: object) -> JobRequest:
     uid = str(uuid.uuid4())
-    return JobRequest(name=f"k8s:itest/client-{uid[:8]}", owner=uid, **kw)  # type: ignore[arg-type]
+    owner = PodOwner(uid)
+    return JobRequest(name=f"k8s:itest/client-{uid[:8]}", owner=owner, **kw)  # type: ignore[arg-type]
 
 
 async def test_every_offered_parser_round_trips_a_placeholder(slurm: SlurmTarget) -> None:

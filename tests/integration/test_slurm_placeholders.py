@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
 from bridge.slurm.client import SlurmClient
@@ -19,7 +20,8 @@ pytestmark = pytest.mark.integration
 
 def _request(pod: str, **kw: object) -> JobRequest:
     uid = str(uuid.uuid4())
-    return JobRequest(name=f"k8s:itest/{pod}-{uid[:8]}", owner=uid, **kw)  # type: ignore[arg-type]
+    owner = PodOwner(uid)
+    return JobRequest(name=f"k8s:itest/{pod}-{uid[:8]}", owner=owner, **kw)  # type: ignore[arg-type]
 
 
 async def _wait_running(client: SlurmClient, job_id: int) -> SlurmJob:
