@@ -74,7 +74,7 @@ def markdown(outcomes: dict[str, Outcome], pending: dict[str, str]) -> str:
             samples = ", ".join(fmt(s) for s in f.samples)
             out.append(f"| {f.name} | {fmt(f.median)} | {f.unit} | {f.spread()} | {samples} | "
                        f"{f.target or '-'} | {f.verdict or '-'} |")
-        out += [""] + [f"- {n}" for n in o.notes + _analysis(o)]
+        out += [""] + [f"- {n}" for n in o.notes]
         if o.profile:
             out += ["", "Where the time goes:", "", "```", o.profile, "```"]
         out += ["", "Machine:", ""] + [f"- {k}: {v}" for k, v in o.machine.items()]
@@ -92,28 +92,3 @@ def markdown(outcomes: dict[str, Outcome], pending: dict[str, str]) -> str:
             why = f" (last attempt failed: {o.error})" if o is not None and o.error else ""
             out.append(f"- **{bench}**: {pending.get(bench, '')}{why}")
     return "\n".join(out) + "\n"
-
-
-def _analysis(o: Outcome) -> list[str]:
-    """Conclusions that follow from the figures alone (computed, not typed in)."""
-    if o.bench != "B3":
-        return []
-    try:
-        figs = {f.name: f.median for f in o.figures}
-        rps = next(v for k, v in figs.items() if k.startswith("throughput") and "(bridge)" in k)
-        bare = next(v for k, v in figs.items() if k.startswith("throughput") and "(bare)" in k)
-        conc = int(next(k for k in figs if k.startswith("filter p99 at")).split()[3])
-    except (StopIteration, ValueError, IndexError):
-        return []
-    return [
-        f"Queueing arithmetic (Little's law): with {conc} requests in flight on one event "
-        f"loop, mean latency is about {conc} / throughput = {fmt(1000 * conc / rps)} ms for "
-        f"the bridge and {fmt(1000 * conc / bare)} ms for the bare handler, whatever the "
-        f"handler does. A p99 of 5 ms with {conc} in flight needs more than "
-        f"{conc / 0.005:,.0f} answers/s from one process: out of reach for any Python "
-        "handler here, the bare one included. The per-request cost (service time, "
-        "one-at-a-time latency) is the figure the bridge controls.",
-        "kube-scheduler itself calls filter once per scheduling cycle, one pod at a time per "
-        "scheduler; 100 concurrent filters only arise with many schedulers or profiles "
-        "sharing one extender.",
-    ]
