@@ -114,8 +114,15 @@ fail() {
 wait_ready() {
   local name="$1"; shift
   local deadline=$((SECONDS + READY_TIMEOUT))
+  local pid status; pid="$(pid_of "$name")"
   until "$@"; do
-    alive "$name" || fail "$name" "exited during startup"
+    # The pid this script started, gone or a zombie (not alive(): until the starting
+    # subshell has exec'd, its command line does not name $RUN yet).  Its exit status
+    # says how it ended.
+    if [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)" =~ ^(Z|X|)$ ]]; then
+      wait "$pid" 2>/dev/null && status=0 || status=$?
+      fail "$name" "exited during startup (exit status $status)"
+    fi
     (( SECONDS < deadline )) || fail "$name" "not ready after ${READY_TIMEOUT}s"
     sleep 0.3
   done
