@@ -92,8 +92,16 @@ ENV
 cmd_up() {
   select_version "$1"
   ensure_root
+  # A node shape given (NODES/CPUS/GPUS/MEMORY_MB, as B1 and B6 do) is part of the stamp, so
+  # `up` with another shape restarts; a plain `up` takes the running cluster whatever its shape
+  # (the benchmarks' own `down` + `up` put the default back).
   local config; config="$(sha256sum "$here/recipe.sh" | cut -c1-16)"
-  if pid_alive slurmctld && pid_alive slurmdbd && rest_alive && [[ "$(cat "$RUN/config" 2>/dev/null)" == "$config" ]]; then
+  local var; for var in NODES CPUS GPUS MEMORY_MB; do
+    if [[ -n "${!var:-}" ]]; then config+=" $var=${!var}"; fi
+  done
+  local running; running="$(cat "$RUN/config" 2>/dev/null || true)"
+  [[ "$config" == *" "* ]] || running="${running%% *}"
+  if pid_alive slurmctld && pid_alive slurmdbd && rest_alive && [[ "$running" == "$config" ]]; then
     log "Slurm $VERSION already running"
   else
     cmd_down "$VERSION" quiet
@@ -114,7 +122,7 @@ cmd_up() {
       in_root slurmd -N "node$k"
     done
     start_rest
-    for i in $(seq 1 120); do
+    for i in $(seq 1 $((120 + 2 * ${NODES:-4}))); do  # 60 s plus 1 s per node
       if rest_alive && [[ "$(in_root sinfo -h -o '%D %t' 2>/dev/null | awk '$2=="idle"{n+=$1} END{print n+0}')" == "${NODES:-4}" ]]; then
         break
       fi
