@@ -66,21 +66,26 @@ def _cluster(*args: str, env: dict[str, str] | None = None) -> None:
         raise SetupError(f"cluster.sh {' '.join(args)} failed: {done.stderr[-2000:]}")
 
 
-async def slurm_cpus(slurm: SlurmTarget) -> list[int]:
+async def slurm_cpus(slurm: SlurmTarget) -> tuple[list[int], list[int]]:
+    """CPUs and memory (MB) of each node."""
     async with SlurmClient(slurm.settings()) as client:
-        return [n.cpus for n in await client.list_nodes()]
+        nodes = await client.list_nodes()
+        return [n.cpus for n in nodes], [n.memory_mb for n in nodes]
 
 
 @contextlib.contextmanager
-def slurm_with_cpus(version: str, total_cpus: int, per_node: int) -> Iterator[SlurmTarget]:
+def slurm_with_cpus(
+    version: str, total_cpus: int, per_node: int, *, memory_mb: int | None = None,
+) -> Iterator[SlurmTarget]:
     """The local Slurm with at least ``total_cpus`` CPUs; restarted with ``per_node`` if needed.
 
+    With ``memory_mb``, also restarted (with that much per node) if a node has less.
     The default shape (4 x 64 CPUs) is put back afterwards, so the test suite finds what it
     expects.  An external Slurm (SLURMBRIDGE_TEST_SLURM_URL) is never restarted.
     """
     slurm = slurm_target(version)
-    have = asyncio.run(slurm_cpus(slurm))
-    if sum(have) >= total_cpus:
+    have, memory = asyncio.run(slurm_cpus(slurm))
+    if sum(have) >= total_cpus and min(memory) >= (memory_mb or 0):
         yield slurm
         return
     if slurm.version == "external" or os.environ.get("SLURMBRIDGE_TEST_SLURM_URL"):
@@ -90,7 +95,10 @@ def slurm_with_cpus(version: str, total_cpus: int, per_node: int) -> Iterator[Sl
           f"CPUS={per_node} per node (the default shape is restored afterwards)", flush=True)
     _cluster("down", version)
     try:
-        _cluster("up", version, env={"CPUS": str(per_node)})
+        env = {"CPUS": str(per_node)}
+        if memory_mb:
+            env["MEMORY_MB"] = str(memory_mb)
+        _cluster("up", version, env=env)
         slurm = slurm_target(version)
         yield slurm
     finally:
