@@ -85,6 +85,7 @@ class Runs:
     """Every SystemRun, keyed (pods, qps) -> system -> one per repeat."""
 
     by: dict[tuple[int, float], dict[str, list[SystemRun]]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
 
     def add(self, pods: int, qps: float, system: str, run: SystemRun) -> None:
         self.by.setdefault((pods, qps), {}).setdefault(system, []).append(run)
@@ -120,10 +121,17 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, shape: Shape) 
                 )
                 for index, pods in enumerate(cfg.pods):
                     for rep in range(cfg.repeats_for(index)):
-                        got = await measure_round(
-                            slurm, cp, kube, pods=pods, metrics_port=stack.health_port,
-                            limits=limits, alone=k == 0,
-                        )
+                        try:
+                            got = await measure_round(
+                                slurm, cp, kube, pods=pods, metrics_port=stack.health_port,
+                                limits=limits, alone=k == 0,
+                            )
+                        except (TimeoutError, OSError, RuntimeError) as exc:
+                            # one failed round must not throw away the others' figures
+                            runs.errors.append(f"{pods} pods, qps {qps:g}, repeat {rep + 1}: "
+                                               f"{type(exc).__name__}: {str(exc)[:300]}")
+                            print(f"  B1 round failed: {runs.errors[-1]}", flush=True)
+                            continue
                         for system, one in got.items():
                             for q, _ in cfg.limits if system == "a" else [(qps, burst)]:
                                 runs.add(pods, q, system, one)

@@ -21,8 +21,10 @@ def outcome(cfg: Config, runs: Runs, slurm: SlurmTarget, shape: Shape) -> Outcom
     figures: list[Figure] = []
     notes = _setup_notes(cfg, slurm, shape)
     for (pods, qps), by in runs.by.items():
-        figures += combo_figures(pods, qps, by)
-        notes += combo_notes(pods, qps, by)
+        if {"a", "b", "bridge"} <= by.keys():
+            figures += combo_figures(pods, qps, by)
+            notes += combo_notes(pods, qps, by)
+    notes += [f"Round FAILED (not in the figures): {e}" for e in runs.errors]
     repeats = ", ".join(f"{p} pods: {cfg.repeats_for(i)}" for i, p in enumerate(cfg.pods))
     notes.insert(0, f"Repeats per size: {repeats}; every figure is the median over them.")
     return Outcome(
