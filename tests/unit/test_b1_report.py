@@ -1,0 +1,39 @@
+"""B1's per-pod cost and verdicts (issue 15): what is counted, what is left out, each target."""
+
+from benchmarks.b1_measure import SystemRun
+from benchmarks.b1_report import combo_figures
+
+
+def run(seconds: float, cpu: dict[str, float], requests: dict[str, float],
+        latencies: list[float] | None = None, pods: int = 100) -> SystemRun:
+    return SystemRun(pods, seconds, latencies or [0.1] * pods, cpu, requests)
+
+
+def test_cost_per_pod_leaves_out_the_load_generator_and_the_benchmarks_own_creates() -> None:
+    r = run(
+        1.0,
+        {"kube-apiserver": 0.5, "etcd": 0.3, "benchmark client": 9.0, "other": 9.0},
+        {"POST pods": 100, "POST pods/binding": 100, "PATCH pods": 50, "GET pods": 999},
+    )
+    assert r.cpu_ms_per_pod == 8.0
+    assert r.writes_per_pod == 1.5
+    assert r.pods_per_s == 100
+
+
+def test_each_target_is_judged_and_the_latency_bound_comes_from_a_and_b() -> None:
+    alone = run(1.0, {}, {}, latencies=[0.2] * 100)
+    default = run(2.0, {"kube-apiserver": 1.0}, {"POST pods": 100, "POST pods/binding": 100},
+                  latencies=[0.3] * 100)
+    bridge = run(2.5, {"kube-apiserver": 2.0}, {"POST pods": 100, "PATCH pods": 400},
+                 latencies=[0.5] * 100)
+    figures = {f.name.split("] ")[1]: f for f in combo_figures(
+        100, 50, {"a": [alone], "b": [default], "bridge": [bridge]})}
+    assert figures["ratio bridge / default scheduler"].met is False  # 0.8 < 0.95
+    assert figures["CPU per pod, bridge / default"].met is False  # 2.0 > 1.5
+    assert figures["bridge: apiserver writes per pod"].met is False  # 4 > 3
+    p99 = figures["bridge: create -> bound p99"]
+    assert "= 600 ms" in p99.target  # 1.5 x 200 + 300
+    assert p99.met is True
+    at_400 = {f.name.split("] ")[1]: f for f in combo_figures(
+        100, 400, {"a": [alone], "b": [default], "bridge": [bridge]})}
+    assert at_400["ratio bridge / default scheduler"].met is True  # 0.8 >= 0.7
