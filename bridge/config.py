@@ -64,6 +64,9 @@ class PlacementSettings(BaseModel):
     reasons_per_cycle: int = Field(
         5, ge=0, description="pending jobs whose Slurm reason is re-read each poll"
     )
+    reason_refresh_seconds: float = Field(
+        10.0, ge=0, description="a pending job's Slurm reason is re-read at most this often"
+    )
     node_refresh_seconds: float = Field(15.0, gt=0, description="Kubernetes Node list refresh")
     notify_quiet_seconds: float = Field(
         10.0, ge=0,

@@ -10,7 +10,7 @@ signatures (its overloads tell cluster-scoped from namespaced kinds), so the cor
 lightkube's typed models and ``ApiError`` and a real client needs no adapter.
 """
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Iterable
 from typing import Any, Protocol, overload
 
 from lightkube.core.client import (
@@ -43,8 +43,13 @@ class SlurmPort(Protocol):
         """Every job the bridge may own (the big answer: start and resync only)."""
         ...
 
-    async def job_states(self) -> dict[int, JobState]:
-        """Ids and states of every job: the cheap poll."""
+    async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
+        """States of the jobs ``ids`` only (absent: Slurm no longer lists it): the cheap
+        poll, whose cost follows the bridge's own jobs, not Slurm's queue."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise a ``SlurmError`` unless slurmctld answers: the poll with nothing to read."""
         ...
 
     async def cancel(self, job_id: int) -> None:

@@ -80,7 +80,7 @@ class Bridge:
             fast_interval=p.fast_poll_interval_seconds,
             fast_window=p.fast_poll_window_seconds,
             resync_interval=p.resync_interval_seconds,
-            reasons_per_cycle=p.reasons_per_cycle,
+            reasons_per_cycle=p.reasons_per_cycle, reason_interval=p.reason_refresh_seconds,
             on_recovered=self.notifier.slurm_recovered,
             watch_running=lambda job: self.grace.preemptable(job.qos),
         )

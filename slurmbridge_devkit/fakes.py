@@ -13,7 +13,8 @@ import copy
 import dataclasses
 import itertools
 import uuid
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -44,6 +45,8 @@ class FakeSlurm:
         self.submitted: list[JobRequest] = []
         self.cancelled: list[int] = []
         self.down = False  # True: every call fails as an unreachable slurmrestd would
+        self.requests: Counter[str] = Counter()  # calls per SlurmPort operation
+        self.states_returned = 0  # job states answered by ``job_states``, summed (bytes' proxy)
         self._ids = itertools.count(first_id)
 
     def _check_up(self) -> None:
@@ -82,6 +85,7 @@ class FakeSlurm:
 
     async def get_job(self, job_id: int) -> SlurmJob:
         self._check_up()
+        self.requests["get_job"] += 1
         if job_id not in self.jobs:
             raise SlurmJobNotFound(job_id)
         return self.jobs[job_id]
@@ -90,9 +94,16 @@ class FakeSlurm:
         self._check_up()
         return list(self.jobs.values())
 
-    async def job_states(self) -> dict[int, JobState]:
+    async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
         self._check_up()
-        return {i: j.state for i, j in self.jobs.items()}
+        self.requests["job_states"] += 1
+        states = {i: self.jobs[i].state for i in set(ids) if i in self.jobs}
+        self.states_returned += len(states)
+        return states
+
+    async def ping(self) -> None:
+        self._check_up()
+        self.requests["ping"] += 1
 
     async def cancel(self, job_id: int) -> None:
         self._check_up()

@@ -9,6 +9,10 @@ bound to — the job ended (scancel, time limit, preemption, node failure), was
 requeued or suspended, or runs elsewhere now — is evicted, with an Event
 saying why, but only after re-reading the job from Slurm: one observation is
 never enough.  A waiting pod whose job ended is evicted too.
+Another replica's jobs: the leader adopts the job id recorded on any of the bridge's pods
+its index does not hold (each id read once), so it releases them as it does its own; the
+poller does not scan Slurm's queue for them.  A job whose pod was deleted before any
+listing here saw its id waits for the next full resync, then the orphan grace.
 """
 
 import time
@@ -30,13 +34,15 @@ from bridge.placement.grace import grace_seconds
 from bridge.placement.index import JobIndex
 from bridge.placement.pods import PodKey, PodRegistry
 from bridge.ports import KubePort, SlurmPort
-from bridge.slurm.errors import SlurmJobNotFound
+from bridge.slurm.errors import SlurmJobNotFound, SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
 _PRUNE_SECONDS = 30.0  # group claims of ended jobs are deleted at most this often
+# Recorded jobs read per reconcile: a new leader catching up on many pods is spread over rounds.
+_ADOPT_PER_RECONCILE = 50
 
 
 def finished(pod: Pod) -> bool:
@@ -96,6 +102,7 @@ class Lifecycle:
         self._evicted: set[str] = set()
         self._claims = claims
         self._next_prune = 0.0
+        self._adopted: set[int] = set()  # recorded job ids read once (while their pods exist)
 
     async def reconcile_once(self) -> None:
         by_owner: dict[Owner, list[Pod]] = {}
@@ -103,6 +110,7 @@ class Lifecycle:
             Pod, namespace="*", fields={"spec.schedulerName": keys.SCHEDULER_NAME}
         ):
             by_owner.setdefault(owner_key(pod), []).append(pod)
+        await self._adopt_recorded([p for pods in by_owner.values() for p in pods])
         for job in self._index.jobs():
             if job.owner is None:
                 continue
@@ -115,6 +123,21 @@ class Lifecycle:
             self._next_prune = self._clock() + max(self._orphan_grace, _PRUNE_SECONDS)
             await self._claims.prune_groups(self._job_live)
         log.debug("lifecycle.reconciled", owners=len(by_owner), jobs=len(self._index.jobs()))
+
+    async def _adopt_recorded(self, pods: list[Pod]) -> None:
+        """Track the jobs recorded on the bridge's pods that the index does not hold (another
+        replica submitted them): one read per job id, a cost that follows the bridge's pods."""
+        recorded = {i for p in pods if (i := recorded_job_id(p)) is not None}
+        self._adopted &= recorded
+        unknown = sorted(i for i in recorded - self._adopted if self._index.by_id(i) is None)
+        self._adopted |= recorded - set(unknown)
+        for job_id in unknown[:_ADOPT_PER_RECONCILE]:
+            try:
+                job = await self._index.adopt(job_id)
+                log.info("lifecycle.adopted", job_id=job_id, owner=str(job.owner))
+            except (SlurmJobNotFound, SlurmProtocolError) as exc:
+                log.info("lifecycle.recorded_job_unreadable", job_id=job_id, error=str(exc))
+            self._adopted.add(job_id)
 
     async def _job_live(self, job_id: int) -> bool:
         """Still live in Slurm (a fresh read unless this process tracks it as live)."""

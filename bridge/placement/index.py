@@ -34,9 +34,6 @@ class JobIndex:
         self._last_submit = -float("inf")  # loop time of the latest submit
         self._resyncing = False
         self._listing: asyncio.Future[list[SlurmJob]] | None = None
-        # Highest job id the last full listing held (any user's job): the poller reads each
-        # newer job once, so jobs other replicas submit reach this index between resyncs.
-        self.listed_upto = 0
 
     def by_owner(self, owner: Owner) -> SlurmJob | None:
         return self._by_owner.get(owner)
@@ -115,7 +112,6 @@ class JobIndex:
             self._resyncing = False
         # Jobs submitted while the listing was under way may be missing from it: keep them.
         listed = {j.job_id for j in listing}
-        self.listed_upto = max(listed, default=self.listed_upto)
         newer = [self._by_id[i] for i in self._submitted - listed if i in self._by_id]
         self._submitted.clear()
         self._by_owner.clear()

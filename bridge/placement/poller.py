@@ -1,14 +1,21 @@
-"""Keep the job index current with a flat load on slurmctld.
+"""Keep the job index current with a load on slurmctld that follows the bridge's own jobs.
 
-Each cycle is one ``GET /jobs/state/`` (ids and states only) plus one
-``GET /job/<id>`` per tracked job whose state changed, plus a fixed number of
-pending jobs whose reason is refreshed round-robin, and as many running jobs of a
-preemptable QOS (their preemption changes no state), plus one for each live job
-newer than any seen before (once: jobs another replica submitted become tracked
-within a cycle, native jobs are not read again).  Cycles come every
-``interval``, or every ``fast_interval`` for ``fast_window`` after a submit.  The full listing runs
-only at start and every ``resync_interval`` (it also cancels duplicates).
-Nothing here grows with the length of the queue except the state list's bytes.
+Each cycle is one ``GET /jobs/state/?job_id=..`` naming the live jobs the index tracks
+(``SlurmClient.job_states``: ids and states of those jobs only, 400 ids a request), plus
+one ``GET /job/<id>`` per tracked job whose state changed, plus up to ``reasons_per_cycle``
+pending jobs whose reason is refreshed round-robin, each at most every ``reason_interval``
+(so an idle cycle with a few pending jobs stays about one request), and as many running
+jobs of a preemptable QOS, round-robin (their preemption changes no state).  With nothing
+tracked the cycle is one ``GET /ping/``, so /readyz and the controllers still learn whether
+Slurm answers.  Nothing in a cycle grows with Slurm's queue: B5 in benchmarks/RESULTS.md
+measures it with 100 to 10,000 other jobs.
+Cycles come every ``interval``, or every ``fast_interval`` for ``fast_window`` after a
+submit.  The full listing runs only at start and every ``resync_interval`` (it rebuilds the
+index and cancels duplicates).
+
+Jobs another replica submitted are not found here: the pods record their job ids, the
+placer adopts a recorded job when it meets the pod, and the leader's lifecycle adopts the
+job recorded on any of the bridge's pods (bridge/controllers/lifecycle.py).
 
 The loop never ends on an error: a job whose answer cannot be read is skipped
 for this cycle (the others are still refreshed), and any other failure —
@@ -49,6 +56,7 @@ class Poller:
         fast_window: float = 10.0,
         resync_interval: float = 300.0,
         reasons_per_cycle: int = 5,
+        reason_interval: float = 10.0,
         on_recovered: Callable[[], Awaitable[None]] | None = None,
         watch_running: Callable[[SlurmJob], bool] | None = None,
     ) -> None:
@@ -61,11 +69,12 @@ class Poller:
         self.resync_interval = resync_interval
         self._reasons_per_cycle = reasons_per_cycle
         self._reason_queue: deque[int] = deque()
+        self._reason_interval = reason_interval
+        self._reason_read: dict[int, float] = {}  # loop time each pending job's reason was read
         # Running jobs Slurm may preempt: their preemption signal (GraceTime) changes no state.
         self._watch_running = watch_running
         self._watch_queue: deque[int] = deque()
         self._misses: dict[int, int] = {}
-        self._seen_upto = 0  # job ids up to here were read (or listed) once already
         self._fetch_slots = asyncio.Semaphore(_FETCH_CONCURRENCY)
         self.healthy = False  # the last cycle reached Slurm
         self.synced = False  # the index was built from a full listing at least once
@@ -74,7 +83,7 @@ class Poller:
 
     async def poll_once(self) -> None:
         tracked = {j.job_id: j for j in self._index.jobs() if j.state.is_live}
-        await self._refresh_tracked(tracked)  # even with none tracked: new jobs may appear
+        await self._refresh_tracked(tracked)
         live = [j for j in self._index.jobs() if j.state.is_live]
         for state in JobState:
             metrics.PLACEHOLDER_JOBS.labels(state.value).set(
@@ -82,44 +91,41 @@ class Poller:
             )
 
     async def _refresh_tracked(self, tracked: dict[int, SlurmJob]) -> None:
-        states = await self._client.job_states()
+        if tracked:
+            states = await self._client.job_states(tracked)
+        else:  # nothing to read, but /readyz and the controllers need to know Slurm answers
+            await self._client.ping()
+            states = {}
         stale = [j for i, j in tracked.items() if states.get(i) != j.state]
         stale_ids = {j.job_id for j in stale}
         batch = stale + self._reason_batch(tracked, stale_ids)
         batch += self._watch_batch(tracked, stale_ids | {j.job_id for j in batch})
-        self._seen_upto = max(self._seen_upto, self._index.listed_upto)
-        new = [i for i, state in states.items()
-               if i > self._seen_upto and state.is_live and i not in tracked]
-        await asyncio.gather(*(self._refresh(j) for j in batch), *(self._discover(i) for i in new))
-        self._seen_upto = max([self._seen_upto, *new])
-
-    async def _discover(self, job_id: int) -> None:
-        """Track a job this process has not seen: another replica's placeholder (the index
-        ignores native jobs).  Read once; a job that cannot be read waits for the resync."""
-        async with self._fetch_slots:
-            try:
-                job = await self._client.get_job(job_id)
-            except (SlurmJobNotFound, SlurmProtocolError) as exc:
-                log.info("poller.new_job_unreadable", job_id=job_id, error=str(exc))
-                return
-        if self._index.by_id(job_id) is None:
-            self._index.record(job)
+        await asyncio.gather(*(self._refresh(j) for j in batch))
 
     def _reason_batch(self, tracked: dict[int, SlurmJob], skip: set[int]) -> list[SlurmJob]:
-        """A few pending jobs whose reason (not visible in the state list) is re-read."""
-        pending = [i for i, j in tracked.items() if j.state is JobState.PENDING]
+        """A few pending jobs whose reason (not visible in the state list) is re-read, none
+        more often than every ``reason_interval``: a reason changes without a state change,
+        but users read it after ``notify_quiet_seconds``, not every poll."""
+        now = asyncio.get_running_loop().time()
+        self._reason_read = {i: t for i, t in self._reason_read.items() if i in tracked}
+
+        def due(job: SlurmJob) -> bool:
+            read = self._reason_read.get(job.job_id)
+            return (job.state is JobState.PENDING and job.job_id not in skip
+                    and (read is None or now - read >= self._reason_interval))
+
         if not self._reason_queue:
-            self._reason_queue.extend(pending)
+            self._reason_queue.extend(i for i, j in tracked.items() if j.state is JobState.PENDING)
         # Jobs Slurm has not evaluated yet (reason "None") first: users wait for that one.
-        batch = [
-            j for j in tracked.values()
-            if j.state is JobState.PENDING and j.reason == "None" and j.job_id not in skip
-        ][: self._reasons_per_cycle]
+        batch = [j for j in tracked.values() if j.reason == "None" and due(j)]
+        batch = batch[: self._reasons_per_cycle]
         skip = skip | {j.job_id for j in batch}
         while self._reason_queue and len(batch) < self._reasons_per_cycle:
             job = tracked.get(self._reason_queue.popleft())
-            if job is not None and job.state is JobState.PENDING and job.job_id not in skip:
+            if job is not None and due(job):
                 batch.append(job)
+                skip.add(job.job_id)
+        self._reason_read.update((j.job_id, now) for j in batch)
         return batch
 
     def _watch_batch(self, tracked: dict[int, SlurmJob], skip: set[int]) -> list[SlurmJob]:

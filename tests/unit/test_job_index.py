@@ -89,29 +89,6 @@ async def test_a_change_seen_only_by_a_resync_is_reported() -> None:
     assert seen == [(JobState.PENDING, JobState.RUNNING)]
 
 
-async def test_a_job_another_replica_submitted_is_tracked_at_the_next_poll() -> None:
-    """The leader cancels the jobs of deleted pods from its own index: a job submitted by
-    another replica after the leader's last resync must reach that index within one poll."""
-    fake = FakeSlurm()
-    leader, other = _index(fake), _index(fake)
-
-    async def on_change(before: SlurmJob, after: SlurmJob) -> None:
-        return None
-
-    poller = Poller(fake, leader, on_change)
-    await poller.resync()
-    job = await other.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-4")))
-    native = len(fake.jobs) + 1
-    fake.jobs[native] = SlurmJob(native, "native", JobState.RUNNING, "None", None, None)
-
-    await poller.poll_once()
-    tracked = leader.by_owner(PodOwner("uid-4"))
-    assert tracked is not None and tracked.job_id == job.job_id
-    # Each new job is read once: a native job is not fetched again on every poll.
-    await poller.poll_once()
-    assert fake.fetched.count(native) == 1
-
-
 async def test_intake_and_filter_racing_on_one_pod_claim_and_submit_once() -> None:
     fake, kube = FakeSlurm(), FakeKube()
     claims = Claims(kube, "replica-a", namespace="slurmbridge")

@@ -149,3 +149,24 @@ async def test_a_pod_whose_job_runs_elsewhere_now_is_evicted() -> None:
     await world.lifecycle.reconcile_once()
     [event] = world.kube.events(keys.EventReason.JOB_ENDED)
     assert "restarted on other resources (node2)" in event["message"]
+
+
+async def test_a_job_another_replica_submitted_is_adopted_from_its_pod_and_cancelled() -> None:
+    """The leader cancels the jobs of deleted pods from its own index: a job another replica
+    submitted reaches it through the job id recorded on the pod (the poller no longer scans
+    Slurm's queue for new jobs), read once however many rounds the pod lives."""
+    world = World()
+    world.slurm.put(SlurmJob(JOB, "k8s:ns/p", JobState.PENDING, "Priority", PodOwner(UID), None))
+    builder = PodBuilder("p", "ns").annotations({keys.JOB_ID: str(JOB)})
+    pod = builder.build()
+    assert pod.metadata is not None
+    pod.metadata.uid = UID
+    world.kube.add(pod)
+    for _ in range(3):
+        await world.lifecycle.reconcile_once()
+    adopted = world.index.by_owner(PodOwner(UID))
+    assert adopted is not None and adopted.job_id == JOB
+    assert world.slurm.requests["get_job"] == 1 and not world.cancelled()
+    await world.kube.delete(Pod, "p", namespace="ns")
+    await world.lifecycle.reconcile_once()
+    assert world.cancelled()

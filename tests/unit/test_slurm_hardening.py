@@ -4,6 +4,7 @@ unreadable answer does, and that the poller outlives any error."""
 
 import asyncio
 import json
+from collections.abc import Iterable
 from typing import Any, cast
 
 import httpx
@@ -124,11 +125,11 @@ class BrokenOnce(FakeSlurm):
             SlurmJob(1, "k8s:ns/p", JobState.PENDING, "None", PodOwner("uid-1"), None)
         )
 
-    async def job_states(self) -> dict[int, JobState]:
+    async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
         self.calls += 1
         if self.calls == 1:
             raise KeyError("gres_detail")  # a bug meeting an answer nobody expected
-        return await super().job_states()
+        return await super().job_states(ids)
 
 
 def _errors(kind: str) -> float:

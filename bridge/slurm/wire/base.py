@@ -70,6 +70,22 @@ class JobStatesResponse(Envelope):
     jobs: list[JobStateEntry] = Field(default_factory=list)
 
 
+class PingEntry(WireModel):
+    """One controller as slurmrestd's ping saw it: v0.0.41 says ``pinged: "UP"``, v0.0.45
+    only ``responding: true``, v0.0.42 and v0.0.44 both."""
+
+    pinged: str = ""
+    responding: bool | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.responding if self.responding is not None else self.pinged == "UP"
+
+
+class PingResponse(Envelope):
+    pings: list[PingEntry] = Field(default_factory=list)
+
+
 class SubmitResponse(Envelope):
     job_id: int | None = None
     job_submit_user_msg: str = ""

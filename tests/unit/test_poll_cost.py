@@ -1,0 +1,122 @@
+"""A poll cycle costs what the bridge's own jobs cost, not what Slurm's whole queue does
+(issue 15, B5): the poller asks Slurm only about the jobs it tracks."""
+
+import httpx
+import pytest
+
+from bridge.config import SlurmSettings
+from bridge.jobs.owner import PodOwner
+from bridge.jobs.request import JobRequest
+from bridge.placement.index import JobIndex
+from bridge.placement.poller import Poller
+from bridge.slurm.client import IDS_PER_REQUEST, SlurmClient
+from bridge.slurm.errors import SlurmUnavailable
+from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.wire.base import PingResponse
+from slurmbridge_devkit.fakes import FakeSlurm
+
+OWN = 10
+
+
+async def _noop(before: SlurmJob, after: SlurmJob) -> None:
+    del before, after
+
+
+async def _idle_cycle(foreign: int) -> tuple[dict[str, int], int]:
+    """Requests and job states answered in one poll cycle where nothing changed, with
+    ``OWN`` running placeholders of the bridge and ``foreign`` native jobs in Slurm."""
+    slurm = FakeSlurm(("node1",))
+    index = JobIndex(slurm)
+    for i in range(OWN):
+        job = await index.ensure(JobRequest(name=f"k8s:ns/p{i}", owner=PodOwner(f"uid-{i}")))
+        slurm.start(job.job_id, "node1")
+    for _ in range(foreign):
+        job_id = max(slurm.jobs) + 1
+        slurm.put(SlurmJob(job_id, "native", JobState.PENDING, "Priority", None, None))
+    poller = Poller(slurm, index, _noop)
+    await poller.resync()
+    await poller.poll_once()  # the first cycle reads the jobs that started
+    slurm.requests.clear()
+    slurm.states_returned = 0
+    await poller.poll_once()
+    return dict(slurm.requests), slurm.states_returned
+
+
+async def test_an_idle_cycle_costs_the_same_with_100_or_10000_foreign_jobs() -> None:
+    small, large = await _idle_cycle(100), await _idle_cycle(10_000)
+    assert small == large
+    assert small == ({"job_states": 1}, OWN)
+
+
+async def test_with_nothing_tracked_a_cycle_is_one_ping_and_still_notices_slurm_away() -> None:
+    """No job named, no listing (without ids Slurm answers with every job); /readyz and the
+    controllers still learn whether Slurm answers."""
+    slurm = FakeSlurm()
+    slurm.put(SlurmJob(1, "native", JobState.RUNNING, "None", None, None))
+    poller = Poller(slurm, JobIndex(slurm), _noop)
+    await poller.poll_once()
+    assert dict(slurm.requests) == {"ping": 1} and slurm.states_returned == 0
+    slurm.down = True
+    with pytest.raises(SlurmUnavailable):
+        await poller.poll_once()
+
+
+class StateRest:
+    """slurmrestd's ``/jobs/state/`` as checked on 24.11 and 26.05: ``job_id`` repeated,
+    unknown ids absent, no ``job_id`` = every job; records each query's ids."""
+
+    def __init__(self, known: range) -> None:
+        self.known = known
+        self.queries: list[list[int]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/openapi/v3":
+            return httpx.Response(200, json={"paths": {"/slurm/v0.0.44/jobs/": {}}})
+        if request.url.path.endswith("/ping/"):
+            return httpx.Response(200, json={"pings": [{"pinged": "DOWN", "responding": False}]})
+        ids = [int(i) for i in request.url.params.get_list("job_id")] or list(self.known)
+        self.queries.append(ids)
+        found = [{"job_id": i, "state": ["RUNNING"]} for i in ids if i in self.known]
+        return httpx.Response(200, json={"jobs": found})
+
+
+async def test_the_client_names_the_jobs_it_wants_in_chunks_and_never_lists_all() -> None:
+    rest = StateRest(range(1, 1_001))
+    settings = SlurmSettings(user="slurm", token="t", retries=0)
+    async with SlurmClient(settings, transport=httpx.MockTransport(rest)) as client:
+        assert await client.job_states([]) == {}
+        assert rest.queries == []  # no ids, no request: Slurm would answer every job
+        states = await client.job_states([*range(500, 1_500), 500])
+        with pytest.raises(SlurmUnavailable, match="no slurmctld is up"):
+            await client.ping()
+    assert sorted(states) == list(range(500, 1_001))
+    assert [len(q) for q in rest.queries] == [IDS_PER_REQUEST, IDS_PER_REQUEST, 200]
+
+
+async def test_pending_reasons_are_re_read_in_turn_but_not_every_cycle() -> None:
+    """A reason changes without a state change, so pending jobs are re-read round-robin,
+    each at most every ``reason_interval``: idle cycles then cost the state query alone."""
+    slurm = FakeSlurm()
+    index = JobIndex(slurm)
+    for i in range(OWN):
+        job = await index.ensure(JobRequest(name=f"k8s:ns/p{i}", owner=PodOwner(f"uid-{i}")))
+        slurm.end(job.job_id, JobState.PENDING, "Priority")
+    poller = Poller(slurm, index, _noop, reasons_per_cycle=5, reason_interval=3600)
+    reads = []
+    for _ in range(4):
+        slurm.requests.clear()
+        await poller.poll_once()
+        reads.append(slurm.requests["get_job"])
+    assert reads == [5, 5, 0, 0]
+    assert {j.reason for j in index.jobs()} == {"Priority"}
+
+
+@pytest.mark.parametrize(("entry", "up"), [
+    ({"pinged": "UP", "mode": "primary"}, True),  # v0.0.41 (24.11)
+    ({"pinged": "UP", "responding": True}, True),  # v0.0.42, v0.0.44
+    ({"responding": True, "status": "No error"}, True),  # v0.0.45 (26.05): no "pinged"
+    ({"responding": False, "status": "Unable to contact slurm controller"}, False),
+    ({"pinged": "DOWN"}, False),
+])
+def test_a_ping_is_read_in_every_parser_version(entry: dict[str, object], up: bool) -> None:
+    assert PingResponse.model_validate({"pings": [entry]}).pings[0].up is up
