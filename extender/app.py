@@ -9,19 +9,18 @@ metrics) over plain HTTP on its own port.
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any, TypeVar
 
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import Pod
 from prometheus_client import make_asgi_app
+from pydantic import ValidationError
 
 from bridge import metrics
 from bridge.binding.binder import BindError
-from bridge.link.owner import pod_ref
 from bridge.placement.outcomes import Outcome, PlacementError
 from bridge.runtime import Bridge
 from bridge.slurm.errors import SlurmError
@@ -33,6 +32,8 @@ from extender.wire import (
     ExtenderFilterResult,
     HostPriority,
     NodeList,
+    PodMeta,
+    filter_result_json,
 )
 
 log = structlog.get_logger(__name__)
@@ -44,15 +45,23 @@ class BadPod(ValueError):
     pass
 
 
-def _pod(args: ExtenderArgs) -> Pod:
+Args = TypeVar("Args", ExtenderArgs, ExtenderBindingArgs)
+
+
+async def _args(request: Request, model: type[Args]) -> Args:
+    """The body parsed straight from its bytes into the wire model (400 when it is not one):
+    no intermediate dicts of the whole pod and node list (B3)."""
     try:
-        pod = cast(Pod, Pod.from_dict(args.pod))
-    except Exception as exc:  # lightkube raises assorted errors on malformed objects
-        raise BadPod(f"Pod is not a Kubernetes Pod object: {exc}") from exc
-    meta = pod.metadata
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from exc
+
+
+def _pod(args: ExtenderArgs) -> PodMeta:
+    meta = args.pod.metadata
     if meta is None or not (meta.uid and meta.name and meta.namespace):
         raise BadPod("Pod needs metadata.uid, metadata.name and metadata.namespace")
-    return pod
+    return meta
 
 
 def _name(node: dict[str, Any]) -> str:
@@ -80,22 +89,24 @@ def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
     async def bad_pod(_: Request, exc: BadPod) -> JSONResponse:
         return JSONResponse({"Error": str(exc)}, status_code=400)
 
-    @app.post("/filter", response_model_by_alias=True)
-    async def filter_(args: ExtenderArgs) -> ExtenderFilterResult:
-        return await _filter(bridge, args)
+    @app.post("/filter", response_model=ExtenderFilterResult)
+    async def filter_(request: Request) -> Response:
+        answer = await _filter(bridge, await _args(request, ExtenderArgs))
+        return Response(answer, media_type="application/json")
 
     @app.post("/prioritize", response_model_by_alias=True)
-    async def prioritize(args: ExtenderArgs) -> list[HostPriority]:
-        return _prioritize(bridge, args)
+    async def prioritize(request: Request) -> list[HostPriority]:
+        return _prioritize(bridge, await _args(request, ExtenderArgs))
 
     @app.post("/bind", response_model_by_alias=True)
-    async def bind(args: ExtenderBindingArgs) -> ExtenderBindingResult:
-        return await _bind(bridge, args)
+    async def bind(request: Request) -> ExtenderBindingResult:
+        return await _bind(bridge, await _args(request, ExtenderBindingArgs))
 
     return app
 
 
-async def _filter(bridge: Bridge, args: ExtenderArgs) -> ExtenderFilterResult:
+async def _filter(bridge: Bridge, args: ExtenderArgs) -> bytes:
+    """The ExtenderFilterResult as JSON bytes."""
     started = time.perf_counter()
     claimed = _pod(args)
     candidates = args.candidates()
@@ -106,34 +117,32 @@ async def _filter(bridge: Bridge, args: ExtenderArgs) -> ExtenderFilterResult:
         outcome = Outcome.REFUSED if unverified else Outcome.PENDING
         metrics.FILTER_DECISIONS.labels(outcome.metric_label).inc()
         if unverified:
-            log.warning("extender.unverified_pod", pod=pod_ref(claimed), why=str(exc))
+            log.warning("extender.unverified_pod", pod=f"{claimed.namespace}/{claimed.name}",
+                        why=str(exc))
         message = str(exc) if unverified else f"waiting: cannot read the pod: {exc}"
-        return ExtenderFilterResult(
-            node_names=[], failed_and_unresolvable=dict.fromkeys(candidates, message)
-        )
+        return filter_result_json([], candidates, message)
     verdict = await bridge.placer.filter(pod, candidates)
     elapsed = time.perf_counter() - started
     metrics.FILTER_SECONDS.observe(elapsed)
     log.debug(
-        "extender.filter", pod=pod_ref(pod), keep=verdict.keep, why=verdict.message,
-        ms=round(elapsed * 1000, 2),
+        "extender.filter", pod=f"{claimed.namespace}/{claimed.name}", keep=verdict.keep,
+        why=verdict.message, ms=round(elapsed * 1000, 2),
     )
     if args.node_names is None and args.nodes is not None:
         kept = [n for n in args.nodes.items if _name(n) in verdict.keep]
-        return ExtenderFilterResult(
+        result = ExtenderFilterResult(
             nodes=NodeList(items=kept), failed_and_unresolvable=verdict.unresolvable
         )
-    return ExtenderFilterResult(
-        node_names=verdict.keep, failed_and_unresolvable=verdict.unresolvable
-    )
+        return result.model_dump_json(by_alias=True).encode()
+    return filter_result_json(verdict.keep, verdict.failed(), verdict.reason)
 
 
 def _prioritize(bridge: Bridge, args: ExtenderArgs) -> list[HostPriority]:
     """From memory only: filter verified the pod and kept Slurm's node; an unknown UID
     gets no preference and causes no reads or writes."""
-    meta = _pod(args).metadata
-    assert meta is not None and meta.uid
-    known = bridge.placer.known_placement(meta.uid)
+    uid = _pod(args).uid
+    assert uid
+    known = bridge.placer.known_placement(uid)
     chosen = known.kube_node if known else ""
     return [HostPriority(host=n, score=MAX_SCORE if n == chosen else 0) for n in args.candidates()]
 

@@ -16,6 +16,7 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from bridge import keys
 from bridge.kube.status import is_not_found
 from bridge.ports import KubePort
+from extender.wire import PodMeta
 
 
 class UnverifiedPod(Exception):
@@ -26,10 +27,10 @@ class PodUnreadable(Exception):
     """The API server could not be asked (try again later)."""
 
 
-async def pod_from_api(kube: KubePort, claimed: Pod) -> Pod:
-    """The API server's copy of ``claimed`` (same namespace, name and UID), unbound, ours."""
-    meta = claimed.metadata
-    assert meta is not None and meta.name and meta.namespace and meta.uid
+async def pod_from_api(kube: KubePort, meta: PodMeta) -> Pod:
+    """The API server's copy of the pod ``meta`` names (same namespace, name and UID),
+    unbound, ours."""
+    assert meta.name and meta.namespace and meta.uid
     ref = f"{meta.namespace}/{meta.name}"
     try:
         pod = cast(Pod, await kube.get(PodResource, meta.name, namespace=meta.namespace))

@@ -1,25 +1,40 @@
 """kube-scheduler extender protocol (k8s.io/kube-scheduler/extender/v1).
 
 Go structs without json tags: the keys are PascalCase.  The Pod inside is a
-normal Kubernetes object (camelCase) and stays a dict here; the core reads it
-through lightkube's model.
+normal Kubernetes object (camelCase); the extender reads only who it is (the
+bridge acts on the API server's copy, never on the body), so the rest of it is
+skipped by the parser, not turned into objects.
 """
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, cache_strings="keys")
 
 
 class NodeList(_Wire):
     items: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class PodMeta(_Wire):
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+
+
+class PodIdentity(_Wire):
+    """The body's pod as far as the extender reads it: its namespace, name and UID."""
+
+    metadata: PodMeta | None = None
+
+
 class ExtenderArgs(_Wire):
-    pod: dict[str, Any] = Field(alias="Pod")
+    pod: PodIdentity = Field(alias="Pod")
     nodes: NodeList | None = Field(None, alias="Nodes")
     node_names: list[str] | None = Field(None, alias="NodeNames")
 
@@ -55,3 +70,41 @@ class ExtenderBindingArgs(_Wire):
 
 class ExtenderBindingResult(_Wire):
     error: str = Field("", alias="Error")
+
+
+_ESCAPED = bytes(range(0x20)) + b'"\\'  # what JSON must escape in a string
+
+
+def _plain(names: Sequence[str]) -> bool:
+    """Whether every name can be written between quotes as it is (RFC 1123 node names can)."""
+    joined = "".join(names)
+    if not joined.isascii():
+        return False
+    raw = joined.encode("ascii")
+    return len(raw.translate(None, _ESCAPED)) == len(raw)
+
+
+def filter_result_json(keep: list[str], failed: Sequence[str], reason: str) -> bytes:
+    """``ExtenderFilterResult(node_names=keep, failed_and_unresolvable={n: reason for n in
+    failed})`` as JSON, written without building the map.
+
+    kube-scheduler sends every feasible node (thousands at site scale) and the answer names
+    each one not kept, all with one reason: the map and its serialisation were most of a
+    filter's cost (B3).  Go decodes both forms the same way (tests/unit/test_extender_wire.py
+    compares them); names that would need escaping take the model's own serialiser.
+    """
+    if not _plain(failed):
+        result = ExtenderFilterResult(
+            node_names=keep, failed_and_unresolvable=dict.fromkeys(failed, reason)
+        )
+        return result.model_dump_json(by_alias=True).encode()
+    why = json.dumps(reason)
+    head = f'{{"NodeNames":{json.dumps(keep)},"Nodes":null,"FailedNodes":{{}},' \
+        '"FailedAndUnresolvableNodes":{'
+    tail = '},"Error":""}'
+    if not failed:
+        return (head + tail).encode()
+    names = list(failed)  # one join writes it all: the text is ~55 bytes per candidate
+    names[0] = f'{head}"{names[0]}'
+    names[-1] = f'{names[-1]}":{why}{tail}'
+    return f'":{why},"'.join(names).encode()

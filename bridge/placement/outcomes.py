@@ -1,6 +1,7 @@
 """What trying to place a pod came to, as types: filter, intake and bind tell the kinds
 apart by class, never by the wording of a message (which is for the pod's owner)."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -51,13 +52,32 @@ class ClaimedElsewhere(Pending):
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """Filter outcome: nodes kept; the rest failed with a message the user will read."""
+    """Filter outcome: nodes kept; every other candidate failed with ``reason``, a message
+    the user will read.
+
+    The candidates are held, not copied into a map: kube-scheduler sends thousands and
+    the reason is the same for each, so the edge writes the answer from these (B3).
+    """
 
     outcome: Outcome
     keep: list[str] = field(default_factory=list)
-    unresolvable: dict[str, str] = field(default_factory=dict)
+    candidates: Sequence[str] = ()
+    reason: str = ""
     job: SlurmJob | None = None
     message: str = ""
+
+    def failed(self) -> list[str]:
+        """The candidates not kept, in the order kube-scheduler sent them."""
+        rest = list(self.candidates)
+        for node in self.keep:
+            while node in rest:
+                rest.remove(node)
+        return rest
+
+    @property
+    def unresolvable(self) -> dict[str, str]:
+        """Each candidate not kept, with the reason."""
+        return dict.fromkeys(self.failed(), self.reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,14 +70,13 @@ class Placer:
                 "Kubernetes ruled that node out (taint, cordon, missing Node object or "
                 "resources): fix the node or cancel the job to let Slurm choose again"
             )
-            failed = dict.fromkeys(candidates, message)
-            return Verdict(Outcome.REFUSED, unresolvable=failed, job=job, message=message)
+            return Verdict(Outcome.REFUSED, candidates=candidates, reason=message, job=job,
+                           message=message)
         metrics.FILTER_DECISIONS.labels(Outcome.ALLOCATED.metric_label).inc()
-        # One message object for every other candidate: filter is on kube-scheduler's hot path
-        # (B3: a string per candidate was the largest cost at 5,000 candidates).
-        failed = dict.fromkeys(candidates, f"Slurm placed this pod on {placement.kube_node}")
-        del failed[placement.kube_node]
-        return Verdict(Outcome.ALLOCATED, keep=[placement.kube_node], unresolvable=failed, job=job)
+        # One reason for every other candidate, and no per-candidate work here: filter is on
+        # kube-scheduler's hot path with thousands of candidates (B3).
+        return Verdict(Outcome.ALLOCATED, keep=[placement.kube_node], candidates=candidates,
+                       reason=f"Slurm placed this pod on {placement.kube_node}", job=job)
 
     def _not_placed(self, pod: LinkedPod, candidates: list[str], exc: Exception) -> Verdict:
         """Every candidate fails with the reason; kube-scheduler parks the pod meanwhile."""
@@ -91,7 +90,7 @@ class Placer:
             outcome = Outcome.REFUSED
         metrics.FILTER_DECISIONS.labels(outcome.metric_label).inc()
         message = str(exc)
-        return Verdict(outcome, unresolvable=dict.fromkeys(candidates, message), message=message)
+        return Verdict(outcome, candidates=candidates, reason=message, message=message)
 
     async def placement_for(self, pod: Pod) -> Placement:
         """Where a pod that passed filter must bind (raises PlacementError otherwise)."""
