@@ -1,4 +1,4 @@
-"""The real environment for B1, B2 and B5: the project's local Slurm and control plane.
+"""The real environment for B1 and B5: the project's local Slurm and control plane.
 
 Everything comes from the dev kit (slurmbridge_devkit): ``local_target`` runs
 ``deploy/slurm/cluster.sh up`` (a no-op when already up), ``run_controlplane("up")``

@@ -1,7 +1,7 @@
 """One command for the benchmarks: ``python -m benchmarks.run [--only B3,B4] [--repeats N]``.
 
 Prints a table and writes benchmarks/RESULTS.md.  B3 and B4 run in-process (no Slurm, no
-Kubernetes); B1, B2 and B5 use the project's local Slurm and control plane.
+Kubernetes); B1 and B5 use the project's local Slurm (B1 also the control plane).
 """
 
 from __future__ import annotations
@@ -24,14 +24,13 @@ TITLES = {
           "default at qps 50, >= 0.7x at 400), create->bind p50/p99 (bridge p99 <= 1.5 x Slurm "
           "alone's + the default's), CPU-ms per pod (<= 1.5x the default's), apiserver writes "
           "per pod (<= 3)",
-    "B2": "slurmrestd requests/s issued by the bridge with 100, then 1,000 pods pending; "
-          "target flat",
     "B3": "extender filter as kube-scheduler calls it: one at a time with 256 and 5,000 "
           "candidate nodes, p50/p99 (target p99 <= 2 ms), and throughput at 100 in flight vs "
           "a bare FastAPI handler (target >= 0.7x); 10,000 jobs indexed",
     "B4": "bridge RSS with 10,000 tracked pods and jobs; target <= 250 MB",
-    "B5": "bytes and time per Slurm poll cycle with 10,000 jobs in Slurm, full listing vs "
-          "incremental",
+    "B5": "Slurm poll cost (B2 merged in) with the bridge owning 10 live jobs while Slurm "
+          "holds 100, 1,000 and 10,000 other jobs: requests and bytes per cycle (target: "
+          "within 20% across the sizes) and requests/s when nothing changes (target <= 2)",
 }
 
 
@@ -40,7 +39,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m benchmarks.run",
         description="slurmbridge benchmarks: prints a table, writes benchmarks/RESULTS.md.",
     )
-    p.add_argument("--only", default="B1,B2,B3,B4,B5",
+    p.add_argument("--only", default="B1,B3,B4,B5",
                    help="comma-separated benchmarks to run (default: all)")
     p.add_argument("--repeats", type=int, default=3, help="repeats per benchmark (median)")
     p.add_argument("--results", type=Path, default=BENCH_DIR / "RESULTS.md")
@@ -70,12 +69,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="clientConnection.burst for each --kube-qps, comma-separated")
     g.add_argument("--cpus-per-node", type=int, default=128,
                    help="Slurm CPUs per node if Slurm is too small for --pods")
-    g = p.add_argument_group("B2 (Slurm load)")
-    g.add_argument("--levels", default="100,1000", help="pending pods, comma-separated")
-    g.add_argument("--window", type=float, default=60.0, help="seconds counted per level")
-    g = p.add_argument_group("B5 (poll cost)")
-    g.add_argument("--slurm-jobs", type=int, default=10_000)
-    g.add_argument("--samples", type=int, default=5, help="samples per repeat")
+    g = p.add_argument_group("B5 (poll cost, B2 merged in)")
+    g.add_argument("--other-jobs", default="100,1000,10000",
+                   help="other (native) jobs in Slurm, comma-separated, ascending")
+    g.add_argument("--cycles", type=int, default=5, help="poll cycles measured per repeat")
+    g.add_argument("--idle-window", type=float, default=20.0,
+                   help="seconds the running poller is counted per repeat")
     args = p.parse_args(argv)
     args.only = [b.strip().upper() for b in args.only.split(",") if b.strip()]
     unknown = set(args.only) - set(TITLES)
@@ -87,7 +86,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
-    """Imported lazily: B1/B2/B5 pull in the test harness, B3/B4 do not need it."""
+    """Imported lazily: B1/B5 pull in the test harness, B3/B4 do not need it."""
 
     def b1() -> Outcome:
         from benchmarks import b1_end_to_end as m  # noqa: PLC0415
@@ -100,13 +99,6 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
             slurm_version=args.slurm_version, limits=tuple(zip(qps, burst, strict=True)),
             cpus_per_node=args.cpus_per_node,
         ))
-
-    def b2() -> Outcome:
-        from benchmarks import b2_slurm_load as m  # noqa: PLC0415
-
-        levels = tuple(int(x) for x in args.levels.split(","))
-        return m.run(m.Config(repeats=args.repeats, levels=levels, window=args.window,
-                              slurm_version=args.slurm_version))
 
     def b3() -> Outcome:
         from benchmarks import b3_filter_latency as m  # noqa: PLC0415
@@ -127,10 +119,12 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
     def b5() -> Outcome:
         from benchmarks import b5_poll_cost as m  # noqa: PLC0415
 
-        return m.run(m.Config(repeats=args.repeats, jobs=args.slurm_jobs, samples=args.samples,
-                              slurm_version=args.slurm_version))
+        return m.run(m.Config(
+            repeats=args.repeats, sizes=tuple(int(x) for x in args.other_jobs.split(",")),
+            cycles=args.cycles, window=args.idle_window, slurm_version=args.slurm_version,
+        ))
 
-    return {"B1": b1, "B2": b2, "B3": b3, "B4": b4, "B5": b5}
+    return {"B1": b1, "B3": b3, "B4": b4, "B5": b5}
 
 
 def main(argv: list[str] | None = None) -> int:
