@@ -1,7 +1,11 @@
-"""B4: bridge RSS with 10,000 tracked pods and jobs.
+"""B4: bridge RSS with 10,000 and 50,000 tracked pods and jobs, and how it grows.
 
-Each repeat is a fresh process (``python -m benchmarks.b4_memory child``) that reads its
-own VmRSS from /proc at three points:
+Issue 15's targets: at most 150 MB at 10,000 pods, and growth linear in the pods with a
+stated bytes per pod: the slope between the two sizes, and the growth per pod at each size
+agreeing within 20% (a cost that is not per pod would show as a gap).
+
+Each repeat at each size is a fresh process (``python -m benchmarks.b4_memory child``)
+that reads its own VmRSS from /proc at three points:
 
 1. ``interpreter``: at start, before importing the bridge;
 2. ``baseline``: after importing the bridge, building it over the dev kit's fakes and the
@@ -27,13 +31,14 @@ from typing import cast
 
 from benchmarks.common import Figure, Outcome, at_most, fmt, rss_kb
 
-RSS_LIMIT_MB = 250.0
+RSS_LIMIT_MB = 150.0  # at the first size (10,000 pods)
+LINEAR_TOLERANCE = 0.2  # growth per pod at each size within 20% of each other
 
 
 @dataclass
 class Config:
     repeats: int = 3
-    jobs: int = 10_000
+    sizes: tuple[int, ...] = (10_000, 50_000)
     nodes: int = 16
     app_filters: int = 200
 
@@ -96,55 +101,77 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
     }
 
 
-def run(cfg: Config) -> Outcome:
+def _child(cfg: Config, jobs: int) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.b4_memory", "child", "--jobs", str(jobs),
+         "--nodes", str(cfg.nodes), "--app-filters", str(cfg.app_filters)],
+        capture_output=True, text=True, check=False, timeout=1200,
+        cwd=str(Path(__file__).parents[1]),
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"B4 child ({jobs:,} pods) failed: {done.stderr[-3000:]}")
+    return cast(dict[str, float], json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _size_figures(jobs: int, results: list[dict[str, float]]) -> list[Figure]:
     names = {
         "loaded_kb": "RSS with all jobs and pods tracked",
         "baseline_kb": "RSS before loading (bridge imported and built)",
-        "interpreter_kb": "RSS of the bare interpreter",
         "peak_kb": "peak RSS (VmHWM)",
     }
-    figs = {k: Figure(v, "MB") for k, v in names.items()}
-    delta = Figure("growth from loading (RSS - baseline)", "MB")
-    per_item = Figure("growth per tracked pod+job", "kB")
-    checks: list[dict[str, float]] = []
+    figs = [Figure(f"{name}, {jobs:,} pods", "MB", [r[key] / 1024 for r in results])
+            for key, name in names.items()]
+    figs.append(Figure(f"growth per tracked pod+job, {jobs:,} pods", "bytes",
+                       [(r["loaded_kb"] - r["baseline_kb"]) * 1024 / jobs for r in results]))
+    return figs
+
+
+def linearity(sizes: tuple[int, ...], by_size: dict[int, list[dict[str, float]]]) -> list[Figure]:
+    """The slope between the smallest and largest size, and how far the per-pod growth of
+    the two sizes differ (0 = exactly linear), repeat by repeat."""
+    small, large = sizes[0], sizes[-1]
+    slope, gap = Figure(f"bytes per pod ({small:,} -> {large:,} pods: RSS slope)", "bytes"), \
+        Figure(f"per-pod growth at {large:,} vs {small:,} pods (0 = linear)", "x")
+    for lo, hi in zip(by_size[small], by_size[large], strict=True):
+        slope.samples.append((hi["loaded_kb"] - lo["loaded_kb"]) * 1024 / (large - small))
+        per_lo = (lo["loaded_kb"] - lo["baseline_kb"]) / small
+        per_hi = (hi["loaded_kb"] - hi["baseline_kb"]) / large
+        gap.samples.append(abs(per_hi / per_lo - 1))
+    at_most(gap, LINEAR_TOLERANCE, f"<= {LINEAR_TOLERANCE:g} (linear growth)")
+    return [slope, gap]
+
+
+def run(cfg: Config) -> Outcome:
+    by_size: dict[int, list[dict[str, float]]] = {n: [] for n in cfg.sizes}
     for rep in range(cfg.repeats):
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.b4_memory", "child", "--jobs", str(cfg.jobs),
-             "--nodes", str(cfg.nodes), "--app-filters", str(cfg.app_filters)],
-            capture_output=True, text=True, check=False, timeout=600,
-            cwd=str(Path(__file__).parents[1]),
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"B4 child failed: {done.stderr[-3000:]}")
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-        checks.append(result)
-        for key, fig in figs.items():
-            fig.samples.append(result[key] / 1024)
-        grown = (result["loaded_kb"] - result["baseline_kb"])
-        delta.samples.append(grown / 1024)
-        per_item.samples.append(grown / cfg.jobs)
-        print(f"  B4 repeat {rep + 1}/{cfg.repeats}: RSS {fmt(result['loaded_kb'] / 1024)} MB "
-              f"(baseline {fmt(result['baseline_kb'] / 1024)} MB)", flush=True)
-    at_most(figs["loaded_kb"], RSS_LIMIT_MB, f"<= {RSS_LIMIT_MB:g} MB")
-    last = checks[-1]
+        for jobs in cfg.sizes:
+            result = _child(cfg, jobs)
+            by_size[jobs].append(result)
+            print(f"  B4 repeat {rep + 1}/{cfg.repeats}, {jobs:,} pods: RSS "
+                  f"{fmt(result['loaded_kb'] / 1024)} MB (baseline "
+                  f"{fmt(result['baseline_kb'] / 1024)} MB)", flush=True)
+    figures = [f for jobs in cfg.sizes for f in _size_figures(jobs, by_size[jobs])]
+    at_most(figures[0], RSS_LIMIT_MB, f"<= {RSS_LIMIT_MB:g} MB")
+    if len(cfg.sizes) > 1:
+        figures += linearity(cfg.sizes, by_size)
+    first, last = by_size[cfg.sizes[0]][-1], by_size[cfg.sizes[-1]][-1]
     notes = [
-        f"Each repeat is a fresh process: {int(last['indexed_jobs']):,} jobs indexed, "
-        f"{int(last['tracked_pods']):,} pods remembered by PodRegistry, each filtered once "
-        f"through `Placer.filter` ({int(last['kept']):,} kept a node), then "
-        f"{cfg.app_filters} filters through the FastAPI app (httpx ASGITransport), then "
-        "`gc.collect()`. RSS from /proc/self/status (VmRSS, VmHWM; psutil is not installed).",
+        f"Each repeat and size is a fresh process: at {cfg.sizes[-1]:,} pods "
+        f"{int(last['indexed_jobs']):,} jobs indexed, {int(last['tracked_pods']):,} pods "
+        f"remembered by PodRegistry, each filtered once through `Placer.filter` "
+        f"({int(last['kept']):,} kept a node), then {cfg.app_filters} filters through the "
+        "FastAPI app (httpx ASGITransport), then `gc.collect()`. RSS from /proc/self/status "
+        "(VmRSS, VmHWM; psutil is not installed). The bare interpreter: "
+        f"{fmt(first['interpreter_kb'] / 1024)} MB.",
         "Same offline bridge as B3 (Slurm and the apiserver are the dev kit's in-memory "
         "fakes, the app's pods in the fake apiserver before the baseline; notifier in its "
         "steady state; apiserver writes counted: "
-        f"{int(sum(c['notifier_writes'] for c in checks))}). Pod objects are "
-        "not retained by the bridge; the index holds `SlurmJob`s, the registry `PodKey`s.",
+        f"{int(sum(r['notifier_writes'] for rs in by_size.values() for r in rs))}). Pod "
+        "objects are not retained by the bridge; the index holds `SlurmJob`s, the registry "
+        "`LinkedPod`s.",
     ]
-    return Outcome(
-        bench="B4", title="bridge memory",
-        figures=[figs["loaded_kb"], figs["baseline_kb"], figs["interpreter_kb"],
-                 figs["peak_kb"], delta, per_item],
-        notes=notes, repeats=cfg.repeats,
-    )
+    return Outcome(bench="B4", title="bridge memory", figures=figures, notes=notes,
+                   repeats=cfg.repeats)
 
 
 def main() -> None:
