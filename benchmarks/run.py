@@ -1,7 +1,7 @@
 """One command for the benchmarks: ``python -m benchmarks.run [--only B3,B4] [--repeats N]``.
 
 Prints a table and writes benchmarks/RESULTS.md.  B3 and B4 run in-process (no Slurm, no
-Kubernetes); B1 and B5 use the project's local Slurm (B1 also the control plane).
+Kubernetes); B1, B5 and B6 use the project's local Slurm (B1 and B6 also the control plane).
 """
 
 from __future__ import annotations
@@ -27,10 +27,14 @@ TITLES = {
     "B3": "extender filter as kube-scheduler calls it: one at a time with 256 and 5,000 "
           "candidate nodes, p50/p99 (target p99 <= 2 ms), and throughput at 100 in flight vs "
           "a bare FastAPI handler (target >= 0.7x); 10,000 jobs indexed",
-    "B4": "bridge RSS with 10,000 tracked pods and jobs; target <= 250 MB",
+    "B4": "bridge RSS with 10,000 and 50,000 tracked pods and jobs; target <= 150 MB at "
+          "10,000, growth linear (per-pod growth of the two sizes within 20%), bytes per pod",
     "B5": "Slurm poll cost (B2 merged in) with the bridge owning 10 live jobs while Slurm "
           "holds 100, 1,000 and 10,000 other jobs: requests and bytes per cycle (target: "
           "within 20% across the sizes) and requests/s when nothing changes (target <= 2)",
+    "B6": "site scale: B1's round with 256 Slurm nodes mirrored by 256 Kubernetes Nodes, "
+          "5,000 pods and 10,000 native jobs in the queue, plus filter latency with 256 "
+          "candidates; target: bridge / default ratio within 20% of B1's",
 }
 
 
@@ -39,7 +43,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m benchmarks.run",
         description="slurmbridge benchmarks: prints a table, writes benchmarks/RESULTS.md.",
     )
-    p.add_argument("--only", default="B1,B3,B4,B5",
+    p.add_argument("--only", default="B1,B3,B4,B5,B6",
                    help="comma-separated benchmarks to run (default: all)")
     p.add_argument("--repeats", type=int, default=3, help="repeats per benchmark (median)")
     p.add_argument("--results", type=Path, default=BENCH_DIR / "RESULTS.md")
@@ -50,6 +54,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g = p.add_argument_group("B3/B4 (in-process)")
     g.add_argument("--jobs", type=int, default=10_000, help="jobs indexed / pods tracked")
     g.add_argument("--nodes", type=int, default=16, help="B4: candidate nodes per filter")
+    g.add_argument("--b4-sizes", default="10000,50000",
+                   help="B4: tracked pods per child process, comma-separated, ascending")
     g.add_argument("--candidates", default="256,5000",
                    help="B3: candidate node names per sequential filter, comma-separated")
     g.add_argument("--sequential", type=int, default=2_000,
@@ -75,6 +81,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--cycles", type=int, default=5, help="poll cycles measured per repeat")
     g.add_argument("--idle-window", type=float, default=20.0,
                    help="seconds the running poller is counted per repeat")
+    g = p.add_argument_group("B6 (site scale)")
+    g.add_argument("--b6-pods", type=int, default=5_000, help="pods per system per round")
+    g.add_argument("--b6-nodes", type=int, default=256, help="Slurm nodes = Kubernetes Nodes")
+    g.add_argument("--b6-native", default="1000,9000",
+                   help="native jobs in Slurm's queue: running,pending")
+    g.add_argument("--b6-limits", default="50:100",
+                   help="qps:burst of both kube-schedulers, comma-separated pairs")
+    g.add_argument("--b6-repeats", type=int, default=1, help="rounds per limit (each is long)")
     args = p.parse_args(argv)
     args.only = [b.strip().upper() for b in args.only.split(",") if b.strip()]
     unknown = set(args.only) - set(TITLES)
@@ -86,7 +100,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
-    """Imported lazily: B1/B5 pull in the test harness, B3/B4 do not need it."""
+    """Imported lazily: B1/B5/B6 pull in the test harness, B3/B4 do not need it."""
 
     def b1() -> Outcome:
         from benchmarks import b1_end_to_end as m  # noqa: PLC0415
@@ -114,7 +128,8 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
     def b4() -> Outcome:
         from benchmarks import b4_memory as m  # noqa: PLC0415
 
-        return m.run(m.Config(repeats=args.repeats, jobs=args.jobs, nodes=args.nodes))
+        sizes = tuple(int(x) for x in args.b4_sizes.split(","))
+        return m.run(m.Config(repeats=args.repeats, sizes=sizes, nodes=args.nodes))
 
     def b5() -> Outcome:
         from benchmarks import b5_poll_cost as m  # noqa: PLC0415
@@ -124,7 +139,20 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
             cycles=args.cycles, window=args.idle_window, slurm_version=args.slurm_version,
         ))
 
-    return {"B1": b1, "B3": b3, "B4": b4, "B5": b5}
+    def b6() -> Outcome:
+        from benchmarks import b6_scale as m  # noqa: PLC0415
+        from benchmarks.b6_setup import Shape  # noqa: PLC0415
+
+        running, pending = (int(x) for x in args.b6_native.split(","))
+        limits = tuple((float(q), int(b)) for q, b in
+                       (pair.split(":") for pair in args.b6_limits.split(",")))
+        return m.run(m.Config(
+            repeats=args.b6_repeats, pods=args.b6_pods, slurm_version=args.slurm_version,
+            limits=limits,
+            shape=Shape(nodes=args.b6_nodes, native_running=running, native_pending=pending),
+        ))
+
+    return {"B1": b1, "B3": b3, "B4": b4, "B5": b5, "B6": b6}
 
 
 def main(argv: list[str] | None = None) -> int:
