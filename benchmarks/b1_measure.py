@@ -64,6 +64,7 @@ class SystemRun:
     cpu: dict[str, float]  # CPU seconds per process kind while the clock ran
     requests: dict[str, float] = field(default_factory=dict)  # apiserver "VERB resource"
     work: str = ""  # the bridge's /metrics deltas (bridge only)
+    slurm_cycles: str = ""  # slurmctld's scheduler cycles while the clock ran (sdiag)
 
     @property
     def pods_per_s(self) -> float:
@@ -134,6 +135,33 @@ async def measure_round(
     return out
 
 
+def scheduler_cycles(sdiag: str) -> str:
+    """slurmctld's main and backfill scheduler cycles from ``sdiag`` output (microseconds
+    there): how many ran, their mean and longest, in ms."""
+    sections: dict[str, dict[str, float]] = {}
+    current = None
+    for line in sdiag.splitlines():
+        if line.startswith("Main schedule statistics"):
+            current = sections.setdefault("main", {})
+        elif line.startswith("Backfilling stats"):
+            current = sections.setdefault("backfill", {})
+        elif not line.startswith((" ", "\t")):
+            current = None
+        elif current is not None:
+            key, _, value = line.strip().partition(":")
+            if key in ("Total cycles", "Mean cycle", "Max cycle") and value.strip().isdigit():
+                current[key] = float(value)
+    return "; ".join(
+        f"{name}: {got.get('Total cycles', 0):.0f} cycles, mean "
+        f"{got.get('Mean cycle', 0) / 1000:.1f} ms, max {got.get('Max cycle', 0) / 1000:.1f} ms"
+        for name, got in sections.items()
+    )
+
+
+def _sdiag(slurm: SlurmTarget, *args: str) -> str:
+    return slurm.admin("sdiag", *args, check=False)
+
+
 async def slurm_alone(slurm: SlurmTarget, n: int, lim: Limits) -> SystemRun:
     """N placeholder jobs as the bridge would submit them; until all are RUNNING."""
     pod = live.bench_pod("slurm-alone", keys.SCHEDULER_NAME, "bench-b1")
@@ -152,6 +180,7 @@ async def slurm_alone(slurm: SlurmTarget, n: int, lim: Limits) -> SystemRun:
                 sent[job_id] = t
                 return job_id
 
+        await asyncio.to_thread(_sdiag, slurm, "--reset")
         cpu0 = live.cpu_seconds()
         t0 = time.perf_counter()
         ids = await asyncio.gather(*(submit() for _ in range(n)))
@@ -165,7 +194,10 @@ async def slurm_alone(slurm: SlurmTarget, n: int, lim: Limits) -> SystemRun:
                 seen = time.perf_counter()
                 running.update(dict.fromkeys(now_running, seen))
             took = max(running.values()) - t0
-            return SystemRun(n, took, [running[i] - sent[i] for i in ids], live.cpu_since(cpu0))
+            used = live.cpu_since(cpu0)
+            cycles = scheduler_cycles(await asyncio.to_thread(_sdiag, slurm))
+            return SystemRun(n, took, [running[i] - sent[i] for i in ids], used,
+                             slurm_cycles=cycles)
         finally:
             await asyncio.to_thread(live.cancel_jobs, slurm, list(ids))
             await live.wait_slurm_quiet(slurm)
@@ -200,6 +232,7 @@ async def pods_bound(
         pods = [live.bench_pod(f"p{i:05d}", scheduler, "bench-b1") for i in range(n)]
         await asyncio.sleep(1)  # the watch is open before the first create
         calls0 = await asyncio.to_thread(live.apiserver_requests, cp)
+        await asyncio.to_thread(_sdiag, slurm, "--reset")
         cpu0 = live.cpu_seconds()
         t0 = time.perf_counter()
         sent = await _create(kube, ns, pods, lim.create_parallel)
@@ -213,7 +246,9 @@ async def pods_bound(
         used = live.cpu_since(cpu0)
         calls = await asyncio.to_thread(live.apiserver_requests, cp)
         latencies = [bound[name] - sent[name] for name in sent]
-        return SystemRun(n, took, latencies, used, live.counts_since(calls0, calls))
+        cycles = scheduler_cycles(await asyncio.to_thread(_sdiag, slurm))
+        return SystemRun(n, took, latencies, used, live.counts_since(calls0, calls),
+                         slurm_cycles=cycles)
     finally:
         watcher.cancel()
         with contextlib.suppress(BaseException):

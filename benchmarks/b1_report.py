@@ -79,6 +79,9 @@ def combo_notes(pods: int, qps: float, by: dict[str, list[SystemRun]]) -> list[s
         cpu = _median_counts([r.cpu for r in runs])
         notes.append(f"{tag} CPU seconds per process kind while the clock ran, {NAMES[k]} "
                      f"(median per kind): {live.format_cpu(cpu)}")
+        if runs[-1].slurm_cycles:
+            notes.append(f"{tag} slurmctld scheduler while the clock ran, {NAMES[k]} (sdiag, "
+                         f"last repeat): {runs[-1].slurm_cycles}")
         if k != "a":
             calls = _median_counts([r.requests for r in runs])
             notes.append(f"{tag} apiserver requests, {NAMES[k]} (median, 10 or more): "

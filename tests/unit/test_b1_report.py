@@ -1,6 +1,6 @@
 """B1's per-pod cost and verdicts (issue 15): what is counted, what is left out, each target."""
 
-from benchmarks.b1_measure import SystemRun
+from benchmarks.b1_measure import SystemRun, scheduler_cycles
 from benchmarks.b1_report import combo_figures
 
 
@@ -37,3 +37,39 @@ def test_each_target_is_judged_and_the_latency_bound_comes_from_a_and_b() -> Non
     at_400 = {f.name.split("] ")[1]: f for f in combo_figures(
         100, 400, {"a": [alone], "b": [default], "bridge": [bridge]})}
     assert at_400["ratio bridge / default scheduler"].met is True  # 0.8 >= 0.7
+
+
+SDIAG = """*******************************************************
+sdiag output at Tue Dec 01 08:00:00 2026 (1764576000)
+Data since      Tue Dec 01 07:59:00 2026 (1764575940)
+*******************************************************
+Server thread count:  3
+Jobs submitted: 500
+
+Main schedule statistics (microseconds):
+\tLast cycle:   1200
+\tMax cycle:    45000
+\tTotal cycles: 31
+\tMean cycle:   8500
+\tMean depth cycle:  120
+\tLast queue length: 0
+
+Main scheduler exit:
+\tEnd of job queue:31
+\tMax cycle: 0
+
+Backfilling stats (WARNING: data obtained in the middle of backfilling execution.)
+\tTotal backfilled jobs (since last slurm start): 7
+\tTotal cycles: 4
+\tLast cycle when: Tue Dec 01 07:59:30 2026 (1764575970)
+\tLast cycle: 3000
+\tMax cycle:  9000
+\tMean cycle: 5000
+"""
+
+
+def test_scheduler_cycles_read_from_sdiag_main_and_backfill_in_ms() -> None:
+    assert scheduler_cycles(SDIAG) == (
+        "main: 31 cycles, mean 8.5 ms, max 45.0 ms; backfill: 4 cycles, mean 5.0 ms, max 9.0 ms"
+    )
+    assert scheduler_cycles("sdiag: error: slurmctld not responding") == ""
