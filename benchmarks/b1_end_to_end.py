@@ -28,12 +28,23 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks import b1_report, live
-from benchmarks.b1_measure import Limits, SystemRun, measure_round, set_client_limits, summary
+from lightkube import AsyncClient
+
+from benchmarks import b1_report, live, pyspy
+from benchmarks.b1_measure import (
+    Limits,
+    SystemRun,
+    measure_round,
+    pods_bound,
+    set_client_limits,
+    summary,
+)
 from benchmarks.common import Outcome
+from bridge import keys
 from bridge.config import Settings
 from slurmbridge_devkit.kube import ControlPlane, stop_scheduler
 from slurmbridge_devkit.slurm import SlurmTarget
+from slurmbridge_devkit.stack import BridgeStack
 
 NODES = 4
 POD_MEMORY_MB = 512
@@ -59,6 +70,7 @@ class Config:
     limits: tuple[tuple[float, int], ...] = ((50, 100), (400, 800))
     cpus_per_node: int = 128
     timeout: float = 1800
+    profile: bool = True  # one extra bridge round under py-spy, after the measured ones
 
     def repeats_for(self, index: int) -> int:
         return self.repeats_per_size[index] if self.repeats_per_size else self.repeats
@@ -86,6 +98,7 @@ class Runs:
 
     by: dict[tuple[int, float], dict[str, list[SystemRun]]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    profile: str = ""  # where the extender's CPU went (pyspy.summary)
 
     def add(self, pods: int, qps: float, system: str, run: SystemRun) -> None:
         self.by.setdefault((pods, qps), {}).setdefault(system, []).append(run)
@@ -136,11 +149,36 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, shape: Shape) 
                             for q, _ in cfg.limits if system == "a" else [(qps, burst)]:
                                 runs.add(pods, q, system, one)
                         _log(pods, qps, rep, cfg.repeats_for(index), got)
+            if cfg.profile:
+                runs.profile = await _profiled(
+                    cfg, slurm, cp, kube, stack=stack, limits=limits, runs=runs
+                )
     finally:
         if default is not None:
             await asyncio.to_thread(stop_scheduler, default)
         await kube.close()
     return runs
+
+
+async def _profiled(
+    cfg: Config, slurm: SlurmTarget, cp: ControlPlane, kube: AsyncClient,
+    *, stack: BridgeStack, limits: Limits, runs: Runs,
+) -> str:
+    """An extra bridge round (not in the figures) with py-spy sampling the extender."""
+    proc = stack.extender.proc
+    assert proc is not None
+    raw = stack.work / "extender.pyspy.txt"
+    pods, (qps, _) = cfg.pods[0], cfg.limits[-1]
+    try:
+        with pyspy.recording(proc.pid, raw):
+            one = await pods_bound(kube, slurm, cp, keys.SCHEDULER_NAME, pods, lim=limits)
+    except (TimeoutError, OSError, RuntimeError) as exc:
+        runs.errors.append(f"profiled round: {type(exc).__name__}: {str(exc)[:300]}")
+        return ""
+    head = (f"One extra bridge round of {pods} pods at qps {qps:g}, not in the figures, with "
+            f"py-spy sampling the extender at 100 Hz: {summary(one)}; CPU: "
+            f"{live.format_cpu(one.cpu)}.")
+    return head + "\n\n" + pyspy.summary(raw)
 
 
 def _log(pods: int, qps: float, rep: int, repeats: int, got: dict[str, SystemRun]) -> None:

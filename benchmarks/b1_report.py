@@ -29,7 +29,8 @@ def outcome(cfg: Config, runs: Runs, slurm: SlurmTarget, shape: Shape) -> Outcom
     notes.insert(0, f"Repeats per size: {repeats}; every figure is the median over them.")
     return Outcome(
         bench="B1", title="end to end: pods/s, per-pod latency and cost per pod",
-        figures=figures, notes=notes, repeats=max(cfg.repeats_for(i) for i in range(len(cfg.pods))),
+        figures=figures, notes=notes, profile=runs.profile,
+        repeats=max(cfg.repeats_for(i) for i in range(len(cfg.pods))),
     )
 
 

@@ -48,7 +48,16 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from benchmarks.common import Figure, Outcome, at_least, at_most, fmt, free_port, percentile
+from benchmarks.common import (
+    Figure,
+    Outcome,
+    at_least,
+    at_most,
+    fmt,
+    free_port,
+    package_of,
+    percentile,
+)
 from benchmarks.synthetic import filter_answer, kube_node, load, offline_bridge, pod
 from bridge import logs
 from extender.app import create_app
@@ -346,7 +355,7 @@ def profile_summary(path: Path, calls: int, top: int = 10) -> str:
     total = sum(v[2] for v in raw.values()) or 1.0
     groups: dict[str, float] = {}
     for (filename, _, func), (_, _, tt, _, _) in raw.items():
-        groups[_package(filename, func)] = groups.get(_package(filename, func), 0.0) + tt
+        groups[package_of(filename, func)] = groups.get(package_of(filename, func), 0.0) + tt
     lines = [f"Time in the bridge server process over {calls:,} sequential filters "
              f"(cProfile wall clock, {total:.2f} s busy; {idle:.2f} s idle in the event loop "
              "waiting for the next request, excluded), own time per package:"]
@@ -379,7 +388,7 @@ def profile_summary(path: Path, calls: int, top: int = 10) -> str:
     lines += ["", f"Top {top} functions by own time (per filter call):"]
     heaviest = sorted(raw.items(), key=lambda kv: -kv[1][2])[:top]
     for (filename, line, func), (_, nc, tt, _, _) in heaviest:
-        where = _package(filename, func)
+        where = package_of(filename, func)
         site = f"{Path(filename).name}:{line} " if filename.startswith("/") else ""
         lines.append(f"  {1000 * tt / calls:7.3f} ms  {nc / calls:8.1f} calls  "
                      f"{site}{func[:60]}  [{where}]")
@@ -389,23 +398,6 @@ def profile_summary(path: Path, calls: int, top: int = 10) -> str:
 def _idle(filename: str, func: str) -> bool:
     """The frame that calls into the (uvloop) event loop: its own time is the wait in epoll."""
     return filename.endswith("asyncio/runners.py") and func == "run"
-
-
-def _package(filename: str, func: str) -> str:
-    if filename == "~" or not filename.startswith("/"):
-        name = func.split(" of ", maxsplit=1)[0][:60]
-        return f"C code: {name}" if "method" in func else "C code"
-    parts = Path(filename).parts
-    if "site-packages" in parts:
-        return parts[parts.index("site-packages") + 1].split(".")[0]
-    for top in ("bridge", "extender", "benchmarks", "admission"):
-        if top in parts:
-            return f"{top} (this repo)"
-    lib = next((p for p in parts if p.startswith("python3")), None)
-    if lib is not None:
-        rest = parts[parts.index(lib) + 1:]
-        return f"stdlib {rest[0].removesuffix('.py')}" if rest else "stdlib"
-    return filename
 
 
 # -- the benchmark --------------------------------------------------------------------------

@@ -193,3 +193,21 @@ def machine_facts() -> dict[str, str]:
         "load average at start (1/5/15 min)": " / ".join(f"{x:.2f}" for x in load),
         "commit": _git_commit(),
     }
+
+
+def package_of(filename: str, func: str) -> str:
+    """The package a profiled function belongs to (site-packages, this repo, stdlib, C)."""
+    if filename == "~" or not filename.startswith("/"):
+        name = func.split(" of ", maxsplit=1)[0][:60]
+        return f"C code: {name}" if "method" in func else "C code"
+    parts = Path(filename).parts
+    if "site-packages" in parts:
+        return parts[parts.index("site-packages") + 1].split(".")[0]
+    for top in ("bridge", "extender", "benchmarks", "admission"):
+        if top in parts:
+            return f"{top} (this repo)"
+    lib = next((p for p in parts if p.startswith("python3")), None)
+    if lib is not None:
+        rest = parts[parts.index(lib) + 1:]
+        return f"stdlib {rest[0].removesuffix('.py')}" if rest else "stdlib"
+    return filename

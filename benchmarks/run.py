@@ -64,7 +64,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--requests", type=int, default=20_000,
                    help="B3: timed requests per side at --concurrency")
     g.add_argument("--profile", choices=["auto", "always", "never"], default="auto",
-                   help="profile the bridge server (auto: when a B3 target is missed)")
+                   help="profile the bridge (B3, auto: when a target is missed; B1: an "
+                        "extra round under py-spy unless never)")
     g = p.add_argument_group("B1 (end to end)")
     g.add_argument("--pods", default="500,5000", help="pods per round, comma-separated")
     g.add_argument("--b1-repeats", default="",
@@ -111,7 +112,7 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
             repeats=args.repeats, pods=tuple(int(x) for x in args.pods.split(",")),
             repeats_per_size=tuple(int(x) for x in args.b1_repeats.split(",") if x),
             slurm_version=args.slurm_version, limits=tuple(zip(qps, burst, strict=True)),
-            cpus_per_node=args.cpus_per_node,
+            cpus_per_node=args.cpus_per_node, profile=args.profile != "never",
         ))
 
     def b3() -> Outcome:
