@@ -52,7 +52,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run nothing: rewrite RESULTS.md from benchmarks/results.json")
     p.add_argument("--slurm-version", default="26.05")
     g = p.add_argument_group("B3/B4 (in-process)")
-    g.add_argument("--jobs", type=int, default=10_000, help="jobs indexed / pods tracked")
+    g.add_argument("--jobs", type=int, default=10_000, help="B3: jobs indexed (one per pod)")
     g.add_argument("--nodes", type=int, default=16, help="B4: candidate nodes per filter")
     g.add_argument("--b4-sizes", default="10000,50000",
                    help="B4: tracked pods per child process, comma-separated, ascending")
