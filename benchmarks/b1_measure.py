@@ -206,8 +206,8 @@ async def slurm_alone(slurm: SlurmTarget, n: int, lim: Limits) -> SystemRun:
 async def _running(client: SlurmClient, ids: list[int]) -> list[int]:
     """Which of ``ids`` are RUNNING: ``GET /jobs/state/?job_id=..`` (repeated), 500 at a time.
 
-    Asking for these jobs only: other jobs in the queue (an array's ``4_*`` record, which
-    ``SlurmClient.job_states`` cannot parse, or B6's native jobs) stay out of the poll.
+    Asking for these jobs only: other jobs in the queue (B6's native jobs) stay out of the
+    poll.
     """
     out: list[int] = []
     for k in range(0, len(ids), 500):
@@ -215,7 +215,8 @@ async def _running(client: SlurmClient, ids: list[int]) -> list[int]:
         resp = await client.rest.call(
             "GET", "/jobs/state/", "bench_job_states", JobStatesResponse, params=params
         )
-        out += [e.job_id for e in resp.jobs if convert.job_state(e.state) is JobState.RUNNING]
+        out += [i for e in resp.jobs
+                if (i := e.number) is not None and convert.job_state(e.state) is JobState.RUNNING]
     return out
 
 

@@ -59,7 +59,9 @@ class PlacementSettings(BaseModel):
         10.0, ge=0, description="how long after a submit the fast poll lasts"
     )
     resync_interval_seconds: float = Field(
-        300.0, gt=0, description="full Slurm job listing (rebuilds the index, cancels duplicates)"
+        300.0, gt=0,
+        description="Slurm resync: every job's state, each job not seen before read once "
+        "(rebuilds the index, cancels duplicates)",
     )
     reasons_per_cycle: int = Field(
         5, ge=0, description="pending jobs whose Slurm reason is re-read each poll"

@@ -39,13 +39,14 @@ class SlurmPort(Protocol):
         """One job, read now; ``SlurmJobNotFound`` when Slurm no longer knows it."""
         ...
 
-    async def list_jobs(self) -> list[SlurmJob]:
-        """Every job the bridge may own (the big answer: start and resync only)."""
-        ...
-
     async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
         """States of the jobs ``ids`` only (absent: Slurm no longer lists it): the cheap
         poll, whose cost follows the bridge's own jobs, not Slurm's queue."""
+        ...
+
+    async def every_job_state(self) -> dict[int, JobState | None]:
+        """Id and state (None: unknown to the bridge) of every job: what a resync starts
+        from, never the full listing."""
         ...
 
     async def ping(self) -> None:

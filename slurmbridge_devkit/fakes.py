@@ -90,16 +90,17 @@ class FakeSlurm:
             raise SlurmJobNotFound(job_id)
         return self.jobs[job_id]
 
-    async def list_jobs(self) -> list[SlurmJob]:
-        self._check_up()
-        return list(self.jobs.values())
-
     async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
         self._check_up()
         self.requests["job_states"] += 1
         states = {i: self.jobs[i].state for i in set(ids) if i in self.jobs}
         self.states_returned += len(states)
         return states
+
+    async def every_job_state(self) -> dict[int, JobState | None]:
+        self._check_up()
+        self.requests["every_job_state"] += 1
+        return {i: j.state for i, j in self.jobs.items()}
 
     async def ping(self) -> None:
         self._check_up()

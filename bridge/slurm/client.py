@@ -122,9 +122,10 @@ class SlurmClient:
         return self._job(resp.jobs[0])
 
     async def list_jobs(self) -> list[SlurmJob]:
-        """Every job (the big answer): callers poll ``job_states`` and use this only to
-        (re)build their index.  Not ``?update_time=``: Slurm answers it with every job as
-        soon as any changed (B5 in benchmarks/RESULTS.md)."""
+        """Every job with its allocation (the big answer, tens of kB a running job): only
+        ``slurmbridge status``, an admin's on-demand view, asks for it; the bridge itself
+        rebuilds its index from ``every_job_state`` (placement/index.py).  Not
+        ``?update_time=``: Slurm answers it with every job as soon as any changed."""
         resp = await self.rest.call("GET", "/jobs/", "list_jobs", JobsResponse)
         return [job for info in resp.jobs if (job := self._listed(info)) is not None]
 
@@ -141,10 +142,27 @@ class SlurmClient:
                 params=[("job_id", str(i)) for i in chunk],
             )
             for entry in resp.jobs:
+                if (job_id := entry.number) is None:
+                    continue
                 try:
-                    states[entry.job_id] = convert.job_state(entry.state)
+                    states[job_id] = convert.job_state(entry.state)
                 except ValueError:  # not a state the bridge knows: its job is re-read on its own
                     continue
+        return states
+
+    async def every_job_state(self) -> dict[int, JobState | None]:
+        """Id and state of every job Slurm lists (``GET /jobs/state/``, about 80 bytes a job):
+        what a resync starts from instead of ``GET /jobs/``, whose answer carries each job's
+        per-core allocation.  None: a state the bridge does not know (read that job).  Array
+        records not split into tasks are left out."""
+        resp = await self.rest.call("GET", "/jobs/state/", "every_job_state", JobStatesResponse)
+        states: dict[int, JobState | None] = {}
+        for entry in resp.jobs:
+            if (job_id := entry.number) is not None:
+                try:
+                    states[job_id] = convert.job_state(entry.state)
+                except ValueError:
+                    states[job_id] = None
         return states
 
     async def ping(self) -> None:

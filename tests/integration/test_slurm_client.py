@@ -49,6 +49,8 @@ async def test_every_offered_parser_round_trips_a_placeholder(slurm: SlurmTarget
             assert job.state in (JobState.PENDING, JobState.RUNNING)
             states = await client.job_states([job_id, 2**31 - 1])  # the second: unknown
             assert list(states) == [job_id]
+            every = await client.every_job_state()  # what a resync reads instead of GET /jobs/
+            assert every[job_id] is states[job_id]
             await client.cancel(job_id)
             assert (await client.get_job(job_id)).state in (
                 JobState.CANCELLED, JobState.COMPLETING,

@@ -34,8 +34,8 @@ class FakeSlurm(fakes.FakeSlurm):
         self.fetched.append(job_id)
         return await super().get_job(job_id)
 
-    async def list_jobs(self) -> list[SlurmJob]:
-        snapshot = await super().list_jobs()
+    async def every_job_state(self) -> dict[int, JobState | None]:
+        snapshot = await super().every_job_state()
         self.listing_started.set()
         if self.hold_listing is not None:
             await self.hold_listing.wait()
@@ -131,3 +131,31 @@ async def test_a_group_created_again_after_its_job_ended_gets_a_new_job() -> Non
     assert "will not resubmit" in verdict.message  # a member the ended job was recorded on
     second = await placer.prepare(_member("b"))  # the resumed Job's pod: never saw job 1
     assert second.job_id != first.job_id and second.state is JobState.PENDING
+
+
+async def test_a_resync_reads_each_native_job_once_and_never_lists_every_job() -> None:
+    """``GET /jobs/`` answers every job with its per-core allocation: hundreds of MB at a
+    site's queue, and slurmrestd was OOM-killed at 21 GB serving it (B1: 5,000 jobs on
+    1,250-CPU nodes).  A resync reads the state list and each job it has not classified yet,
+    once; a known job again only when its state changed.  Duplicates are still cancelled."""
+    fake = FakeSlurm()
+    for job_id in (100, 101, 102):
+        fake.put(SlurmJob(job_id, "native", JobState.RUNNING, "None", None, None))
+    first = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-5")))
+    second = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-5")))
+    index = _index(fake)
+    assert await index.resync() == [second]
+    assert fake.requests["every_job_state"] == 1  # the port has no full listing any more
+    assert sorted(fake.fetched) == sorted([100, 101, 102, first, second])
+    fake.fetched.clear()
+    assert await index.resync() == []
+    assert fake.fetched == [second]  # the cancelled duplicate's end, once
+    fake.fetched.clear()
+    assert await index.resync() == []
+    assert fake.fetched == []  # natives remembered, known jobs unchanged: nothing read
+    fake.start(first, "node1")
+    fake.put(SlurmJob(103, "native", JobState.PENDING, "Priority", None, None))
+    await index.resync()
+    assert sorted(fake.fetched) == [first, 103]
+    running = index.by_owner(PodOwner("uid-5"))
+    assert running is not None and running.state is JobState.RUNNING

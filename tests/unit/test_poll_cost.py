@@ -120,3 +120,20 @@ async def test_pending_reasons_are_re_read_in_turn_but_not_every_cycle() -> None
 ])
 def test_a_ping_is_read_in_every_parser_version(entry: dict[str, object], up: bool) -> None:
     assert PingResponse.model_validate({"pings": [entry]}).pings[0].up is up
+
+
+async def test_every_job_state_reads_text_ids_and_leaves_array_records_out() -> None:
+    """v0.0.45 writes ids as text; a pending array record ("4_[1-3]") is no job of the bridge."""
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/openapi/v3":
+            return httpx.Response(200, json={"paths": {"/slurm/v0.0.45/jobs/": {}}})
+        return httpx.Response(200, json={"jobs": [
+            {"job_id": "7", "state": ["RUNNING"]}, {"job_id": 8, "state": ["PENDING"]},
+            {"job_id": "4_[1-3]", "state": ["PENDING"]}, {"job_id": "9", "state": ["ODD"]},
+        ]})
+
+    settings = SlurmSettings(user="slurm", token="t", retries=0)
+    async with SlurmClient(settings, transport=httpx.MockTransport(answer)) as client:
+        states = await client.every_job_state()
+        assert await client.job_states([7, 8]) == {7: JobState.RUNNING, 8: JobState.PENDING}
+    assert states == {7: JobState.RUNNING, 8: JobState.PENDING, 9: None}

@@ -62,8 +62,19 @@ class JobsResponse(Envelope):
 
 
 class JobStateEntry(WireModel):
-    job_id: int
+    """A job's id and state.  v0.0.45 writes the id as text (``"17"``); an array record Slurm
+    has not split into tasks yet has one such as ``"4_[1-1000]"``."""
+
+    job_id: int | str
     state: list[str] = Field(default_factory=list)
+
+    @property
+    def number(self) -> int | None:
+        """The job id; None for an array record (the bridge never submits arrays, so such a
+        record is never one of its jobs)."""
+        if isinstance(self.job_id, int):
+            return self.job_id
+        return int(self.job_id) if self.job_id.isdigit() else None
 
 
 class JobStatesResponse(Envelope):
