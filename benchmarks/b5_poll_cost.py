@@ -14,8 +14,10 @@ not schedule them: PENDING, reason JobHeldUser) added up to each size.  At each 
 - requests/s when nothing changes: ``Poller.run()`` as the extender runs it (interval 2 s,
   resync 300 s), counted over ``window`` seconds after its first cycle;
 - then ``cycles`` calls of ``Poller.poll_once()``: requests and bytes per cycle (median);
-- for contrast: what each cycle fetched before issue 15, ``GET /jobs/state/`` without
-  ``job_id`` (every job), and the full listing ``GET /jobs/`` its resync makes.
+- the resync (at start, then every 300 s): the first one after a start reads every job
+  once, a later one only the state list and what changed (it never asks for ``GET /jobs/``,
+  whose size is shown for contrast, as is ``GET /jobs/state/`` of every job, which each
+  cycle fetched before issue 15).
 
 Last, the bridge's jobs are replaced by ``own`` held (pending) ones and the idle rate is
 counted once more at the largest size: pending reasons are re-read round-robin, each at most
@@ -44,7 +46,7 @@ from bridge.placement.poller import Poller
 from bridge.slurm import convert
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState, SlurmJob
-from bridge.slurm.wire.base import JobStatesResponse, SubmitResponse
+from bridge.slurm.wire.base import Envelope, JobStatesResponse, SubmitResponse
 from slurmbridge_devkit.slurm import SlurmTarget
 
 WITHIN = 1.2  # "within 20% of each other": largest / smallest
@@ -142,8 +144,10 @@ class Sample:
     cycle_requests: float
     cycle_kb: float
     all_states_kb: float  # GET /jobs/state/ without job_id: every job (the poll before)
-    listing_mb: float  # the resync's GET /jobs/
-    listed: int  # jobs in that listing
+    listing_mb: float  # GET /jobs/, which no resync asks for any more (contrast)
+    first_resync: tuple[int, int]  # requests, bytes: the start's resync and first cycle
+    later_resync: tuple[int, int]  # requests, bytes: one more resync
+    listed: int  # jobs in the state list
     tracked: int  # live jobs the index tracks
 
 
@@ -162,7 +166,7 @@ async def measure(slurm: SlurmTarget, cfg: Config) -> Sample:
         if not poller.read_within(60):
             task.cancel()
             raise RuntimeError("the poller did not complete its first cycle in 5 minutes")
-        listing = [b for path, b in counting.log[mark:] if path.endswith("/jobs/")]
+        first = counting.since(mark)
         mark, t0 = len(counting.log), time.monotonic()
         await asyncio.sleep(cfg.window)
         idle = counting.since(mark)[0] / (time.monotonic() - t0)
@@ -175,13 +179,18 @@ async def measure(slurm: SlurmTarget, cfg: Config) -> Sample:
             cycles.append(counting.since(mark))
             await asyncio.sleep(0.5)
         mark = len(counting.log)
+        await poller.resync()
+        later = counting.since(mark)
+        mark = len(counting.log)
         every = await client.rest.call("GET", "/jobs/state/", "all_states", JobStatesResponse)
         all_states = counting.since(mark)[1]
+        mark = len(counting.log)
+        await client.rest.call("GET", "/jobs/", "full_listing", Envelope)
+        listing = counting.since(mark)[1]
     return Sample(
         idle, statistics.median(n for n, _ in cycles),
-        statistics.median(b for _, b in cycles) / 1e3, all_states / 1e3,
-        listing[0] / 1e6 if listing else float("nan"), len(every.jobs),
-        len([j for j in index.jobs() if j.state.is_live]),
+        statistics.median(b for _, b in cycles) / 1e3, all_states / 1e3, listing / 1e6,
+        first, later, len(every.jobs), len([j for j in index.jobs() if j.state.is_live]),
     )
 
 
@@ -195,7 +204,15 @@ def _figures(cfg: Config) -> dict[str, Figure]:
         figs[f"old{n}"] = Figure(
             f"before: GET /jobs/state/ of every job, {n:,} other jobs", "kB")
         figs[f"list{n}"] = Figure(
-            f"resync GET /jobs/ (every 300 s), {n:,} other jobs", "MB")
+            f"GET /jobs/ (asked by no resync now), {n:,} other jobs", "MB")
+        figs[f"firstreq{n}"] = Figure(
+            f"first resync after a start + first cycle: requests, {n:,} other jobs", "req")
+        figs[f"firstmb{n}"] = Figure(
+            f"first resync after a start + first cycle: bytes, {n:,} other jobs", "MB")
+        figs[f"resyncreq{n}"] = Figure(
+            f"later resync (every 300 s): requests, {n:,} other jobs", "req")
+        figs[f"resynckb{n}"] = Figure(
+            f"later resync (every 300 s): bytes, {n:,} other jobs", "kB")
     span = f"{cfg.sizes[-1]:,} / {cfg.sizes[0]:,} other jobs"
     figs["req_ratio"] = Figure(f"requests per cycle: largest / smallest ({span})", "x")
     figs["kb_ratio"] = Figure(f"bytes per cycle: largest / smallest ({span})", "x")
@@ -230,6 +247,10 @@ async def _run(cfg: Config, slurm: SlurmTarget) -> Outcome:
                 figs[f"rate{n}"].samples.append(s.idle_rate)
                 figs[f"old{n}"].samples.append(s.all_states_kb)
                 figs[f"list{n}"].samples.append(s.listing_mb)
+                figs[f"firstreq{n}"].samples.append(s.first_resync[0])
+                figs[f"firstmb{n}"].samples.append(s.first_resync[1] / 1e6)
+                figs[f"resyncreq{n}"].samples.append(s.later_resync[0])
+                figs[f"resynckb{n}"].samples.append(s.later_resync[1] / 1e3)
                 print(f"  B5 {n:,} repeat {rep + 1}/{cfg.repeats}: {fmt(s.cycle_requests)} req "
                       f"{fmt(s.cycle_kb)} kB per cycle, {fmt(s.idle_rate)} req/s idle (before: "
                       f"{fmt(s.all_states_kb)} kB per cycle)", flush=True)
@@ -278,10 +299,14 @@ def _notes(cfg: Config, slurm: SlurmTarget, facts: dict[int, Sample],
         "A cycle asks `GET /jobs/state/?job_id=..` for the tracked jobs only (400 ids a "
         "request; with none tracked, one `GET /ping/`); before issue 15 it fetched the "
         f"state of every job: {fmt(figs[f'old{big}'].median)} kB at {big:,} other jobs.",
-        "Still growing with the queue: the full resync (`GET /jobs/`, every "
-        "`placement.resync_interval_seconds` = 300 s, to rebuild the index and cancel "
-        f"duplicates): {fmt(figs[f'list{big}'].median)} MB at {big:,} other jobs, "
-        f"{fmt(figs[f'list{big}'].median * 1e3 / 300)} kB/s averaged over its interval.",
+        "Still growing with the queue: the resync's state list (`GET /jobs/state/` of every "
+        "job, every `placement.resync_interval_seconds` = 300 s): "
+        f"{fmt(figs[f'resynckb{big}'].median)} kB at {big:,} other jobs; the first resync "
+        "after a start reads every job once (`GET /job/<id>`, 8 in flight): "
+        f"{fmt(figs[f'firstreq{big}'].median)} requests, "
+        f"{fmt(figs[f'firstmb{big}'].median)} MB. The full listing `GET /jobs/` the resync "
+        f"asked for before effb11b: {fmt(figs[f'list{big}'].median)} MB at {big:,} (held, "
+        "pending jobs: no per-core allocation; running ones are 28-46 kB each).",
         f"With {cfg.own} PENDING bridge jobs idle cycles also re-read pending reasons, one "
         "`GET /job/<id>` each (slurmrestd reads no reasons in bulk: `GET /jobs/` ignores "
         "`job_id`), each job at most every `placement.reason_refresh_seconds` (10 s) and at "
