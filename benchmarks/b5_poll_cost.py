@@ -194,25 +194,24 @@ async def measure(slurm: SlurmTarget, cfg: Config) -> Sample:
     )
 
 
+_IDLE = (  # per size: key prefix, what, unit
+    ("req", "requests per idle cycle", "req"),
+    ("kb", "bytes per idle cycle", "kB"),
+    ("rate", "requests/s when nothing changes", "req/s"),
+)
+_RESYNC = (
+    ("old", "before: GET /jobs/state/ of every job", "kB"),
+    ("list", "GET /jobs/ (asked by no resync now)", "MB"),
+    ("firstreq", "first resync after a start + first cycle: requests", "req"),
+    ("firstmb", "first resync after a start + first cycle: bytes", "MB"),
+    ("resyncreq", "later resync (every 300 s): requests", "req"),
+    ("resynckb", "later resync (every 300 s): bytes", "kB"),
+)
+
+
 def _figures(cfg: Config) -> dict[str, Figure]:
-    figs: dict[str, Figure] = {}
-    for n in cfg.sizes:
-        figs[f"req{n}"] = Figure(f"requests per idle cycle, {n:,} other jobs", "req")
-        figs[f"kb{n}"] = Figure(f"bytes per idle cycle, {n:,} other jobs", "kB")
-        figs[f"rate{n}"] = Figure(f"requests/s when nothing changes, {n:,} other jobs", "req/s")
-    for n in cfg.sizes:
-        figs[f"old{n}"] = Figure(
-            f"before: GET /jobs/state/ of every job, {n:,} other jobs", "kB")
-        figs[f"list{n}"] = Figure(
-            f"GET /jobs/ (asked by no resync now), {n:,} other jobs", "MB")
-        figs[f"firstreq{n}"] = Figure(
-            f"first resync after a start + first cycle: requests, {n:,} other jobs", "req")
-        figs[f"firstmb{n}"] = Figure(
-            f"first resync after a start + first cycle: bytes, {n:,} other jobs", "MB")
-        figs[f"resyncreq{n}"] = Figure(
-            f"later resync (every 300 s): requests, {n:,} other jobs", "req")
-        figs[f"resynckb{n}"] = Figure(
-            f"later resync (every 300 s): bytes, {n:,} other jobs", "kB")
+    figs = {f"{key}{n}": Figure(f"{what}, {n:,} other jobs", unit)
+            for table in (_IDLE, _RESYNC) for n in cfg.sizes for key, what, unit in table}
     span = f"{cfg.sizes[-1]:,} / {cfg.sizes[0]:,} other jobs"
     figs["req_ratio"] = Figure(f"requests per cycle: largest / smallest ({span})", "x")
     figs["kb_ratio"] = Figure(f"bytes per cycle: largest / smallest ({span})", "x")
