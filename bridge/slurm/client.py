@@ -134,20 +134,15 @@ class SlurmClient:
         the cheap poll.  A job Slurm no longer lists is absent; no ids, no request (without
         ``job_id`` Slurm would answer with every job)."""
         wanted = sorted(set(ids))
-        states = {}
+        states: dict[int, JobState] = {}
         for start in range(0, len(wanted), IDS_PER_REQUEST):
             chunk = wanted[start:start + IDS_PER_REQUEST]
             resp = await self.rest.call(
                 "GET", "/jobs/state/", "job_states", JobStatesResponse,
                 params=[("job_id", str(i)) for i in chunk],
             )
-            for entry in resp.jobs:
-                if (job_id := entry.number) is None:
-                    continue
-                try:
-                    states[job_id] = convert.job_state(entry.state)
-                except ValueError:  # not a state the bridge knows: its job is re-read on its own
-                    continue
+            # a state the bridge does not know is left out: that job is re-read on its own
+            states.update((i, st) for i, st in _states(resp).items() if st is not None)
         return states
 
     async def every_job_state(self) -> dict[int, JobState | None]:
@@ -155,15 +150,9 @@ class SlurmClient:
         what a resync starts from instead of ``GET /jobs/``, whose answer carries each job's
         per-core allocation.  None: a state the bridge does not know (read that job).  Array
         records not split into tasks are left out."""
-        resp = await self.rest.call("GET", "/jobs/state/", "every_job_state", JobStatesResponse)
-        states: dict[int, JobState | None] = {}
-        for entry in resp.jobs:
-            if (job_id := entry.number) is not None:
-                try:
-                    states[job_id] = convert.job_state(entry.state)
-                except ValueError:
-                    states[job_id] = None
-        return states
+        return _states(
+            await self.rest.call("GET", "/jobs/state/", "every_job_state", JobStatesResponse)
+        )
 
     async def ping(self) -> None:
         """Does slurmctld answer (through slurmrestd)?  ``SlurmUnavailable`` if not."""
@@ -244,6 +233,18 @@ class SlurmClient:
                 raise
             log.debug("slurm.foreign_job_unreadable", job_id=info.job_id, error=str(exc))
             return None
+
+
+def _states(resp: JobStatesResponse) -> dict[int, JobState | None]:
+    """A state list's jobs (array records left out); None: a state the bridge does not know."""
+    states: dict[int, JobState | None] = {}
+    for entry in resp.jobs:
+        if (job_id := entry.number) is not None:
+            try:
+                states[job_id] = convert.job_state(entry.state)
+            except ValueError:
+                states[job_id] = None
+    return states
 
 
 __all__ = ["SlurmClient", "SlurmError"]
