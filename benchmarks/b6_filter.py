@@ -1,8 +1,9 @@
 """B6's filter latency with every Slurm node a candidate, two ways.
 
-* ``probe``: one bound bridge pod, then ``/filter`` sent to the running extender one call
-  at a time (as one kube-scheduler profile does) with all N kube-node names, over the
-  scheduler's own mutual-TLS client; wall time per call on this side, so TLS and HTTP are in.
+* ``probe``: one bridge pod Slurm placed (and nobody binds), then ``/filter`` sent to the
+  running extender one call at a time (as one kube-scheduler profile does) with all N
+  kube-node names, over the scheduler's own mutual-TLS client; wall time per call on this
+  side, so TLS and HTTP are in.
 * ``round_quantiles``: the extender's own ``slurmbridge_filter_seconds`` histogram over a
   measured bridge round (kube-scheduler's real calls under load), p50/p99 interpolated
   within its buckets the way Prometheus' ``histogram_quantile`` does.
@@ -16,7 +17,6 @@ import time
 
 import httpx
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Pod
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks import live
@@ -26,35 +26,50 @@ from slurmbridge_devkit.kube import create_namespace, unique_name
 from slurmbridge_devkit.stack import BridgeStack
 
 FILTER_HISTOGRAM = "slurmbridge_filter_seconds"
+HEADERS = {"Content-Type": "application/json"}
 
 
-async def _bound_pod(kube: AsyncClient, ns: str, timeout: float = 180) -> Pod:  # noqa: ASYNC109
-    pod = live.bench_pod("probe", keys.SCHEDULER_NAME, "bench-b6")
-    await kube.create(pod, namespace=ns)  # type: ignore[call-overload]  # lightkube overloads
+UNBINDABLE = {"slurmbridge.io/bench-probe": "no-node-has-this"}
+
+
+async def _placed(
+    client: httpx.AsyncClient, body: bytes, n: int, timeout: float = 180  # noqa: ASYNC109
+) -> None:
+    """Until /filter keeps Slurm's node for the probe pod (its job is running)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        current = await kube.get(Pod, "probe", namespace=ns)
-        if current.spec is not None and current.spec.nodeName:
-            return current
+    while True:
+        answer = await client.post("/filter", content=body, headers=HEADERS)
+        answer.raise_for_status()
+        if len(answer.json().get("NodeNames") or []) == 1:
+            return
+        if time.monotonic() > deadline:
+            _check(answer, n)
         await asyncio.sleep(0.5)
-    raise TimeoutError(f"the filter probe pod in {ns} was not bound in {timeout:.0f} s")
 
 
 async def probe(
     stack: BridgeStack, kube: AsyncClient, candidates: list[str], calls: int, warmup: int = 50,
 ) -> list[float]:
-    """Seconds per sequential /filter call for a bound pod with ``candidates`` node names."""
+    """Seconds per sequential /filter call with ``candidates`` node names.
+
+    The pod's nodeSelector matches no Node, so kube-scheduler's own plugins rule out
+    every node and never bind it; the bridge still submits its job, and each probe call
+    takes the path a real pending pod takes (API read, placement, answer).
+    """
     ns = unique_name("bench-b6-probe")
     await create_namespace(kube, ns)
     try:
-        pod = await _bound_pod(kube, ns)
-        body = json.dumps({"Pod": pod.to_dict(), "NodeNames": candidates}).encode()
-        headers = {"Content-Type": "application/json"}
+        pod = live.bench_pod("probe", keys.SCHEDULER_NAME, "bench-b6")
+        assert pod.spec is not None
+        pod.spec.nodeSelector = UNBINDABLE
+        created = await kube.create(pod, namespace=ns)  # type: ignore[call-overload]  # lightkube overloads
+        body = json.dumps({"Pod": created.to_dict(), "NodeNames": candidates}).encode()
         seconds: list[float] = []
         async with stack.scheduler_client() as client:
+            await _placed(client, body, len(candidates))
             for i in range(warmup + calls):
                 t0 = time.perf_counter()
-                answer = await client.post("/filter", content=body, headers=headers)
+                answer = await client.post("/filter", content=body, headers=HEADERS)
                 took = time.perf_counter() - t0
                 _check(answer, len(candidates))
                 if i >= warmup:
@@ -68,9 +83,12 @@ def _check(answer: httpx.Response, n: int) -> None:
     answer.raise_for_status()
     data = answer.json()
     kept = data.get("NodeNames") or []
-    failed = len(data.get("FailedNodes") or {}) + len(data.get("FailedAndUnresolvableNodes") or {})
-    if len(kept) != 1 or len(kept) + failed != n:
-        raise AssertionError(f"/filter kept {kept!r}, failed {failed} of {n} candidates")
+    reasons = {**(data.get("FailedNodes") or {}), **(data.get("FailedAndUnresolvableNodes") or {})}
+    if len(kept) != 1 or len(kept) + len(reasons) != n:
+        why = next(iter(reasons.values()), data.get("Error"))
+        raise AssertionError(
+            f"/filter kept {kept!r}, failed {len(reasons)} of {n} candidates: {why}"
+        )
 
 
 def filter_buckets(port: int) -> dict[float, float]:

@@ -272,16 +272,20 @@ async def drop_namespace(kube: AsyncClient, ns: str) -> None:
 
 
 async def wait_slurm_quiet(slurm: SlurmTarget, timeout: float = 300) -> None:  # noqa: ASYNC109
-    """Until no job is RUNNING, PENDING or COMPLETING (earlier rounds' jobs gone)."""
+    """Until the benchmarks' user has no RUNNING, PENDING or COMPLETING job.
+
+    Earlier rounds' jobs are gone then; other users' jobs (B6's native queue) stay.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         live = await asyncio.to_thread(
-            slurm.admin, "squeue", "-h", "-t", "RUNNING,PENDING,COMPLETING", "-o", "%i"
+            slurm.admin, "squeue", "-h", "-u", slurm.user, "-t", "RUNNING,PENDING,COMPLETING",
+            "-o", "%i",
         )
         if not live.strip():
             return
         await asyncio.sleep(1)
-    raise TimeoutError("Slurm still has live jobs")
+    raise TimeoutError(f"Slurm still has live jobs of user {slurm.user} after {timeout:.0f} s")
 
 
 def cancel_jobs(slurm: SlurmTarget, ids: list[int]) -> None:
