@@ -6,10 +6,10 @@
 * ``mirror_nodes``: ``kube-node<k>`` for every Slurm ``node<k>`` (label
   ``slurmbridge.io/slurm-node``, the managed taint, the same CPUs and GPUs), as
   ``start_stack`` makes its four; the extra ones are deleted afterwards.
-* ``native_queue``: jobs with no bridge marker from site users (alice runs, bob waits), in
-  job arrays through ``sbatch`` in the chroot: Slurm lists each array task as its own job
-  (``/jobs/state/`` and ``squeue -r``), so 10 submissions make a 10,000-job queue.  They are
-  not user ``slurm``, whose jobs the benchmarks cancel between rounds.
+* ``native_queue``: plain batch jobs with no bridge marker from site users (alice runs, bob
+  waits), submitted through slurmrestd before the bridge starts, so its first resync reads
+  each once as at a site it joins.  They are not user ``slurm``, whose jobs the benchmarks
+  cancel between rounds.
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ from lightkube.types import PatchType
 
 from benchmarks import live
 from bridge import keys
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.wire.base import SubmitResponse
 from slurmbridge_devkit.kube import create_node, delete_node, node_status
 from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget
 
 PID_MAX = Path("/proc/sys/kernel/pid_max")
 PIDS_PER_RUNNING_JOB = 12  # slurmstepd (9 threads) + job script + sleep, with room
-MAX_ARRAY = 1000  # Slurm's default MaxArraySize is 1001 (indexes 0-1000)
 RUNNER, WAITER = "alice", "bob"  # site users with their own accounts (recipe.sh accounts)
 NATIVE_SECONDS = 86_400  # native jobs outlive the benchmark; it cancels them
 
@@ -144,14 +145,47 @@ async def mirror_nodes(
         await asyncio.gather(*(drop(n) for n in names[keep:]))
 
 
-def _submit_arrays(slurm: SlurmTarget, user: str, jobs: int, *extra: str) -> None:
-    for first in range(1, jobs + 1, MAX_ARRAY):
-        last = min(first + MAX_ARRAY - 1, jobs)
-        slurm.admin(
-            "sbatch", f"--uid={user}", f"--array=1-{last - first + 1}",
-            "-o", "/dev/null", "-J", "b6-native", *extra,
-            f"--wrap=exec sleep {NATIVE_SECONDS}",
-        )
+def _native_job(cpus: int, *, external: bool, **extra: object) -> dict[str, object]:
+    """A site user's job with no bridge marker.
+
+    ``external`` (Slurm 25.05+): an ``EXTERNAL_JOB`` holds its CPUs with no process here.
+    At a site every native job runs on its own node; here all 256 nodes share this
+    machine's 2 CPUs, where 1,000 slurmstepd would eat about a CPU between them.  Older
+    Slurm: a batch script that sleeps.
+    """
+    body: dict[str, object] = {
+        "name": "b6-native", "current_working_directory": "/tmp",
+        "environment": ["PATH=/usr/bin:/bin"], "tasks": 1, "cpus_per_task": cpus,
+        "memory_per_node": {"set": True, "number": 64}, **extra,
+    }
+    if external:
+        return {**body, "flags": ["EXTERNAL_JOB"]}
+    return {**body, "script": f"#!/bin/sh\nexec sleep {NATIVE_SECONDS}\n",
+            "standard_output": "/dev/null", "standard_error": "/dev/null"}
+
+
+async def _submit_native(
+    slurm: SlurmTarget, user: str, jobs: int, cpus: int, parallel: int = 8, **extra: object
+) -> None:
+    """``jobs`` plain jobs (not arrays: Slurm lists array tasks as ``"4_7"``, which the bridge
+    never reads, so only plain jobs cost its resync what a site's queue costs) through
+    slurmrestd as ``user``, ``parallel`` in flight."""
+    slots = asyncio.Semaphore(parallel)
+    async with SlurmClient(slurm.settings(max_connections=parallel)) as client:
+        await client.connect()
+        external = client.family.placeholder == "external"
+        body = {"job": _native_job(cpus, external=external, **extra)}
+
+        async def one() -> None:
+            async with slots:
+                resp = await client.rest.call(
+                    "POST", "/job/submit", "submit", SubmitResponse, json=body,
+                    idempotent=False, user=user,
+                )
+                if resp.job_id is None:
+                    raise live.SetupError(f"native job for {user} refused: {resp.errors}")
+
+        await asyncio.gather(*(one() for _ in range(jobs)))
 
 
 def count_jobs(slurm: SlurmTarget, user: str, states: str) -> int:
@@ -172,7 +206,7 @@ async def _wait_running(slurm: SlurmTarget, want: int, timeout: float) -> float:
 
 def cancel_native(slurm: SlurmTarget) -> None:
     for user in (RUNNER, WAITER):
-        slurm.admin("scancel", "-u", user, check=False)
+        slurm.admin("scancel", "-u", user, check=False, timeout=600)  # 10,000 jobs
 
 
 @contextlib.asynccontextmanager
@@ -187,20 +221,20 @@ async def native_queue(
     """
     t0 = time.monotonic()
     try:
-        await asyncio.to_thread(
-            _submit_arrays, slurm, RUNNER, shape.native_running, f"-c{shape.native_cpus}"
-        )
+        await _submit_native(slurm, RUNNER, shape.native_running, shape.native_cpus)
         half = shape.native_pending // 2
-        await asyncio.to_thread(_submit_arrays, slurm, WAITER, half, "--hold")
-        await asyncio.to_thread(
-            _submit_arrays, slurm, WAITER, shape.native_pending - half, "--begin=now+1day"
-        )
+        await _submit_native(slurm, WAITER, half, 1, hold=True)
+        tomorrow = int(time.time()) + NATIVE_SECONDS
+        await _submit_native(slurm, WAITER, shape.native_pending - half, 1,
+                             begin_time={"set": True, "number": tomorrow})
         submitted = time.monotonic() - t0
         started = await _wait_running(slurm, shape.native_running, timeout)
+        settled = await live.wait_cpu_idle()
         pending = await asyncio.to_thread(count_jobs, slurm, WAITER, "PENDING")
         yield (f"{shape.native_running:,} native jobs running ({shape.native_cpus} CPUs each, "
                f"user {RUNNER}) and {pending:,} pending (user {WAITER}: half held, half "
-               f"--begin=now+1day), submitted as job arrays in {submitted:.0f} s, all "
-               f"running after {started:.0f} s more")
+               f"a start time tomorrow), submitted one by one through slurmrestd in "
+               f"{submitted:.0f} s, all running after {started:.0f} s more; the machine idle "
+               f"again {settled:.0f} s later")
     finally:
         await asyncio.to_thread(cancel_native, slurm)

@@ -215,6 +215,32 @@ def cpu_seconds() -> dict[str, float]:
     return out
 
 
+def _cpu_busy_idle() -> tuple[int, int]:
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, idle
+
+
+async def wait_cpu_idle(
+    share: float = 0.6, window: float = 5.0, timeout: float = 600  # noqa: ASYNC109
+) -> float:
+    """Until the machine's CPUs are at least ``share`` idle over ``window`` seconds.
+
+    After a burst (1,000 jobs starting) slurmctld and the apiserver answer slowly for a
+    while; a round started then measures the burst, not the system.  Returns the wait.
+    """
+    t0 = time.monotonic()
+    while True:
+        busy0, idle0 = _cpu_busy_idle()
+        await asyncio.sleep(window)
+        busy1, idle1 = _cpu_busy_idle()
+        ticks = (busy1 - busy0) + (idle1 - idle0)
+        if ticks and (idle1 - idle0) / ticks >= share:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise SetupError(f"the machine is still busy after {timeout:.0f} s")
+
+
 def apiserver_requests(cp: ControlPlane) -> dict[str, float]:
     """The apiserver's own request counters (``apiserver_request_total``) by verb and resource."""
     text = cp.kubectl("get", "--raw", "/metrics").stdout

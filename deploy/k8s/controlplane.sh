@@ -458,7 +458,9 @@ cmd_scheduler() {
   require_binaries
   with_lock
   trap rollback EXIT
-  apiserver_healthy || die "control plane is not up: run $0 up"
+  alive kube-apiserver || die "control plane is not up: run $0 up"
+  # A busy apiserver (a loaded machine: B6 starting 1,000 jobs) is slow, not down.
+  wait_ready kube-apiserver apiserver_healthy
   stop "scheduler-$name"
   port="$(free_extra_port)"
   prepare_scheduler_config "$config" "$RUN/scheduler-$name.yaml" || die "bad scheduler config $config"
