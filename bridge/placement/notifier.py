@@ -3,9 +3,10 @@
 Writes happen in background tasks so the extender's filter answers at once.
 Every write costs the apiserver, so a pod is written to only when it matters:
 a job still pending after ``quiet_seconds`` is shown (event and condition),
-later changes of a shown job at once; a pod kube-scheduler parked after a
-"waiting" filter gets the condition alone when its job is allocated (the
-write is what requeues it).  kube-scheduler's own FailedScheduling events
+later pending reasons of a shown job at once; its allocation, and that of a
+pod kube-scheduler parked after a "waiting" filter, is the condition alone
+(for a parked pod the write is what requeues it; an allocation event would
+only repeat kube-scheduler's "Scheduled").  kube-scheduler's own FailedScheduling events
 already carry filter's "waiting for Slurm job N (reason)" message.
 """
 
@@ -86,9 +87,12 @@ class PodNotifier:
             self._spawn(self._after_quiet(key))
         if key.uid in self._latest or first:
             self._latest[key.uid] = job
-        if key.uid in self._shown:
+        if key.uid in self._shown and not _allocated(job):
             self._spawn(self._show(key, job))
-        elif _allocated(job) and self._registry.parked(key.uid):
+        elif _allocated(job) and (key.uid in self._shown or self._registry.parked(key.uid)):
+            # The condition alone: kube-scheduler's "Scheduled" event follows at once.
+            if key.uid in self._shown:
+                self._shown[key.uid] = _status(job)
             self._spawn(self._nudge(key, job))
 
     async def _after_quiet(self, key: kpods.PodRef) -> None:
