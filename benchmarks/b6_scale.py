@@ -1,9 +1,10 @@
 """B6: B1's round at site scale - 256 Slurm nodes, 256 Kubernetes Nodes, a 10,000-job queue.
 
 Setup (b6_setup): Slurm restarted with 256 nodes (one ``slurmd -N`` per node in the chroot,
-64 CPUs and 8 GPUs each), ``kube-node1..256`` mirroring them, and 10,000 native jobs of
-site users in the same queue: 1,000 running (8 CPUs each, half the CPUs) and 9,000
-pending (held or starting tomorrow, so they hold nothing back).  Then, per client limit,
+64 CPUs and 8 GPUs each), ``kube-node1..256`` mirroring them, and 10,000 plain native jobs
+of site users in the same queue: 1,000 running (8 CPUs each) and 9,000 pending (held or
+starting tomorrow, so they hold nothing back), all there before the bridge starts, whose
+first resync (each native job read once) ends before any round.  Then, per client limit,
 B1's own round (``b1_measure.measure_round``: Slurm alone, the default kube-scheduler, the
 bridge, each from an idle Slurm as far as user ``slurm`` goes) with N pods, and the
 extender's filter latency with all 256 nodes as candidates (b6_filter).
