@@ -51,7 +51,7 @@ class Config:
     repeats: int = 1
     pods: int = 5_000
     slurm_version: str = "26.05"
-    limits: tuple[tuple[float, int], ...] = ((50, 100),)
+    limits: tuple[tuple[float, int], ...] = ((50, 100), (400, 800))
     shape: Shape = field(default_factory=Shape)
     probe_calls: int = 500
     timeout: float = 1800

@@ -87,7 +87,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--b6-nodes", type=int, default=256, help="Slurm nodes = Kubernetes Nodes")
     g.add_argument("--b6-native", default="1000,9000",
                    help="native jobs in Slurm's queue: running,pending")
-    g.add_argument("--b6-limits", default="50:100",
+    g.add_argument("--b6-limits", default="50:100,400:800",
                    help="qps:burst of both kube-schedulers, comma-separated pairs")
     g.add_argument("--b6-repeats", type=int, default=1, help="rounds per limit (each is long)")
     args = p.parse_args(argv)
