@@ -134,6 +134,7 @@ class Bridge:
 
     async def _lead(self) -> None:
         """What only the lease holder runs: early submission and the controllers."""
+        self.poller.resync_soon()  # the jobs other replicas submitted while nobody led
         async with asyncio.TaskGroup() as tasks:
             if self.settings.placement.submit_on_create:
                 tasks.create_task(self.intake.run(), name="intake")

@@ -10,8 +10,8 @@ tracked the cycle is one ``GET /ping/``, so /readyz and the controllers still le
 Slurm answers.  Nothing in a cycle grows with Slurm's queue: B5 in benchmarks/RESULTS.md
 measures it with 100 to 10,000 other jobs.
 Cycles come every ``interval``, or every ``fast_interval`` for ``fast_window`` after a
-submit.  The full listing runs only at start and every ``resync_interval`` (it rebuilds the
-index and cancels duplicates).
+submit.  The full listing runs only at start, every ``resync_interval`` and when this replica takes
+the lease (it rebuilds the index and cancels duplicates).
 
 Jobs another replica submitted are not found here: the pods record their job ids, the
 placer adopts a recorded job when it meets the pod, and the leader's lifecycle adopts the
@@ -80,6 +80,7 @@ class Poller:
         self.synced = False  # the index was built from a full listing at least once
         self._last_read: float | None = None  # loop time of the last complete cycle
         self._on_recovered = on_recovered
+        self._resync_requested = False
 
     async def poll_once(self) -> None:
         tracked = {j.job_id: j for j in self._index.jobs() if j.state.is_live}
@@ -187,7 +188,8 @@ class Poller:
         delay = self.interval
         while True:
             try:
-                if loop.time() >= next_resync:
+                if self._resync_requested or loop.time() >= next_resync:
+                    self._resync_requested = False
                     await self.resync()
                     next_resync = loop.time() + self.resync_interval
                 await self.poll_once()
@@ -209,6 +211,11 @@ class Poller:
                     metrics.POLL_ERRORS.labels("bug").inc()
                     log.exception("poller.failed", retry_in=delay)
             await asyncio.sleep(delay)
+
+    def resync_soon(self) -> None:
+        """Resync on the next cycle: a replica that just took the lease holds none of the jobs
+        the others submitted while nobody led, and its controllers act on the index."""
+        self._resync_requested = True
 
     def read_within(self, seconds: float) -> bool:
         """Did a poll cycle read Slurm completely in the last ``seconds``?"""

@@ -159,3 +159,31 @@ async def test_a_resync_reads_each_native_job_once_and_never_lists_every_job() -
     assert sorted(fake.fetched) == [first, 103]
     running = index.by_owner(PodOwner("uid-5"))
     assert running is not None and running.state is JobState.RUNNING
+
+
+async def test_a_new_leader_learns_jobs_another_replica_submitted_within_a_cycle() -> None:
+    """Found on kind: with no leader, replica B's filter submitted the pods' jobs; replica A
+    then took the lease, never held them, and their pods' deletion cancelled nothing until
+    A's next resync (300 s). Taking the lease asks for a resync on the next cycle."""
+    fake = FakeSlurm()
+    index = _index(fake)
+
+    async def on_change(before: SlurmJob, after: SlurmJob) -> None:
+        return None
+
+    poller = Poller(fake, index, on_change, interval=0.01, resync_interval=3600)
+    task = asyncio.create_task(poller.run())
+    try:
+        while not poller.synced:
+            await asyncio.sleep(0.01)
+        other = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-7")))
+        await asyncio.sleep(0.1)
+        assert index.by_id(other) is None  # unseen: nothing tracks it, no resync is due
+        poller.resync_soon()
+        for _ in range(100):
+            if index.by_id(other) is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert index.by_id(other) is not None
+    finally:
+        task.cancel()
