@@ -40,13 +40,11 @@ import httpx
 from benchmarks import live
 from benchmarks.common import Figure, Outcome, at_most, fmt
 from bridge.jobs.owner import PodOwner
-from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
 from bridge.placement.poller import Poller
-from bridge.slurm import convert
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState, SlurmJob
-from bridge.slurm.wire.base import Envelope, JobStatesResponse, SubmitResponse
+from bridge.slurm.wire.base import Envelope, JobStatesResponse
 from slurmbridge_devkit.slurm import SlurmTarget
 
 WITHIN = 1.2  # "within 20% of each other": largest / smallest
@@ -90,20 +88,6 @@ class CountingTransport(httpx.AsyncBaseTransport):
         return len(later), sum(b for _, b in later)
 
 
-async def submit(client: SlurmClient, name: str, owner: PodOwner | None, *, hold: bool) -> int:
-    """One job through slurmrestd: a placeholder (``owner``: the bridge's comment marker) or,
-    without one, a job that looks native; ``hold``: PENDING until released (never scheduled)."""
-    req = JobRequest(name=name, owner=owner or PodOwner(""), cpus=1, memory_mb=64)
-    comment = convert.comment_for(owner) if owner is not None else ""
-    job = client.family.describe(req, comment).model_dump(exclude_none=True)
-    if hold:
-        job["hold"] = True
-    resp = await client.rest.call("POST", "/job/submit", "submit", SubmitResponse,
-                                  json={"job": job}, idempotent=False)
-    assert resp.job_id is not None, resp.errors
-    return resp.job_id
-
-
 async def submit_many(slurm: SlurmTarget, cfg: Config, names: list[str],
                       owners: list[PodOwner | None], *, hold: bool) -> list[int]:
     async with SlurmClient(slurm.settings(max_connections=cfg.submit_parallel)) as client:
@@ -112,7 +96,7 @@ async def submit_many(slurm: SlurmTarget, cfg: Config, names: list[str],
 
         async def one(name: str, owner: PodOwner | None) -> int:
             async with slots:
-                return await submit(client, name, owner, hold=hold)
+                return await live.submit_job(client, name, owner, hold=hold)
 
         return list(await asyncio.gather(*map(one, names, owners)))
 

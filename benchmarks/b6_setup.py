@@ -31,7 +31,6 @@ from lightkube.types import PatchType
 from benchmarks import live
 from bridge import keys
 from bridge.slurm.client import SlurmClient
-from bridge.slurm.wire.base import SubmitResponse
 from slurmbridge_devkit.kube import create_node, delete_node, node_status
 from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget
 
@@ -145,45 +144,24 @@ async def mirror_nodes(
         await asyncio.gather(*(drop(n) for n in names[keep:]))
 
 
-def _native_job(cpus: int, *, external: bool, **extra: object) -> dict[str, object]:
-    """A site user's job with no bridge marker.
-
-    ``external`` (Slurm 25.05+): an ``EXTERNAL_JOB`` holds its CPUs with no process here.
-    At a site every native job runs on its own node; here all 256 nodes share this
-    machine's 2 CPUs, where 1,000 slurmstepd would eat about a CPU between them.  Older
-    Slurm: a batch script that sleeps.
-    """
-    body: dict[str, object] = {
-        "name": "b6-native", "current_working_directory": "/tmp",
-        "environment": ["PATH=/usr/bin:/bin"], "tasks": 1, "cpus_per_task": cpus,
-        "memory_per_node": {"set": True, "number": 64}, **extra,
-    }
-    if external:
-        return {**body, "flags": ["EXTERNAL_JOB"]}
-    return {**body, "script": f"#!/bin/sh\nexec sleep {NATIVE_SECONDS}\n",
-            "standard_output": "/dev/null", "standard_error": "/dev/null"}
-
-
 async def _submit_native(
-    slurm: SlurmTarget, user: str, jobs: int, cpus: int, parallel: int = 8, **extra: object
+    slurm: SlurmTarget, user: str, jobs: int, cpus: int, *, hold: bool = False,
+    fields: dict[str, object] | None = None, parallel: int = 8,
 ) -> None:
-    """``jobs`` plain jobs (not arrays: Slurm lists array tasks as ``"4_7"``, which the bridge
-    never reads, so only plain jobs cost its resync what a site's queue costs) through
-    slurmrestd as ``user``, ``parallel`` in flight."""
+    """``jobs`` plain jobs with no bridge marker through slurmrestd as ``user``, ``parallel``
+    in flight.  Not arrays: Slurm lists array tasks as ``"4_7"``, which the bridge never
+    reads, so only plain jobs cost its resync what a site's queue costs.  Described as the
+    bridge's own (``EXTERNAL_JOB`` on Slurm 25.05+): here all 256 nodes share this machine's
+    2 CPUs, where 1,000 running batch jobs' slurmstepd would eat about a CPU."""
     slots = asyncio.Semaphore(parallel)
     async with SlurmClient(slurm.settings(max_connections=parallel)) as client:
         await client.connect()
-        external = client.family.placeholder == "external"
-        body = {"job": _native_job(cpus, external=external, **extra)}
 
         async def one() -> None:
             async with slots:
-                resp = await client.rest.call(
-                    "POST", "/job/submit", "submit", SubmitResponse, json=body,
-                    idempotent=False, user=user,
+                await live.submit_job(
+                    client, "b6-native", cpus=cpus, hold=hold, user=user, fields=fields
                 )
-                if resp.job_id is None:
-                    raise live.SetupError(f"native job for {user} refused: {resp.errors}")
 
         await asyncio.gather(*(one() for _ in range(jobs)))
 
@@ -226,7 +204,7 @@ async def native_queue(
         await _submit_native(slurm, WAITER, half, 1, hold=True)
         tomorrow = int(time.time()) + NATIVE_SECONDS
         await _submit_native(slurm, WAITER, shape.native_pending - half, 1,
-                             begin_time={"set": True, "number": tomorrow})
+                             fields={"begin_time": {"set": True, "number": tomorrow}})
         submitted = time.monotonic() - t0
         started = await _wait_running(slurm, shape.native_running, timeout)
         settled = await live.wait_cpu_idle()

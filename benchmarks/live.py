@@ -28,7 +28,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bridge import keys
 from bridge.config import SlurmSettings
+from bridge.jobs.owner import PodOwner
+from bridge.jobs.request import JobRequest
+from bridge.slurm import convert
 from bridge.slurm.client import SlurmClient
+from bridge.slurm.wire.base import SubmitResponse
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.kube import (
     FIELD_MANAGER,
@@ -312,6 +316,27 @@ async def wait_slurm_quiet(slurm: SlurmTarget, timeout: float = 300) -> None:  #
             return
         await asyncio.sleep(1)
     raise TimeoutError(f"Slurm still has live jobs of user {slurm.user} after {timeout:.0f} s")
+
+
+async def submit_job(
+    client: SlurmClient, name: str, owner: PodOwner | None = None, *, cpus: int = 1,
+    hold: bool = False, user: str | None = None, fields: dict[str, object] | None = None,
+) -> int:
+    """One job through slurmrestd as the bridge describes its own for this Slurm (batch or
+    ``EXTERNAL_JOB``): a placeholder (``owner``: the bridge's comment marker) or, without
+    one, a job that looks native; ``hold``: PENDING until released; ``fields`` add to the
+    description (``begin_time``); ``user`` submits as that Slurm user."""
+    req = JobRequest(name=name, owner=owner or PodOwner(""), cpus=cpus, memory_mb=64)
+    comment = convert.comment_for(owner) if owner is not None else ""
+    job = {**client.family.describe(req, comment).model_dump(exclude_none=True), **(fields or {})}
+    if hold:
+        job["hold"] = True
+    resp = await client.rest.call("POST", "/job/submit", "submit", SubmitResponse,
+                                  json={"job": job}, idempotent=False, user=user)
+    if resp.job_id is None:
+        raise SetupError(f"Slurm refused job {name} (user {user or 'the bridge'}): "
+                         f"{[e.text() for e in resp.errors]}")
+    return resp.job_id
 
 
 def cancel_jobs(slurm: SlurmTarget, ids: list[int]) -> None:
