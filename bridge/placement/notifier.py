@@ -87,12 +87,14 @@ class PodNotifier:
             self._spawn(self._after_quiet(key))
         if key.uid in self._latest or first:
             self._latest[key.uid] = job
-        if key.uid in self._shown and not _allocated(job):
-            self._spawn(self._show(key, job))
-        elif _allocated(job) and (key.uid in self._shown or self._registry.parked(key.uid)):
+        shown = key.uid in self._shown
+        if not _allocated(job):
+            if shown:
+                self._spawn(self._show(key, job))
+        elif shown or self._registry.parked(key.uid):
             # The condition alone: kube-scheduler's "Scheduled" event follows at once.
-            if key.uid in self._shown:
-                self._shown[key.uid] = _status(job)
+            if shown:
+                self._shown[key.uid] = status
             self._spawn(self._nudge(key, job))
 
     async def _after_quiet(self, key: kpods.PodRef) -> None:
