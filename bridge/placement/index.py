@@ -19,6 +19,7 @@ from collections.abc import Iterable
 
 import structlog
 
+from bridge import metrics
 from bridge.jobs.owner import Owner
 from bridge.jobs.request import JobRequest
 from bridge.ports import SlurmPort
@@ -169,9 +170,11 @@ class JobIndex:
                     return await self._client.get_job(job_id)
                 except SlurmJobNotFound:  # ended and purged since the state list
                     return None
-                except SlurmProtocolError as exc:  # unreadable: skipped, read again next time
+                except SlurmProtocolError as exc:
+                    # Kept as last read (it is still listed), so it is read again next time.
+                    metrics.POLL_ERRORS.labels("unreadable").inc()
                     log.warning("placement.job_unreadable", job_id=job_id, error=str(exc))
-                    return None
+                    return self._by_id.get(job_id)
 
         fresh = [job for job in await asyncio.gather(*map(read, unread)) if job is not None]
         self._native |= {job.job_id for job in fresh if job.owner is None}

@@ -5,6 +5,7 @@ from typing import cast
 
 from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
+from prometheus_client import REGISTRY
 
 from bridge import keys
 from bridge.jobs.owner import PodOwner
@@ -15,6 +16,7 @@ from bridge.placement.nodes import NodeMap
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
+from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit import fakes
 from slurmbridge_devkit.fakes import FakeKube
@@ -187,3 +189,41 @@ async def test_a_new_leader_learns_jobs_another_replica_submitted_within_a_cycle
         assert index.by_id(other) is not None
     finally:
         task.cancel()
+
+
+async def test_a_known_job_unreadable_during_a_resync_stays_tracked_and_is_counted() -> None:
+    """Found by CI (24.11): a new leader's resync read a garbled answer for a job it had just
+    submitted; the resync dropped the job from the index, so the poller never read it again
+    and nothing counted the error. The job is still in Slurm's state list: it stays tracked
+    as last read (the next cycle reads it again), and the error is counted."""
+    fake = UnreadableSlurm()
+    index = _index(fake)
+    job = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-8")))
+    fake.start(job.job_id, "node1")
+    fake.unreadable.add(job.job_id)
+    before = _unreadable_count()
+    await index.resync()
+    assert index.by_owner(PodOwner("uid-8")) == job  # as last read: PENDING
+    assert _unreadable_count() == before + 1
+    fake.unreadable.clear()
+    await index.resync()
+    tracked = index.by_owner(PodOwner("uid-8"))
+    assert tracked is not None and tracked.state is JobState.RUNNING
+
+
+class UnreadableSlurm(FakeSlurm):
+    """Answers for the jobs in ``unreadable`` cannot be parsed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unreadable: set[int] = set()
+
+    async def get_job(self, job_id: int) -> SlurmJob:
+        if job_id in self.unreadable:
+            raise SlurmProtocolError(f"job {job_id}: gres_detail unreadable")
+        return await super().get_job(job_id)
+
+
+def _unreadable_count() -> float:
+    value = REGISTRY.get_sample_value("slurmbridge_poll_errors_total", {"kind": "unreadable"})
+    return value or 0.0
