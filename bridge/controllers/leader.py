@@ -82,27 +82,52 @@ class LeaderElector:
         return await _won(self._kube.create(lease))
 
     async def run(self, lead: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Forever: while we hold the lease, ``lead()`` runs; it is cancelled when we lose it."""
+        """Forever: while we hold the lease, ``lead()`` runs; it is cancelled when we lose it.
+        Cancelled (the process stops), it stops ``lead()`` first, then hands the lease over."""
         task: asyncio.Task[None] | None = None
         renew = self._lease_seconds / 3
         loop = asyncio.get_running_loop()
         last_renewed = -float("inf")
-        while True:
-            try:
-                leading = await self.try_acquire()
-                if leading:
-                    last_renewed = loop.time()
-            except Exception as exc:  # apiserver away: lead on only while our lease surely holds
-                leading = loop.time() - last_renewed < self._lease_seconds - renew
-                log.warning("leader.renew_failed", error=repr(exc), still_leading=leading)
-            if leading and task is None:
-                log.info("leader.acquired", identity=self.identity, lease=self._name)
-                task = asyncio.create_task(lead(), name="controllers")
-            elif not leading and task is not None:
-                log.warning("leader.lost", identity=self.identity, lease=self._name)
+        try:
+            while True:
+                try:
+                    leading = await self.try_acquire()
+                    if leading:
+                        last_renewed = loop.time()
+                except Exception as exc:  # apiserver away: lead on only while our lease holds
+                    leading = loop.time() - last_renewed < self._lease_seconds - renew
+                    log.warning("leader.renew_failed", error=repr(exc), still_leading=leading)
+                if leading and task is None:
+                    log.info("leader.acquired", identity=self.identity, lease=self._name)
+                    task = asyncio.create_task(lead(), name="controllers")
+                elif not leading and task is not None:
+                    log.warning("leader.lost", identity=self.identity, lease=self._name)
+                    task.cancel()
+                    task = None
+                await asyncio.sleep(renew)
+        finally:
+            if task is not None:
                 task.cancel()
-                task = None
-            await asyncio.sleep(renew)
+                await asyncio.gather(task, return_exceptions=True)
+                await self._release()
+
+    async def _release(self) -> None:
+        """Hand the lease over as client-go's ReleaseOnCancel does (no holder, a 1 s lease),
+        so a rolling restart has no leaderless lease duration. Best effort: the lease then
+        expires as usual."""
+        try:
+            async with asyncio.timeout(self._lease_seconds / 3):
+                lease = await self._kube.get(Lease, self._name, namespace=self._namespace)
+                spec = lease.spec or LeaseSpec()
+                if spec.holderIdentity != self.identity:
+                    return
+                spec.holderIdentity = None
+                spec.leaseDurationSeconds = 1
+                spec.renewTime = datetime.now(UTC)
+                await self._kube.replace(lease)  # resourceVersion: never over a new holder's
+            log.info("leader.released", identity=self.identity, lease=self._name)
+        except Exception as exc:
+            log.warning("leader.release_failed", identity=self.identity, error=repr(exc))
 
 
 async def _won(write: Awaitable[object]) -> bool:

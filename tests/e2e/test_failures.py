@@ -131,16 +131,7 @@ async def test_only_the_leader_acts_and_a_new_one_takes_over(
 ) -> None:
     first = bridge_stack.extender
     assert first.proc is not None
-    # After earlier restarts a dead identity may hold the lease until it expires.
-    await wait_for(lambda: _holder_is(kube, first), 30, what="the stack's extender leading")
-    port = free_port()  # health and metrics; the protocol port is another free one
-    second = replace(
-        first, env={**first.env, "SLURMBRIDGE_EXTENDER__PORT": str(free_port()),
-                    "SLURMBRIDGE_EXTENDER__HEALTH_PORT": str(port)},
-        log_file=first.log_file.with_suffix(".second.log"),
-        health_url=f"http://127.0.0.1:{port}/healthz", proc=None,
-    )
-    second.start()
+    second, port = await _second_replica(kube, first)
     try:
         await asyncio.sleep(5)
         assert _reconciles(port) == 0, "a follower reconciled"
@@ -158,6 +149,44 @@ async def test_only_the_leader_acts_and_a_new_one_takes_over(
     finally:
         second.kill(signal.SIGKILL)
         first.start()
+
+
+async def test_a_leader_stopped_gracefully_hands_over_within_a_renew_period(
+    bridge_stack: BridgeStack, kube: AsyncClient
+) -> None:
+    """A rolling restart (SIGTERM) releases the lease: the other replica leads at its next
+    renew, not after the whole lease duration with no controllers running."""
+    first = bridge_stack.extender
+    second, port = await _second_replica(kube, first)
+    try:
+        first.kill(signal.SIGTERM)
+        stopped = asyncio.get_running_loop().time()
+        await wait_for(
+            lambda: _holder_is(kube, second), 30, interval=0.25, what="the second replica leading"
+        )
+        handover = asyncio.get_running_loop().time() - stopped
+        lease_seconds = int(first.env.get("SLURMBRIDGE_CONTROLLERS__LEASE_SECONDS", "15"))
+        assert handover <= lease_seconds / 3 + 2, f"handed over after {handover:.1f}s"
+        await wait_for(lambda: _reconciles(port) > 0, 10, what="the new leader reconciling")
+    finally:
+        second.kill(signal.SIGTERM)
+        first.start()
+
+
+async def _second_replica(kube: AsyncClient, first: BridgeProcess) -> tuple[BridgeProcess, int]:
+    """Another extender replica next to the stack's, started once the stack's leads; and
+    its health and metrics port (the protocol port is another free one)."""
+    # After earlier restarts a dead identity may hold the lease until it expires.
+    await wait_for(lambda: _holder_is(kube, first), 30, what="the stack's extender leading")
+    port = free_port()
+    second = replace(
+        first, env={**first.env, "SLURMBRIDGE_EXTENDER__PORT": str(free_port()),
+                    "SLURMBRIDGE_EXTENDER__HEALTH_PORT": str(port)},
+        log_file=first.log_file.with_suffix(".second.log"),
+        health_url=f"http://127.0.0.1:{port}/healthz", proc=None,
+    )
+    second.start()
+    return second, port
 
 
 async def _holder_is(kube: AsyncClient, proc: BridgeProcess) -> bool:

@@ -98,3 +98,22 @@ async def test_controllers_stop_within_the_lease_when_the_apiserver_is_away() ->
         away = loop.time()
         await asyncio.wait_for(controllers.stopped.wait(), 5)
         assert loop.time() - away < 3  # before anyone may take the lease over
+
+
+async def test_a_leader_that_stops_hands_the_lease_over_at_once() -> None:
+    """A rolling restart (SIGTERM) used to leave the lease held for its full duration: for
+    15 s nobody ran the controllers, and jobs submitted then were not cancelled with their
+    pods (CI's kind stage). A leader that stops stops its controllers, then releases."""
+    kube = FakeKube()
+    async with leading(kube, lease_seconds=15) as controllers:
+        pass
+    assert controllers.stopped.is_set()
+    assert await _elector(kube, "b").try_acquire()
+
+
+async def test_a_stopping_replica_leaves_a_lease_it_does_not_hold_alone() -> None:
+    kube = FakeKube()
+    async with leading(kube, lease_seconds=1) as controllers:
+        await _hold(kube, "b", renewed=datetime.now(UTC))
+        await asyncio.wait_for(controllers.stopped.wait(), 2)
+    assert not await _elector(kube, "c").try_acquire()  # still b's
