@@ -127,6 +127,12 @@ def _webhook_checks(docs: list[Manifest], release: str, namespace: str) -> None:
         assert hook["admissionReviewVersions"] == ["v1"]
         assert hook["timeoutSeconds"] == 10
         assert "objectSelector" not in hook
+        bridge = f"system:serviceaccount:{namespace}:{release}-slurmbridge-extender"
+        assert hook["matchConditions"] == [{
+            "name": "not-the-bridge-updating",
+            "expression": f"!(request.operation == 'UPDATE' && request.userInfo.username == "
+                          f"'{bridge}')",
+        }], "the bridge's own pod writes need no webhook call"
         assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
                                   "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}]
         (expr,) = hook["namespaceSelector"]["matchExpressions"]
