@@ -95,6 +95,7 @@ def _log_review(endpoint: Endpoint, request: AdmissionRequest, response: Admissi
         uid=request.uid,
         pod=f"{request.namespace}/{request.name}",
         operation=request.operation,
+        user=request.user_info.username,
         dry_run=request.dry_run,
         allowed=response.allowed,
         reason=response.status.message if response.status else None,

@@ -4,6 +4,7 @@ Everything goes through the tools a user has: ``kubectl`` against the cluster, a
 commands run in the Slurm controller container (``docker exec``), as a Slurm admin would.
 """
 
+import contextlib
 import json
 import re
 import subprocess
@@ -131,6 +132,18 @@ class Kind:
         except AssertionError:
             print(self.kubectl("-n", ns, "describe", "pod", name, check=False))
             raise
+
+    def logs(self, ns: str, selector: str) -> list[dict[str, Any]]:
+        """The JSON log lines of every container of the pods ``selector`` picks in ``ns``."""
+        out = self.kubectl("-n", ns, "logs", "-l", selector, "--all-containers",
+                           "--tail=-1", "--prefix=false")
+        lines = []
+        for text in out.splitlines():
+            with contextlib.suppress(ValueError):
+                line = json.loads(text)
+                if isinstance(line, dict):
+                    lines.append(line)
+        return lines
 
     def job_of(self, pod: dict[str, Any]) -> str:
         job = pod["metadata"].get("annotations", {}).get(keys.JOB_ID)

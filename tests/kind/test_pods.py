@@ -63,6 +63,24 @@ def test_pod_exiting_by_itself_frees_its_job(kind: Kind, ns: str) -> None:
     assert kind.job_state(job) in {"COMPLETED", "CANCELLED", ""}
 
 
+def test_the_webhooks_review_a_pods_creation_but_not_the_bridges_own_writes(
+    kind: Kind, ns: str
+) -> None:
+    """The bridge writes its claim and the job id on every pod it places (two UPDATEs); the
+    chart's matchConditions keep the webhooks out of those, so the API server calls them for
+    the pod's creation only."""
+    kind.apply(ns, pod_manifest("reviewed", "sleep 600"))
+    kind.job_of(kind.wait_running(ns, "reviewed"))  # the bridge has written on the pod
+    reviews = [
+        (line["endpoint"], line["operation"], line.get("user"))
+        for line in kind.logs(kind.namespace, "app.kubernetes.io/component=webhook")
+        if line.get("event") == "admission.review" and line.get("pod") == f"{ns}/reviewed"
+    ]
+    assert {(endpoint, op) for endpoint, op, _ in reviews} == {
+        ("mutate", "CREATE"), ("validate", "CREATE")
+    }, reviews
+
+
 def test_scancel_evicts_the_pod_and_kubelet_stops_its_container(kind: Kind, ns: str) -> None:
     kind.apply(ns, pod_manifest("victim", "sleep 600", gpus=1))
     pod = kind.wait_running(ns, "victim")
