@@ -97,6 +97,10 @@ class LeaderElector:
                 except Exception as exc:  # apiserver away: lead on only while our lease holds
                     leading = loop.time() - last_renewed < self._lease_seconds - renew
                     log.warning("leader.renew_failed", error=repr(exc), still_leading=leading)
+                if task is not None and task.done():  # they must never stop while we lead
+                    log.error("leader.controllers_failed", identity=self.identity,
+                              error=repr(task.exception()) if not task.cancelled() else None)
+                    task = None
                 if leading and task is None:
                     log.info("leader.acquired", identity=self.identity, lease=self._name)
                     task = asyncio.create_task(lead(), name="controllers")

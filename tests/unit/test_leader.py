@@ -117,3 +117,27 @@ async def test_a_stopping_replica_leaves_a_lease_it_does_not_hold_alone() -> Non
         await _hold(kube, "b", renewed=datetime.now(UTC))
         await asyncio.wait_for(controllers.stopped.wait(), 2)
     assert not await _elector(kube, "c").try_acquire()  # still b's
+
+
+async def test_controllers_that_fail_are_started_again_while_the_lease_is_held() -> None:
+    """A leader whose controllers died kept the lease and ran nothing (no cancels, no
+    evictions) until it lost it: they are logged and started again at the next renew."""
+    kube = FakeKube()
+    starts = 0
+    again = asyncio.Event()
+
+    async def controllers() -> None:
+        nonlocal starts
+        starts += 1
+        if starts == 1:
+            raise RuntimeError("a bug in a controller")
+        again.set()
+        await asyncio.Event().wait()
+
+    running = asyncio.create_task(_elector(kube, "a", lease_seconds=1).run(controllers))
+    try:
+        await asyncio.wait_for(again.wait(), 3)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert starts == 2
