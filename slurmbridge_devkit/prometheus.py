@@ -6,6 +6,7 @@ every second and keeps its data in a temporary folder.
 """
 
 import contextlib
+import fcntl
 import math
 import subprocess
 import time
@@ -27,9 +28,15 @@ def prometheus_binary() -> Path:
     """``prometheus`` from Debian's package, unpacked once under the cache."""
     root = cache_dir() / "prometheus"
     binary = root / "usr" / "bin" / "prometheus"
-    if binary.exists():
-        return binary
     root.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("w") as lock:  # test tiers run side by side: unpack it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.exists():
+            return binary
+        return _unpack(root, binary)
+
+
+def _unpack(root: Path, binary: Path) -> Path:
     done = _download(root)
     if done.returncode != 0:  # stale package lists on a fresh machine
         subprocess.run(["apt-get", "update", "-qq"], capture_output=True, check=False)

@@ -1,46 +1,130 @@
 #!/usr/bin/env bash
-# The test command (README): installs what the tests need, starts the real Slurm
-# clusters (chroots and the dockerized one), the Kubernetes control plane and the kind
-# cluster they use, then lints and runs pytest.
+# The test command (README): installs what the tests need, builds and starts the real Slurm
+# clusters (chroots and the dockerized one), the Kubernetes control planes and the kind
+# cluster they use, then lints and runs every test tier.  Independent steps run side by
+# side (deploy/dev/stages.sh): the Go builds (CPU) beside the debootstraps, apt downloads and
+# image builds (network, disk); then the tiers, each with its own Slurm, control plane and
+# JUnit file in .ci/.  One line per stage with its duration; stage logs in .ci/logs/.
+#   bash tests/run.sh              everything
+#   bash tests/run.sh ARGS...      the same set-up, then one pytest with ARGS (no tiers, no kind)
 # Leaves the clusters running for a faster next run unless SLURMBRIDGE_STOP=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repo="$PWD"
+source deploy/dev/stages.sh
 
 # The virtualenv's python, ruff, mypy, lint-imports and slurmbridge from here on.
 # (assigned first: `export X="$(cmd)"` would hide a failing cmd from `set -e`)
-venv_bin="$(bash deploy/dev/install.sh)"
+stage install bash -c 'bash deploy/dev/install.sh > .ci/logs/venv-bin'
+venv_bin="$(cat .ci/logs/venv-bin)"
 export PATH="$venv_bin:$PATH"
-# The same install step on a stock Debian 12 (fresh container; skipped when nothing changed).
-bash deploy/dev/check-install.sh
-k8s_bin="$(bash deploy/k8s/build.sh)"
-bash deploy/k8s/kueue.sh >/dev/null   # Kueue's manager + CRDs for tests/e2e/test_workloads.py
+k8s_bin="$(bash deploy/k8s/build.sh bin)"
 export PATH="$k8s_bin:$PATH"
 versions="${SLURMBRIDGE_TEST_SLURM_VERSIONS:-24.11,26.05}"
-if [[ -z "${SLURMBRIDGE_TEST_SLURM_URL:-}" ]]; then
-  for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh up "$v"; done
+[[ -z "${SLURMBRIDGE_TEST_SLURM_URL:-}" ]] || versions=""   # a site's Slurm: one target, no chroots
+docker_env=.ci/logs/docker.env
+
+# --- set-up: CPU-bound Go builds one after the other, the rest beside them ---------------------
+
+stage_start engine bash deploy/docker/engine.sh
+stage_start install-check bash -c 'after engine; bash deploy/dev/check-install.sh'
+stage_start k8s-build bash deploy/k8s/build.sh
+stage_start kueue-build bash -c 'after k8s-build; bash deploy/k8s/kueue.sh'
+for v in ${versions//,/ }; do
+  stage_start "slurm-$v" bash deploy/slurm/cluster.sh up "$v"
+done
+if [[ -n "$versions" ]]; then
+  stage_start slurm-docker bash -c "after engine; bash deploy/slurm/docker.sh up > $docker_env"
 fi
-bash deploy/k8s/controlplane.sh up
-# The dockerized Slurm (deploy/slurm/compose.yaml, Slurm 26.05 in a container, REST on
-# 127.0.0.1:6820): the integration suite runs against it too, ids [slurm-docker-26.05].
-if [[ -z "${SLURMBRIDGE_TEST_SLURM_URL:-}" ]]; then
-  docker_env="$(bash deploy/slurm/docker.sh up)"
+if (( $# == 0 )); then
+  stage_start kind-build bash -c 'after engine kueue-build; bash deploy/kind/up.sh build'
 fi
+stage_start lint bash -c 'ruff check . && mypy && lint-imports'
+stage_wait lint
+stage_start unit python -m pytest tests/unit --junitxml=.ci/junit-unit.xml -p no:cacheprovider
 
 if [[ "${SLURMBRIDGE_STOP:-0}" == 1 ]]; then
-  trap 'bash deploy/k8s/controlplane.sh down; for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh down "$v"; done; bash deploy/slurm/docker.sh down; bash deploy/kind/up.sh down' EXIT
+  trap 'for i in 0 1; do SLURMBRIDGE_CP_INSTANCE=$i bash deploy/k8s/controlplane.sh down; done; for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh down "$v"; done; bash deploy/slurm/docker.sh down; bash deploy/kind/up.sh down' EXIT
 fi
 
-ruff check .
-mypy
-lint-imports   # the layering (pyproject.toml [tool.importlinter], docs/architecture.md)
-mkdir -p .ci
-# pytest exits 5 when it collected nothing: with `set -e` that fails the run too.
-python -m pytest --junitxml=.ci/junit.xml "$@"
-if [[ -n "${docker_env:-}" ]]; then
-  (eval "$docker_env"; python -m pytest tests/integration --junitxml=.ci/junit-docker.xml)
+# --- test tiers -----------------------------------------------------------------------------
+
+# One control plane per Slurm version (deploy/k8s/controlplane.sh instances): each tier's
+# bridge, its second kube-scheduler, its Nodes kube-node1..4 and its webhooks are cluster-wide
+# objects, so two tiers never share an API server.  Both run etcd from the sid chroot, which
+# `cluster.sh up 26.05` builds: they start after it.
+tier_e2e() {  # VERSION INSTANCE: integration + e2e against that Slurm, on control plane INSTANCE
+  local v="$1"
+  after k8s-build kueue-build "slurm-$v"
+  [[ ",$versions," != *,26.05,* ]] || after slurm-26.05   # etcd's chroot
+  export SLURMBRIDGE_CP_INSTANCE="$2" SLURMBRIDGE_TEST_SLURM_VERSIONS="$v"
+  bash deploy/k8s/controlplane.sh up >/dev/null
+  # The tests that use no Slurm (control plane, chart, admission alone) run in the first tier.
+  (( $2 == 0 )) || export SLURMBRIDGE_TEST_SLURM_ONLY=1
+  python -m pytest tests/integration tests/e2e --junitxml=".ci/junit-e2e-$v.xml" \
+    -p no:cacheprovider --durations=30
+}
+
+tier_site() {  # a site's own slurmrestd (SLURMBRIDGE_TEST_SLURM_URL): one tier, every test
+  after k8s-build kueue-build
+  bash deploy/k8s/controlplane.sh up >/dev/null
+  python -m pytest tests/integration tests/e2e --junitxml=.ci/junit-e2e-site.xml -p no:cacheprovider
+}
+
+tier_docker() {  # the integration suite against the dockerized Slurm, ids [slurm-docker-26.05]
+  after slurm-docker
+  eval "$(cat "$docker_env")"
+  python -m pytest tests/integration --junitxml=.ci/junit-docker.xml -p no:cacheprovider
+}
+
+# Real kubelets and hybrid nodes (kubelet + slurmd on each kind worker, the chart installed
+# with its own RBAC): deploy/kind/up.sh builds every image here, then tests/kind.
+tier_kind() {
+  after kind-build
+  bash deploy/kind/up.sh
+  bash deploy/kind/up.sh demo-clean
+  python -m pytest -m kind tests/kind --junitxml=.ci/junit-kind.xml -p no:cacheprovider
+}
+
+if (( $# )); then   # one pytest with the caller's arguments, every Slurm set up
+  stage_wait "${!STAGE_PID[@]}"
+  bash deploy/k8s/controlplane.sh up >/dev/null
+  python -m pytest "$@"
+  exit
 fi
-# Real kubelets and hybrid nodes (kubelet + slurmd on each kind worker, Kubernetes 1.36, the
-# chart installed with its own RBAC): deploy/kind/up.sh builds every image here, then tests/kind.
-bash deploy/kind/up.sh
-bash deploy/kind/up.sh demo-clean
-python -m pytest -m kind tests/kind --junitxml=.ci/junit-kind.xml
+
+tiers=(unit)
+if [[ -n "$versions" ]]; then
+  i=0
+  for v in ${versions//,/ }; do
+    stage_start "e2e-$v" tier_e2e "$v" "$i"; tiers+=("e2e-$v"); i=$((i + 1))
+  done
+  stage_start integration-docker tier_docker; tiers+=(integration-docker)
+else
+  stage_start e2e-site tier_site; tiers+=(e2e-site)
+fi
+stage_start kind tier_kind; tiers+=(kind)
+stage_wait "${!STAGE_PID[@]}"
+
+# Every tier's own closing line, then the sum (pytest exits 5 when it collected nothing: a
+# tier with no test fails above).
+python - "${tiers[@]}" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+totals = {"passed": 0, "failed": 0, "skipped": 0}
+for tier in sys.argv[1:]:
+    file = Path(".ci") / f"junit-{tier.removeprefix('integration-')}.xml"
+    suite = ET.parse(file).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    failed = n["failures"] + n["errors"]
+    passed = n["tests"] - failed - n["skipped"]
+    print(f"[tier] {tier:<18} {passed} passed, {failed} failed, {n['skipped']} skipped")
+    totals["passed"] += passed
+    totals["failed"] += failed
+    totals["skipped"] += n["skipped"]
+print(f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped")
+PY
+printf '[stage] all tiers passed in %d s\n' "$((SECONDS - STAGE_RUN_T0))"

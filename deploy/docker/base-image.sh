@@ -19,6 +19,8 @@ log() { echo "[base-image] $*" >&2; }
 
 # The recipe's fingerprint: change what goes into the rootfs and the image is rebuilt.
 stamp="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)"
+# Scripts running side by side (tests/run.sh) build each suite once.
+mkdir -p "$dir"; exec 8>"$dir/.$SUITE.lock"; flock 8
 
 if docker image inspect "$IMAGE" --format '{{index .Config.Labels "slurmbridge.stamp"}}' 2>/dev/null \
     | grep -qx "$stamp"; then

@@ -3,7 +3,9 @@
 # helm (from helm.sh/helm/v3) with the Go toolchain, cached by version.  A
 # second run builds nothing.  Prints the bin directory on stdout.
 #   K8S_VERSION=1.36.3 K8S_TOOLS="kubelet kubeadm ..." build.sh    other version / binaries
-# (deploy/kind/node-image.sh builds the kind node's set this way).
+#   build.sh bin                                                   print the bin directory only
+# (deploy/kind/node-image.sh builds the kind node's set this way).  Callers may run at once:
+# one build per version at a time (a lock), each finding what the other built.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-1.37.2}"
@@ -16,6 +18,7 @@ read -r -a K8S_TOOLS <<< "${K8S_TOOLS:-kube-apiserver kube-controller-manager ku
 # go.sum stays the same whichever subset one run asks for.
 ALL_TOOLS=(kube-apiserver kube-scheduler kubectl kube-controller-manager kube-proxy kubelet kubeadm)
 export GOFLAGS="${GOFLAGS:--mod=mod}" CGO_ENABLED=0
+[[ "${1:-}" == bin ]] && { echo "$BIN"; exit 0; }
 source "$(dirname "${BASH_SOURCE[0]}")/../dev/go.sh"   # Go new enough for Kubernetes
 
 log() { echo "[k8s-build] $*" >&2; }
@@ -72,6 +75,8 @@ build_k8s_tools() {
   done
 }
 
+mkdir -p "$CACHE/k8s-$K8S_VERSION"
+exec 8>"$CACHE/k8s-$K8S_VERSION/.build.lock"; flock 8
 mapfile -t missing < <(missing_tools)
 if (( ${#missing[@]} )); then
   ( build_k8s_tools "${missing[@]}" )

@@ -16,21 +16,26 @@
 # ephemeral range): etcd 12379 (peer 12380), kube-apiserver 16443,
 # kube-controller-manager 16457, default kube-scheduler 16459, extra schedulers
 # 16460-16479.  State: $CACHE/k8s/run/.
+# SLURMBRIDGE_CP_INSTANCE=N (0-9) runs another control plane beside it: every port + 100*N,
+# state in $CACHE/k8s/run-N/ (tests/run.sh gives each e2e tier its own).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 K8S_VERSION="${K8S_VERSION:-1.37.2}"
 CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 BIN="$CACHE/k8s-$K8S_VERSION/bin"
-RUN="$CACHE/k8s/run"
+INSTANCE="${SLURMBRIDGE_CP_INSTANCE:-0}"
+[[ "$INSTANCE" =~ ^[0-9]$ ]] || { echo "[k8s] error: SLURMBRIDGE_CP_INSTANCE must be 0-9, not '$INSTANCE'" >&2; exit 2; }
+shift_=$((100 * INSTANCE))
+RUN="$CACHE/k8s/run"; (( INSTANCE )) && RUN+="-$INSTANCE"
 PKI="$RUN/pki"
 LOGS="$RUN/logs"
-ETCD_PORT="${SLURMBRIDGE_ETCD_PORT:-12379}"
-ETCD_PEER_PORT="${SLURMBRIDGE_ETCD_PEER_PORT:-12380}"
-APISERVER_PORT="${SLURMBRIDGE_APISERVER_PORT:-16443}"
-SCHEDULER_PORT="${SLURMBRIDGE_SCHEDULER_PORT:-16459}"
-CONTROLLER_MANAGER_PORT="${SLURMBRIDGE_CONTROLLER_MANAGER_PORT:-16457}"
-EXTRA_PORTS=($(seq "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MIN:-16460}" "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MAX:-16479}"))
+ETCD_PORT="${SLURMBRIDGE_ETCD_PORT:-$((12379 + shift_))}"
+ETCD_PEER_PORT="${SLURMBRIDGE_ETCD_PEER_PORT:-$((12380 + shift_))}"
+APISERVER_PORT="${SLURMBRIDGE_APISERVER_PORT:-$((16443 + shift_))}"
+SCHEDULER_PORT="${SLURMBRIDGE_SCHEDULER_PORT:-$((16459 + shift_))}"
+CONTROLLER_MANAGER_PORT="${SLURMBRIDGE_CONTROLLER_MANAGER_PORT:-$((16457 + shift_))}"
+EXTRA_PORTS=($(seq "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MIN:-$((16460 + shift_))}" "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MAX:-$((16479 + shift_))}"))
 SERVER="https://127.0.0.1:$APISERVER_PORT"
 SERVICE_CIDR="10.96.0.0/12"
 ETCD_SUITE_VERSION=26.05   # the Slurm chroot (Debian sid) that carries etcd-server
@@ -153,11 +158,16 @@ require_binaries() {
 ensure_etcd() {
   ETCD_ROOT="$CACHE/slurm/sid"
   if [[ ! -x "$ETCD_ROOT/usr/bin/etcd" ]]; then
-    ETCD_ROOT="$("$here/../slurm/cluster.sh" rootfs "$ETCD_SUITE_VERSION")"
-    log "installing etcd-server into $ETCD_ROOT"
-    chroot "$ETCD_ROOT" apt-get -o Acquire::Check-Valid-Until=false update >&2
-    chroot "$ETCD_ROOT" env DEBIAN_FRONTEND=noninteractive \
-      apt-get install -y --no-install-recommends etcd-server >&2
+    # Two instances starting at once install it once.
+    mkdir -p "$CACHE/slurm"; exec 8>"$CACHE/slurm/.etcd-install.lock"; flock 8
+    if [[ ! -x "$ETCD_ROOT/usr/bin/etcd" ]]; then
+      ETCD_ROOT="$("$here/../slurm/cluster.sh" rootfs "$ETCD_SUITE_VERSION")"
+      log "installing etcd-server into $ETCD_ROOT"
+      chroot "$ETCD_ROOT" apt-get -o Acquire::Check-Valid-Until=false update >&2
+      chroot "$ETCD_ROOT" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends etcd-server >&2
+    fi
+    exec 8>&-
   fi
   local libdir="$ETCD_ROOT/usr/lib/x86_64-linux-gnu"
   ETCD_CMD=("$libdir/ld-linux-x86-64.so.2" --library-path "$libdir" "$ETCD_ROOT/usr/bin/etcd")

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Build the kind node image without any image registry; prints its name.
-#   deploy/kind/node-image.sh            build (or reuse) slurmbridge/kind-node:v$KIND_K8S_VERSION
+#   deploy/kind/node-image.sh            build (or reuse) slurmbridge/kind-node:v$KIND_K8S_VERSION-kubelet-v$KIND_KUBELET_VERSION
 # What goes in, all built here:
-#   - kubelet, kubeadm, kubectl and the control-plane commands from k8s.io/kubernetes
-#     (deploy/k8s/build.sh, its wrapper module), KIND_K8S_VERSION (default 1.36.3: one minor
-#     below the host control plane's 1.37, so the two clusters cover two minors);
+#   - kubeadm, kubectl and the control-plane commands from k8s.io/kubernetes
+#     (deploy/k8s/build.sh, its wrapper module) at KIND_K8S_VERSION (default 1.37.2: the host
+#     control plane's, so they are built once for both clusters);
+#   - kubelet at KIND_KUBELET_VERSION (default 1.36.3): one minor older, as every node runs
+#     during an upgrade (the version-skew policy allows kubelets three minors behind), so the
+#     tests cover two minors while building only one binary of the second;
 #   - the images kubeadm runs (`kubeadm config images list`): kube-apiserver,
 #     kube-controller-manager, kube-scheduler (static binaries in an empty image), kube-proxy
 #     (Debian + nftables), etcd and coredns at the versions kubeadm names, built from their Go
@@ -19,10 +22,11 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-K8S_VERSION="${KIND_K8S_VERSION:-1.36.3}"
+K8S_VERSION="${KIND_K8S_VERSION:-1.37.2}"
+KUBELET_VERSION="${KIND_KUBELET_VERSION:-1.36.3}"
 KIND_VERSION="${KIND_VERSION:-v0.33.0}"
 CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
-IMAGE="${KIND_NODE_IMAGE:-slurmbridge/kind-node:v$K8S_VERSION}"
+IMAGE="${KIND_NODE_IMAGE:-slurmbridge/kind-node:v$K8S_VERSION-kubelet-v$KUBELET_VERSION}"
 work="$CACHE/kind/node-$K8S_VERSION"
 tools="$CACHE/kind/tools"
 source "$(dirname "${BASH_SOURCE[0]}")/../dev/go.sh"   # Go new enough for Kubernetes
@@ -30,7 +34,7 @@ export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--mod=mod}"
 log() { echo "[node-image] $*" >&2; }
 die() { echo "[node-image] error: $*" >&2; exit 1; }
 
-stamp="$( (echo "$K8S_VERSION $KIND_VERSION"; cd "$here" && find node images node-image.sh -type f | sort | xargs sha256sum) \
+stamp="$( (echo "$K8S_VERSION $KUBELET_VERSION $KIND_VERSION"; cd "$here" && find node images node-image.sh -type f | sort | xargs sha256sum) \
   | sha256sum | cut -c1-12)"
 if docker image inspect "$IMAGE" --format '{{index .Config.Labels "slurmbridge.stamp"}}' 2>/dev/null | grep -qx "$stamp"; then
   echo "$IMAGE"; exit 0
@@ -44,8 +48,9 @@ mkdir -p "$work" "$tools"
 # --- binaries -----------------------------------------------------------------
 
 bin="$(K8S_VERSION="$K8S_VERSION" WITH_HELM=0 \
-  K8S_TOOLS="kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy" \
+  K8S_TOOLS="kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy" \
   bash "$repo/deploy/k8s/build.sh")"
+kubelet_bin="$(K8S_VERSION="$KUBELET_VERSION" WITH_HELM=0 K8S_TOOLS=kubelet bash "$repo/deploy/k8s/build.sh")"
 module_dir() { go mod download -json "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'; }
 kind_src="$(module_dir "sigs.k8s.io/kind@$KIND_VERSION")"
 k8s_src="$(module_dir "k8s.io/kubernetes@v$K8S_VERSION")"
@@ -131,7 +136,7 @@ sed -i "s#KIND_NET_TAG#$net_tag#" "$ctx/files/kind/manifests/default-cni.yaml"
 # or above its own, as kind does for rootless nodes.
 sed -i -e "s#sandbox_image = .*#sandbox_image = \"$(ref_of pause)\"#" \
   -e "s#restrict_oom_score_adj = false#restrict_oom_score_adj = true#" "$ctx/files/etc/containerd/config.toml"
-cp "$bin/kubelet" "$bin/kubeadm" "$bin/kubectl" "$ctx/bin/"
+cp "$kubelet_bin/kubelet" "$bin/kubeadm" "$bin/kubectl" "$ctx/bin/"
 log "building the node image (Debian trixie + kind base + containerd + slurmd)"
 docker build --build-arg BASE="$base" --build-arg K8S_VERSION="$K8S_VERSION" \
   -f "$here/node/Dockerfile" -t "$IMAGE-build" "$ctx" > "$work/docker-build.log" 2>&1 \
@@ -149,7 +154,8 @@ docker exec "$cid" bash -euc '
   kill %1; wait || true
   rm -f /kind/images.tar' >&2
 docker commit --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' \
-  --change "LABEL slurmbridge.stamp=$stamp" "$cid" "$IMAGE" >/dev/null
+  --change "LABEL slurmbridge.stamp=$stamp" --change "LABEL slurmbridge.pause=$(ref_of pause)" \
+  "$cid" "$IMAGE" >/dev/null
 docker rmi "$IMAGE-build" >/dev/null 2>&1 || true
 log "built $IMAGE"
 echo "$IMAGE"

@@ -75,7 +75,7 @@ run() {
   slurmctld -i
   # As in deploy/slurm/docker-entrypoint.sh: unshare(2) is refused in a container.
   export SLURMRESTD_SECURITY=disable_unshare_sysv,disable_unshare_files
-  SLURM_JWT=daemon slurmrestd -u slurmrest -g slurmrest -a rest_auth/jwt 0.0.0.0:6820 \
+  SLURM_JWT=daemon SLURMRESTD_JSON=compact slurmrestd -u slurmrest -g slurmrest -a rest_auth/jwt 0.0.0.0:6820 \
     >/var/log/slurm/slurmrestd.log 2>&1 </dev/null &
   trap 'kill $! $(cat /run/slurmctld/slurmctld.pid 2>/dev/null) 2>/dev/null; exit 0' TERM INT
   for _ in $(seq 1 60); do scontrol ping >/dev/null 2>&1 && break; sleep 0.5; done

@@ -5,8 +5,10 @@
 #   deploy/kind/up.sh down     delete the kind cluster and the Slurm controller container
 #   deploy/kind/up.sh env      print KUBECONFIG, Slurm URL, token file, ... (KEY=VALUE)
 #   deploy/kind/up.sh demo-clean   remove the demo's pods and native job (tests/kind want idle nodes)
+#   deploy/kind/up.sh build    only build what `up` needs (tools and images), start nothing
 # Steps: Docker engine → kind (built from sigs.k8s.io/kind) and the node image
-# (deploy/kind/node-image.sh: Kubernetes $KIND_K8S_VERSION, containerd, slurmd 26.05) → kind
+# (deploy/kind/node-image.sh: control plane $KIND_K8S_VERSION, kubelet $KIND_KUBELET_VERSION,
+# containerd, slurmd 26.05) → kind
 # cluster (deploy/kind/cluster.yaml: 1 control plane + 2 workers) → Slurm controller container
 # (slurmctld + slurmrestd, deploy/kind/slurmctld.sh) on kind's network → slurmd on each worker,
 # registered with it (the Slurm node and the Kubernetes node are one host, same name) → bridge
@@ -18,7 +20,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 CLUSTER="${KIND_CLUSTER:-slurmbridge}"
-K8S_VERSION="${KIND_K8S_VERSION:-1.36.3}"
+K8S_VERSION="${KIND_K8S_VERSION:-1.37.2}"   # the control plane's; kubelets: node-image.sh
 HELM_VERSION="${HELM_VERSION:-3.22.0}"
 NAMESPACE="${SLURMBRIDGE_NAMESPACE:-slurmbridge-system}"
 RELEASE="${SLURMBRIDGE_RELEASE:-slurmbridge}"
@@ -62,9 +64,24 @@ down() {
   docker rm -f "$SLURM" >/dev/null 2>&1 || true
 }
 
+# Every image `up` runs, built here (each cached; an unchanged recipe rebuilds nothing).
+build() {
+  bash "$repo/deploy/docker/engine.sh"
+  bash "$repo/deploy/docker/privileged.sh"
+  tools
+  NODE_IMAGE="$(bash "$here/node-image.sh")"
+  # The pause image the node's kubeadm names: the demo's containers run it.
+  PAUSE_IMAGE="$(docker image inspect -f '{{index .Config.Labels "slurmbridge.pause"}}' "$NODE_IMAGE")"
+  if ! docker image inspect "$SLURM_IMAGE" >/dev/null 2>&1; then
+    log "building $SLURM_IMAGE (deploy/slurm/Dockerfile)"
+    docker build -q --build-arg BASE="$(bash "$repo/deploy/docker/base-image.sh" sid)" \
+      -t "$SLURM_IMAGE" "$repo/deploy/slurm" >/dev/null
+  fi
+  bash "$repo/deploy/images/build.sh" "$IMAGE" >/dev/null
+}
+
 create_cluster() {
-  local node_image
-  node_image="$(bash "$here/node-image.sh")"
+  local node_image="$NODE_IMAGE"
   if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
     local stopped image_id
     image_id="$(docker image inspect -f '{{.Id}}' "$node_image")"
@@ -96,11 +113,6 @@ start_slurm() {
   mkdir -p "$STATE/slurm/keys" "$STATE/slurm/token"
   [[ -s "$STATE/slurm/keys/slurm.key" ]] || head -c 1024 /dev/urandom > "$STATE/slurm/keys/slurm.key"
   [[ -s "$STATE/slurm/keys/jwt_hs256.key" ]] || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$STATE/slurm/keys/jwt_hs256.key"
-  if ! docker image inspect "$SLURM_IMAGE" >/dev/null 2>&1; then
-    log "building $SLURM_IMAGE (deploy/slurm/Dockerfile)"
-    docker build -q --build-arg BASE="$(bash "$repo/deploy/docker/base-image.sh" sid)" \
-      -t "$SLURM_IMAGE" "$repo/deploy/slurm" >/dev/null
-  fi
   if [[ "$(docker inspect -f '{{.State.Running}} {{index .Config.Labels "slurmbridge.nodes"}}' "$SLURM" 2>/dev/null)" != "true $nodes" ]]; then
     docker rm -f "$SLURM" >/dev/null 2>&1 || true
     log "starting the Slurm controller $SLURM for nodes: $nodes"
@@ -137,8 +149,7 @@ start_slurmd() {
 }
 
 install_bridge() {
-  log "building $IMAGE and loading it into kind"
-  bash "$repo/deploy/images/build.sh" "$IMAGE" >/dev/null
+  log "loading $IMAGE into kind"
   # Also tagged by content: a rebuilt image changes the chart's pods, so helm rolls them.
   local tagged; tagged="${IMAGE%:*}:$(docker image inspect "$IMAGE" --format '{{.Id}}' | cut -c8-19)"
   docker tag "$IMAGE" "$tagged"
@@ -185,7 +196,7 @@ spec:
   restartPolicy: Never
   containers:
     - name: main
-      image: registry.k8s.io/pause:3.10.2
+      image: $PAUSE_IMAGE
       resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}
 ---
 apiVersion: v1
@@ -193,14 +204,14 @@ kind: Pod
 metadata: {name: worker-0, labels: {slurmbridge.io/group: $group, slurmbridge.io/group-size: "2"}}
 spec:
   restartPolicy: Never
-  containers: [{name: main, image: registry.k8s.io/pause:3.10.2, resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
+  containers: [{name: main, image: $PAUSE_IMAGE, resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
 ---
 apiVersion: v1
 kind: Pod
 metadata: {name: worker-1, labels: {slurmbridge.io/group: $group, slurmbridge.io/group-size: "2"}}
 spec:
   restartPolicy: Never
-  containers: [{name: main, image: registry.k8s.io/pause:3.10.2, resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
+  containers: [{name: main, image: $PAUSE_IMAGE, resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
 YAML
 )" || { grep -v AlreadyExists <<< "$err" >&2 && die "could not create the demo pods"; }
   kubectl -n "$DEMO_NS" wait --for=condition=Ready pod --all --timeout=180s >/dev/null \
@@ -229,9 +240,7 @@ YAML
 
 up() {
   local t0=$SECONDS
-  bash "$repo/deploy/docker/engine.sh"
-  bash "$repo/deploy/docker/privileged.sh"
-  tools
+  build
   create_cluster
   start_slurm
   start_slurmd
@@ -241,7 +250,7 @@ up() {
 
 slurmbridge is up on kind-$CLUSTER ($((SECONDS - t0)) s).
   export KUBECONFIG=$KUBECONFIG
-  kubectl -n $DEMO_NS run demo --image=registry.k8s.io/pause:3.10.2 --restart=Never   # placed by Slurm
+  kubectl -n $DEMO_NS run demo --image=$PAUSE_IMAGE --restart=Never   # placed by Slurm
   docker exec $SLURM squeue                                                      # its job k8s:$DEMO_NS/demo
   bash $0 down                                                                    # remove it all
 DONE
@@ -260,8 +269,9 @@ demo_clean() {
 
 case "${1:-up}" in
   up) shift || true; up "$@" ;;
+  build) build ;;
   down) down ;;
   env) env_out ;;
   demo-clean) demo_clean ;;
-  *) echo "usage: $0 [up [extra helm flags...]] | down | env | demo-clean" >&2; exit 2 ;;
+  *) echo "usage: $0 [up [extra helm flags...]] | build | down | env | demo-clean" >&2; exit 2 ;;
 esac

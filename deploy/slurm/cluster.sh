@@ -149,7 +149,7 @@ cmd_up() {
 }
 
 start_rest() {  # with slurmdbd, every OpenAPI plugin loads (/slurm/ and /slurmdb/)
-  setsid chroot "$ROOT" env SLURM_JWT=daemon slurmrestd -u slurmrest -g slurmrest \
+  setsid chroot "$ROOT" env SLURM_JWT=daemon SLURMRESTD_JSON=compact slurmrestd -u slurmrest -g slurmrest \
     -a rest_auth/jwt "127.0.0.1:$REST_PORT" \
     >>"$ROOT/var/log/slurm/slurmrestd.log" 2>&1 < /dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
 }

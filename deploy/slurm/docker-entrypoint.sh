@@ -46,7 +46,7 @@ run() {
   # "Unable to unshare System V namespace" / "... file descriptors: Operation not permitted".
   export SLURMRESTD_SECURITY="${SLURMRESTD_SECURITY:-disable_unshare_sysv,disable_unshare_files}"
   # shellcheck disable=SC2086  # SLURMRESTD_FLAGS: extra words, e.g. "-s openapi/slurmctld" (24.11)
-  SLURM_JWT=daemon slurmrestd -u slurmrest -g slurmrest -a rest_auth/jwt ${SLURMRESTD_FLAGS:-} \
+  SLURM_JWT=daemon SLURMRESTD_JSON=compact slurmrestd -u slurmrest -g slurmrest -a rest_auth/jwt ${SLURMRESTD_FLAGS:-} \
     "0.0.0.0:$rest_port" >/var/log/slurm/slurmrestd.log 2>&1 </dev/null &
   local rest_pid=$!
   trap 'log stopping; kill "$rest_pid" $(cat /run/slurm/slurmd-*.pid /run/slurmctld/*.pid /run/mysqld/mysqld.pid 2>/dev/null) 2>/dev/null; exit 0' TERM INT

@@ -12,7 +12,9 @@ the LWS object directly; the real controller puts StatefulSets in between).
 """
 
 import asyncio
+import contextlib
 import os
+import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from functools import partial
@@ -33,7 +35,7 @@ from lightkube.types import CascadeType, PatchType
 from bridge import keys
 from bridge.slurm.allocation import expand_nodes
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, slurm_job_view
-from slurmbridge_devkit.kube import ControlPlane, cache_dir, set_pod_phase, wait_for
+from slurmbridge_devkit.kube import ControlPlane, cache_dir, run_dir, set_pod_phase, wait_for
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import BridgeStack, free_port, make_e2e_namespace
 
@@ -61,7 +63,7 @@ KUEUE_DIR = cache_dir() / f"kueue-v{os.environ.get('KUEUE_VERSION', '0.17.0')}"
 # Kueue reads its metrics serving certificate from this fixed path when it does not manage
 # its own certificates (cmd/kueue/main.go).
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
-KUEUE_LOG = cache_dir() / "k8s" / "run" / "logs" / "kueue.log"
+KUEUE_LOG = run_dir() / "logs" / "kueue.log"
 BIND_TIMEOUT = 120
 
 
@@ -506,9 +508,14 @@ def _start_kueue(control_plane: ControlPlane, work: Path) -> tuple[subprocess.Po
     cert.private_key_pem.write_to_path(str(work / "tls.key"))
     cert.cert_chain_pems[0].write_to_path(str(work / "tls.crt"))
     if not (KUEUE_METRICS_CERTS / "tls.crt").exists():
-        KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+        # Whole or not at all: the other test tier may be writing its own pair at once.
+        staged = KUEUE_METRICS_CERTS.with_name(f"{KUEUE_METRICS_CERTS.name}.{os.getpid()}")
+        staged.mkdir(parents=True, exist_ok=True)
         for name in ("tls.key", "tls.crt"):
-            (KUEUE_METRICS_CERTS / name).write_bytes((work / name).read_bytes())
+            (staged / name).write_bytes((work / name).read_bytes())
+        with contextlib.suppress(OSError):  # the other tier's pair is there: keep it
+            staged.rename(KUEUE_METRICS_CERTS)
+        shutil.rmtree(staged, ignore_errors=True)
     health = free_port()
     (work / "config.yaml").write_text(yaml.safe_dump({
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
