@@ -15,32 +15,34 @@ source deploy/dev/stages.sh
 
 # The virtualenv's python, ruff, mypy, lint-imports and slurmbridge from here on.
 # (assigned first: `export X="$(cmd)"` would hide a failing cmd from `set -e`)
-stage install bash -c 'bash deploy/dev/install.sh > .ci/logs/venv-bin'
-venv_bin="$(cat .ci/logs/venv-bin)"
+venv_install() { bash deploy/dev/install.sh > "$STAGE_LOGS/venv-bin"; }
+stage install venv_install
+venv_bin="$(cat "$STAGE_LOGS/venv-bin")"
 export PATH="$venv_bin:$PATH"
 k8s_bin="$(bash deploy/k8s/build.sh bin)"
 export PATH="$k8s_bin:$PATH"
 versions="${SLURMBRIDGE_TEST_SLURM_VERSIONS:-24.11,26.05}"
 [[ -z "${SLURMBRIDGE_TEST_SLURM_URL:-}" ]] || versions=""   # a site's Slurm: one target, no chroots
-docker_env=.ci/logs/docker.env
+docker_env="$STAGE_LOGS/docker.env"
 
 # --- set-up: CPU-bound Go builds one after the other, the rest beside them ---------------------
 
+install_check() { after engine; bash deploy/dev/check-install.sh; }
+kueue_build() { after k8s-build; bash deploy/k8s/kueue.sh; }
+slurm_docker() { after engine; bash deploy/slurm/docker.sh up > "$docker_env"; }
+kind_build() { after engine kueue-build; bash deploy/kind/up.sh build; }
+lint() { ruff check .; mypy; lint-imports; }
+
 stage_start engine bash deploy/docker/engine.sh
-stage_start install-check bash -c 'after engine; bash deploy/dev/check-install.sh'
+stage_start install-check install_check
 stage_start k8s-build bash deploy/k8s/build.sh
-stage_start kueue-build bash -c 'after k8s-build; bash deploy/k8s/kueue.sh'
+stage_start kueue-build kueue_build
 for v in ${versions//,/ }; do
   stage_start "slurm-$v" bash deploy/slurm/cluster.sh up "$v"
 done
-if [[ -n "$versions" ]]; then
-  stage_start slurm-docker bash -c "after engine; bash deploy/slurm/docker.sh up > $docker_env"
-fi
-if (( $# == 0 )); then
-  stage_start kind-build bash -c 'after engine kueue-build; bash deploy/kind/up.sh build'
-fi
-stage_start lint bash -c 'ruff check . && mypy && lint-imports'
-stage_wait lint
+[[ -z "$versions" ]] || stage_start slurm-docker slurm_docker
+(( $# )) || stage_start kind-build kind_build
+stage lint lint
 stage_start unit python -m pytest tests/unit --junitxml=.ci/junit-unit.xml -p no:cacheprovider
 
 if [[ "${SLURMBRIDGE_STOP:-0}" == 1 ]]; then

@@ -3,7 +3,8 @@
 # ends, one line says how long it took.  A stage that fails stops every other stage and the
 # run, naming its log and showing its tail.  A stage that needs another waits for it with
 # `after NAME...` (it reads the marker files, so stages need not be each other's children).
-#   stage_start NAME CMD...     start NAME in the background
+#   stage_start NAME CMD...     start NAME in the background (CMD: a command or a function
+#                               of the calling script; `after` works in functions only)
 #   stage_wait NAME...          wait until each NAME has ended (any failure ends the run)
 #   stage NAME CMD...           start and wait
 #   after NAME...               (inside a stage) wait until each NAME has succeeded
@@ -19,8 +20,10 @@ stage_start() {
   STAGE_T0[$name]=$SECONDS
   (
     set +m
-    trap 'rc=$?; if ((rc)); then : > "$STAGE_LOGS/'"$name"'.failed"; else : > "$STAGE_LOGS/'"$name"'.ok"; fi' EXIT
+    trap ': > "$STAGE_LOGS/'"$name"'.failed"' EXIT   # unless it gets to the end
     "$@"
+    trap - EXIT
+    : > "$STAGE_LOGS/$name.ok"
   ) > "$STAGE_LOGS/$name.log" 2>&1 < /dev/null &
   STAGE_PID[$name]=$!
   STAGE_NAME[$!]=$name
