@@ -1,6 +1,6 @@
 """One command for the benchmarks: ``python -m benchmarks.run [--only B3,B4] [--repeats N]``.
 
-Prints a table and writes benchmarks/RESULTS.md.  B3 and B4 run in-process (no Slurm, no
+Prints a table and writes benchmarks/RESULTS.md.  B3, B4 and B7 run in-process (no Slurm, no
 Kubernetes); B1, B5 and B6 use the project's local Slurm (B1 and B6 also the control plane).
 """
 
@@ -35,6 +35,10 @@ TITLES = {
     "B6": "site scale: B1's round with 256 Slurm nodes mirrored by 256 Kubernetes Nodes, "
           "5,000 pods and 10,000 native jobs in the queue, plus filter latency with 256 "
           "candidates; target: bridge / default ratio within 20% of B1's",
+    "B7": "client CPU per slurmrestd exchange (submit, job read of 28.5 kB and 375 kB, state "
+          "poll) against a stand-in server, side by side: httpx, aiohttp, the bridge's "
+          "SlurmClient, pydantic vs a msgspec struct of the fields read; adopt what wins by "
+          ">= 1.5x",
 }
 
 
@@ -43,7 +47,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m benchmarks.run",
         description="slurmbridge benchmarks: prints a table, writes benchmarks/RESULTS.md.",
     )
-    p.add_argument("--only", default="B1,B3,B4,B5,B6",
+    p.add_argument("--only", default="B1,B3,B4,B5,B6,B7",
                    help="comma-separated benchmarks to run (default: all)")
     p.add_argument("--repeats", type=int, default=3, help="repeats per benchmark (median)")
     p.add_argument("--results", type=Path, default=BENCH_DIR / "RESULTS.md")
@@ -51,7 +55,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--render", action="store_true",
                    help="run nothing: rewrite RESULTS.md from benchmarks/results.json")
     p.add_argument("--slurm-version", default="26.05")
-    g = p.add_argument_group("B3/B4 (in-process)")
+    g = p.add_argument_group("B3/B4/B7 (in-process)")
     g.add_argument("--jobs", type=int, default=10_000, help="B3: jobs indexed (one per pod)")
     g.add_argument("--nodes", type=int, default=16, help="B4: candidate nodes per filter")
     g.add_argument("--b4-sizes", default="10000,50000",
@@ -66,6 +70,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--profile", choices=["auto", "always", "never"], default="auto",
                    help="profile the bridge (B3, auto: when a target is missed; B1: an "
                         "extra round under py-spy unless never)")
+    g.add_argument("--b7-requests", type=int, default=200,
+                   help="B7: timed exchanges per stack, kind and repeat (the 375 kB read: "
+                        "a quarter)")
     g = p.add_argument_group("B1 (end to end)")
     g.add_argument("--pods", default="500,5000", help="pods per round, comma-separated")
     g.add_argument("--b1-repeats", default="",
@@ -101,7 +108,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
-    """Imported lazily: B1/B5/B6 pull in the test harness, B3/B4 do not need it."""
+    """Imported lazily: B1/B5/B6 pull in the test harness, B3/B4/B7 do not need it."""
 
     def b1() -> Outcome:
         from benchmarks import b1_end_to_end as m  # noqa: PLC0415
@@ -153,7 +160,12 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
             shape=Shape(nodes=args.b6_nodes, native_running=running, native_pending=pending),
         ))
 
-    return {"B1": b1, "B3": b3, "B4": b4, "B5": b5, "B6": b6}
+    def b7() -> Outcome:
+        from benchmarks import b7_exchanges as m  # noqa: PLC0415
+
+        return m.run(m.Config(repeats=args.repeats, requests=args.b7_requests))
+
+    return {"B1": b1, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7}
 
 
 def main(argv: list[str] | None = None) -> int:
