@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Self
 
-import httpx
 import structlog
 
 from bridge import keys
@@ -37,6 +36,7 @@ from bridge.slurm.errors import (
     SlurmUnavailable,
 )
 from bridge.slurm.rest import SlurmRest
+from bridge.slurm.transport import SlurmTransport
 from bridge.slurm.types import Accounting, JobState, SlurmJob, SlurmNode
 from bridge.slurm.wire.base import (
     Envelope,
@@ -66,7 +66,7 @@ class SlurmClient:
         self,
         settings: SlurmSettings,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: SlurmTransport | None = None,
         trust: PlaceholderTrust | None = None,
     ) -> None:
         self._settings = settings
