@@ -14,7 +14,6 @@ repo="$PWD"
 source deploy/dev/stages.sh
 
 # The virtualenv's python, ruff, mypy, lint-imports and slurmbridge from here on.
-# (assigned first: `export X="$(cmd)"` would hide a failing cmd from `set -e`)
 venv_install() { bash deploy/dev/install.sh > "$STAGE_LOGS/venv-bin"; }
 stage install venv_install
 venv_bin="$(cat "$STAGE_LOGS/venv-bin")"

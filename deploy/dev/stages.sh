@@ -12,7 +12,7 @@ STAGE_LOGS="${STAGE_LOGS:-$PWD/.ci/logs}"
 declare -A STAGE_PID=() STAGE_NAME=() STAGE_T0=()
 STAGE_RUN_T0=$SECONDS
 mkdir -p "$STAGE_LOGS"
-rm -f "$STAGE_LOGS"/*.ok "$STAGE_LOGS"/*.failed
+rm -f "$STAGE_LOGS"/*.ok "$STAGE_LOGS"/*.failed "$STAGE_LOGS"/*.waited
 set -m   # each stage in a process group of its own: a failure stops a stage's whole tree
 
 stage_start() {
@@ -20,6 +20,7 @@ stage_start() {
   STAGE_T0[$name]=$SECONDS
   (
     set +m
+    STAGE_CURRENT=$name
     trap ': > "$STAGE_LOGS/'"$name"'.failed"' EXIT   # unless it gets to the end
     "$@"
     trap - EXIT
@@ -38,7 +39,9 @@ _stage_report() {  # NAME RC
     printf '[stage] run failed after %d s\n' "$((SECONDS - STAGE_RUN_T0))"
     exit 1
   fi
-  printf '[stage] %-16s %5d s  (at %d s)\n' "$name" "$took" "$((SECONDS - STAGE_RUN_T0))"
+  local waited; waited="$(cat "$STAGE_LOGS/$name.waited" 2>/dev/null || echo 0)"
+  printf '[stage] %-16s %5d s  (ended at %d s%s)\n' "$name" "$((took - waited))" \
+    "$((SECONDS - STAGE_RUN_T0))" "$( ((waited)) && echo ", after waiting $waited s")"
 }
 
 stage_wait() {
@@ -68,11 +71,12 @@ stage_stop_all() {
 }
 
 after() {
-  local name
+  local name t0=$SECONDS
   for name in "$@"; do
     until [[ -e "$STAGE_LOGS/$name.ok" ]]; do
       [[ -e "$STAGE_LOGS/$name.failed" ]] && { echo "[stage] $name failed: not going on" >&2; exit 1; }
       sleep 1
     done
   done
+  echo "$((SECONDS - t0))" > "$STAGE_LOGS/$STAGE_CURRENT.waited"
 }
