@@ -33,9 +33,9 @@ import asyncio
 import statistics
 import time
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+
+import httpx
 
 from benchmarks import live
 from benchmarks.common import Figure, Outcome, at_most, fmt
@@ -43,7 +43,6 @@ from bridge.jobs.owner import PodOwner
 from bridge.placement.index import JobIndex
 from bridge.placement.poller import Poller
 from bridge.slurm.client import SlurmClient
-from bridge.slurm.transport import AiohttpTransport, Query, Reply, SlurmTransport
 from bridge.slurm.types import JobState, SlurmJob
 from bridge.slurm.wire.base import Envelope, JobStatesResponse
 from slurmbridge_devkit.slurm import SlurmTarget
@@ -64,20 +63,21 @@ class Config:
 
 
 @dataclass
-class CountingTransport:
-    """Wraps the bridge's own transport; records (path, bytes received) of every exchange."""
+class CountingTransport(httpx.AsyncBaseTransport):
+    """Wraps the real transport; records (path, bytes received) of every exchange."""
 
-    inner: SlurmTransport
+    inner: httpx.AsyncHTTPTransport = field(
+        default_factory=lambda: httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=16))
+    )
     log: list[tuple[str, int]] = field(default_factory=list)
 
-    async def send(
-        self, method: str, url: str, *, headers: Mapping[str, str], params: Query | None = None,
-        content: bytes | None = None,
-    ) -> Reply:
-        reply = await self.inner.send(method, url, headers=headers, params=params,
-                                      content=content)
-        self.log.append((urlsplit(url).path, len(reply.body)))
-        return reply
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        resp = await self.inner.handle_async_request(request)
+        body = await resp.aread()
+        self.log.append((request.url.path, resp.num_bytes_downloaded))
+        headers = [(k, v) for k, v in resp.headers.items()
+                   if k.lower() not in ("content-encoding", "transfer-encoding", "content-length")]
+        return httpx.Response(resp.status_code, headers=headers, content=body, request=request)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -136,9 +136,8 @@ class Sample:
 
 
 async def measure(slurm: SlurmTarget, cfg: Config) -> Sample:
-    settings = slurm.settings()
-    counting = CountingTransport(AiohttpTransport.for_settings(settings))
-    async with SlurmClient(settings, transport=counting) as client:
+    counting = CountingTransport()
+    async with SlurmClient(slurm.settings(), transport=counting) as client:
         await client.connect()
         index = JobIndex(client)
         poller = Poller(client, index, _noop, interval=2.0, resync_interval=300.0)
@@ -279,7 +278,7 @@ def _notes(cfg: Config, slurm: SlurmTarget, facts: dict[int, Sample],
         " (the list also holds jobs ended within MinJobAge = 600 s).",
         f"Per repeat: Poller.run() (interval 2 s, resync 300 s) counted over {cfg.window:g} s "
         f"after its first cycle, then {cfg.cycles} Poller.poll_once() (median); bytes are "
-        "those of the answers' bodies as received (slurmrestd does not compress them).",
+        "those received on the wire (httpx num_bytes_downloaded).",
         "A cycle asks `GET /jobs/state/?job_id=..` for the tracked jobs only (400 ids a "
         "request; with none tracked, one `GET /ping/`); before issue 15 it fetched the "
         f"state of every job: {fmt(figs[f'old{big}'].median)} kB at {big:,} other jobs.",

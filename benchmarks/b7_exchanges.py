@@ -22,12 +22,9 @@ load falls on all of them alike; each figure is the median of the repeats:
 
 - ``httpx``: a bare ``httpx.AsyncClient`` (bytes only, no decoding);
 - ``aiohttp``: a bare ``aiohttp.ClientSession`` (bytes only);
-- ``SlurmClient (aiohttp)``: the bridge's own ``SlurmClient`` as it runs (its transport is
-  aiohttp since B7 chose it), the whole path a caller pays for: credentials, retries,
-  metrics, the pydantic wire models, conversion to the core's types, the submit's log line
-  (rendered to /dev/null as in production);
-- ``SlurmClient (httpx)``: the same client over httpx configured as the bridge's was before
-  (``slurmbridge_devkit.slurmrest.httpx_slurmrest``, behind the same transport seam);
+- ``SlurmClient (httpx)``: the bridge's own ``SlurmClient`` over httpx, the whole path a
+  caller pays for: credentials, retries, metrics, the pydantic wire models, conversion to
+  the core's types, the submit's log line (rendered to /dev/null as in production);
 - decoding alone: the pydantic wire models the bridge uses against a msgspec ``Struct``
   declaring only the fields the bridge reads (``JobInfo``'s 12).
 
@@ -51,7 +48,6 @@ import importlib.util
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -64,11 +60,10 @@ from typing import Any, cast
 
 import msgspec
 
-from benchmarks.common import Figure, Outcome, at_least, at_most, fmt, free_port, run_child
+from benchmarks.common import Figure, Outcome, at_least, at_most, fmt, free_port
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.slurm.convert import comment_for
-from bridge.slurm.transport import SlurmTransport
 from bridge.slurm.wire import FAMILIES
 
 PARSER = "v0.0.44"
@@ -96,13 +91,12 @@ TARGET_BYTES = {"read28": 28_500, "read375": 375_000}
 @dataclass
 class Config:
     repeats: int = 3
-    requests: int = 200  # per stack and kind and repeat; the 375 kB read half of it
-    rounds: int = 8  # batches per cell, interleaved with the other stacks
+    requests: int = 200  # per stack and kind and repeat; the 375 kB read a quarter of it
+    rounds: int = 4  # batches per cell, interleaved with the other stacks
 
 
-def _batch(kind: str, cfg: Config) -> int:
-    """Exchanges of ``kind`` per round (the 375 kB read: half as many)."""
-    return max(1, (cfg.requests // 2 if kind == "read375" else cfg.requests) // cfg.rounds)
+def _count(kind: str, cfg: Config) -> int:
+    return max(cfg.rounds, cfg.requests // 4 if kind == "read375" else cfg.requests)
 
 
 # -- the stand-in slurmrestd's bodies -------------------------------------------------------
@@ -306,7 +300,6 @@ def serve(port: int) -> None:
 @contextlib.contextmanager
 def stand_in(workdir: Path) -> Iterator[str]:
     """The stand-in slurmrestd in its own process on a free port; its URL while running."""
-    from slurmbridge_devkit.stack import stop_process  # noqa: PLC0415 - the heavy dev kit
     port = free_port()
     log_path = workdir / "b7-stand-in.log"
     with log_path.open("ab") as log:
@@ -326,7 +319,12 @@ def stand_in(workdir: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:
-        stop_process(proc, timeout=10)
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 # -- the client side (one process per repeat) ------------------------------------------------
@@ -461,13 +459,13 @@ async def _aiohttp(url: str) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _slurm_client(url: str, transport: SlurmTransport | None) -> Any:
+async def _slurm_client(url: str) -> Any:
     from bridge.config import SlurmSettings  # noqa: PLC0415
     from bridge.slurm.client import SlurmClient  # noqa: PLC0415
 
     settings = SlurmSettings(url=url, user=BRIDGE_USER, token=TOKEN)
     req = _placeholder()
-    async with SlurmClient(settings, transport=transport) as client:
+    async with SlurmClient(settings) as client:
         await client.connect()
 
         async def exchange(kind: str) -> None:
@@ -482,23 +480,10 @@ async def _slurm_client(url: str, transport: SlurmTransport | None) -> Any:
         yield exchange
 
 
-def _slurm_client_aiohttp(url: str) -> Any:
-    """The bridge's client as it runs: its own transport (aiohttp)."""
-    return _slurm_client(url, None)
-
-
-def _slurm_client_httpx(url: str) -> Any:
-    """The bridge's client over httpx, configured as it was before aiohttp (dev kit)."""
-    from slurmbridge_devkit.slurmrest import httpx_slurmrest  # noqa: PLC0415
-
-    return _slurm_client(url, httpx_slurmrest())
-
-
 STACKS: dict[str, Callable[[str], Any]] = {
     "httpx": _httpx,
     "aiohttp": _aiohttp,
-    "SlurmClient (httpx)": _slurm_client_httpx,
-    "SlurmClient (aiohttp)": _slurm_client_aiohttp,
+    "SlurmClient (httpx)": _slurm_client,
 }
 HTTPX_STACKS = ("httpx", "SlurmClient (httpx)")
 DECODERS = ("decoding, pydantic", "decoding, msgspec struct")
@@ -524,11 +509,10 @@ def _decoders() -> dict[str, dict[str, Callable[[bytes], object]]]:
 
 
 async def _measure(url: str, cfg: Config) -> dict[str, float]:
-    """CPU µs per exchange (and per decode) of every cell, keyed ``stack|kind``: the median
-    over the rounds' batches (a burst of the machine's other load falls on one batch)."""
-    batches: dict[str, list[float]] = {}
+    """CPU µs per exchange (and per decode) of every cell, keyed ``stack|kind``."""
+    cpu: dict[str, float] = {}
+    done: dict[str, int] = {}
     lookups = _SniffioLookups()
-    httpx_requests = 0
     async with contextlib.AsyncExitStack() as stack:
         exchanges = {name: await stack.enter_async_context(make(url))
                      for name, make in STACKS.items()}
@@ -536,32 +520,33 @@ async def _measure(url: str, cfg: Config) -> dict[str, float]:
             for kind in KINDS:
                 for _ in range(5):
                     await do(kind)
-        gc.collect()  # once: a full collection costs tens of ms in this heap
         sys.meta_path.insert(0, lookups)
         names = list(exchanges)
         for rnd in range(cfg.rounds):
             for name in names[rnd % len(names):] + names[:rnd % len(names)]:
                 for kind in KINDS:
-                    n = _batch(kind, cfg)
+                    n = _count(kind, cfg) // cfg.rounds
+                    gc.collect()
                     t0 = time.process_time()
                     for _ in range(n):
                         await exchanges[name](kind)
-                    cpu = time.process_time() - t0
-                    batches.setdefault(f"{name}|{kind}", []).append(cpu * 1e6 / n)
-                    httpx_requests += n if name in HTTPX_STACKS else 0
+                    key = f"{name}|{kind}"
+                    cpu[key] = cpu.get(key, 0.0) + time.process_time() - t0
+                    done[key] = done.get(key, 0) + n
         sys.meta_path.remove(lookups)
     answers = bodies()
     for decoder, decode in _decoders().items():
         for kind in KINDS:
+            n = _count(kind, cfg)
             decode[kind](answers[kind])
-            for _ in range(cfg.rounds):
-                n = _batch(kind, cfg)
-                t0 = time.process_time()
-                for _ in range(n):
-                    decode[kind](answers[kind])
-                cpu = time.process_time() - t0
-                batches.setdefault(f"{decoder}|{kind}", []).append(cpu * 1e6 / n)
-    result = {key: statistics.median(values) for key, values in batches.items()}
+            gc.collect()
+            t0 = time.process_time()
+            for _ in range(n):
+                decode[kind](answers[kind])
+            cpu[f"{decoder}|{kind}"] = time.process_time() - t0
+            done[f"{decoder}|{kind}"] = n
+    result = {key: cpu[key] * 1e6 / done[key] for key in cpu}
+    httpx_requests = sum(n for key, n in done.items() if key.split("|")[0] in HTTPX_STACKS)
     result[SNIFFIO] = lookups.count / max(httpx_requests, 1)
     return result
 
@@ -578,8 +563,15 @@ def child(url: str, cfg: Config) -> dict[str, float]:
 
 
 def _child(url: str, cfg: Config) -> dict[str, float]:
-    return run_child("benchmarks.b7_exchanges", "B7 client", timeout=600, args=[
-        "child", "--url", url, "--requests", str(cfg.requests), "--rounds", str(cfg.rounds)])
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.b7_exchanges", "child", "--url", url,
+         "--requests", str(cfg.requests), "--rounds", str(cfg.rounds)],
+        capture_output=True, text=True, check=False, timeout=600,
+        cwd=str(Path(__file__).parents[1]),
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"B7 client failed: {done.stderr[-3000:]}")
+    return cast(dict[str, float], json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 # -- figures ---------------------------------------------------------------------------------
@@ -600,19 +592,10 @@ def _figures(samples: list[dict[str, float]]) -> list[Figure]:
         figures += [fig(f"{label}: {name}", "µs", f"{name}|{kind}") for name in STACKS]
         figures.append(ratio(f"{label}: httpx / aiohttp (bare)", f"httpx|{kind}",
                              f"aiohttp|{kind}", f">= {ADOPT:g}x: adopt aiohttp"))
-        figures.append(ratio(f"{label}: SlurmClient over httpx / over aiohttp",
-                             f"SlurmClient (httpx)|{kind}", f"SlurmClient (aiohttp)|{kind}",
-                             f">= {ADOPT:g}x: adopt aiohttp"))
         figures += [fig(f"{label}: {d} (alone)", "µs", f"{d}|{kind}") for d in DECODERS]
-        figures.append(Figure(f"{label}: decoding alone, pydantic / msgspec struct", "x", [
-            s[f"{DECODERS[0]}|{kind}"] / s[f"{DECODERS[1]}|{kind}"] for s in samples]))
-        with_struct = Figure(
-            f"{label}: SlurmClient (aiohttp) with pydantic / with the struct (estimated: "
-            "less the decoding the struct saves)", "x", [
-                s[f"SlurmClient (aiohttp)|{kind}"] / (s[f"SlurmClient (aiohttp)|{kind}"]
-                - s[f"{DECODERS[0]}|{kind}"] + s[f"{DECODERS[1]}|{kind}"]) for s in samples])
-        at_least(with_struct, ADOPT, f">= {ADOPT:g}x: adopt the struct")
-        figures.append(with_struct)
+        figures.append(ratio(f"{label}: decoding, pydantic / msgspec struct",
+                             f"{DECODERS[0]}|{kind}", f"{DECODERS[1]}|{kind}",
+                             f">= {ADOPT:g}x: adopt the struct"))
     sniff = fig(f"{SNIFFIO} (a failed import retried)", "lookups", SNIFFIO)
     at_most(sniff, 0, "0 (sniffio installed)")
     figures.append(sniff)
@@ -627,18 +610,17 @@ def _versions() -> str:
 _CORE = b'"status"'  # one per core entry of a job answer
 
 
-def notes(cfg: Config, figures: list[Figure]) -> list[str]:
+def notes(cfg: Config) -> list[str]:
     answers = bodies()
     sniffio = (f"importable ({version('sniffio')})" if importlib.util.find_spec("sniffio")
                else "NOT importable")
     return [
-        f"Client CPU per exchange: `time.process_time()` of the client process over a "
-        f"batch, divided by its exchanges; per repeat {cfg.rounds} interleaved rounds (stack "
-        f"order rotating) of a batch of each kind per stack ({_batch('submit', cfg)} "
-        f"exchanges, {_batch('read375', cfg)} of the 375 kB read), after 5 untimed of each; "
-        "a repeat's figure is the median of its batches. A fresh client process per repeat "
-        "on uvloop (the extender's loop), keep-alive, one request in flight, loopback "
-        "127.0.0.1. Decoding alone: the same batches, one body decoded over and over.",
+        f"Client CPU per exchange: `time.process_time()` of the client process over each "
+        f"batch, divided by its exchanges; per repeat {cfg.requests} exchanges of each kind "
+        f"per stack ({cfg.requests // 4} of the 375 kB read) in {cfg.rounds} interleaved "
+        "rounds (stack order rotating), after 5 untimed of each; a fresh client process per "
+        "repeat on uvloop (the extender's loop), keep-alive, one request in flight, "
+        "loopback 127.0.0.1.",
         "Stand-in slurmrestd: its own process (uvloop, a minimal HTTP/1.1 protocol with "
         "fixed answers), started by the benchmark on a free port. Answer sizes: " + ", ".join(
             f"{k} {len(answers[k]):,} B" for k in KINDS) + "; job answers are v0.0.44-shaped "
@@ -651,9 +633,7 @@ def notes(cfg: Config, figures: list[Figure]) -> list[str]:
         "SlurmClient and read the answer's bytes, nothing more; `SlurmClient (...)` is the "
         "bridge's own client (`submit`, `get_job`, `job_states`), credentials, retries, "
         "metrics, decoding with the pydantic wire models, conversion and the submit's log "
-        "line (JSON, to /dev/null) included, over its own transport (aiohttp) or over httpx "
-        "configured as before (timeout 10 s, 16 connections; the dev kit's `HttpxTransport` "
-        "behind the same seam). Decoding alone: the bridge's pydantic wire "
+        "line (JSON, to /dev/null) included. Decoding alone: the bridge's pydantic wire "
         "model (`model_validate_json`) against a msgspec `Struct` declaring only the "
         "fields the bridge reads (a job's 12).",
         f"sniffio: {sniffio}; the lookups figure counts the times "
@@ -661,43 +641,6 @@ def notes(cfg: Config, figures: list[Figure]) -> list[str]:
         "request; a missing one is searched for every time).",
         f"Versions: {_versions()}. The verdicts apply issue 22's rule: adopt what wins by "
         f">= {ADOPT:g}x.",
-        *decisions(figures),
-    ]
-
-
-def decisions(figures: list[Figure]) -> list[str]:
-    """What the figures decided, in their own numbers (medians)."""
-    by_name = {f.name: f for f in figures}
-
-    def named(what: str, kinds: Sequence[str]) -> list[Figure]:
-        return [f for k in kinds for name, f in by_name.items()
-                if name.startswith(f"{LABELS[k]}: {what}")]
-
-    def span(what: str, kinds: Sequence[str] = KINDS) -> str:
-        values = [f.median for f in named(what, kinds)]
-        low, high = fmt(min(values)), fmt(max(values))
-        return low if low == high else f"{low}-{high}"
-
-    hot = ("submit", "read28", "poll")
-    struct_wins = [k for k in KINDS
-                   if all(f.met for f in named("SlurmClient (aiohttp) with", (k,)))]
-    return [
-        "Decided: slurmrestd's transport is aiohttp (bridge/slurm/transport.py). Bare, httpx "
-        f"costs {span('httpx / aiohttp (bare)')}x aiohttp's CPU per exchange; through "
-        f"SlurmClient {span('SlurmClient over httpx / over aiohttp', hot)}x on the submit, "
-        "the 28.5 kB read and the state poll, "
-        f"{span('SlurmClient over httpx / over aiohttp', ('read375',))}x on the 375 kB read, "
-        "where decoding the answer with the pydantic models is the largest part left "
-        f"({span('decoding, pydantic (alone)', ('read375',))} µs alone).",
-        "A msgspec struct of the fields read decodes "
-        f"{span('decoding alone, pydantic / msgspec struct')}x faster than the pydantic "
-        "models; through SlurmClient that would make an exchange "
-        f"{span('SlurmClient (aiohttp) with', hot)}x cheaper on the submit, the 28.5 kB "
-        f"read and the state poll, {span('SlurmClient (aiohttp) with', ('read375',))}x on "
-        "the 375 kB read: " + (
-            "not adopted (below the 1.5x rule; slurmrestd now writes compact JSON, "
-            "`SLURMRESTD_JSON=compact`, a job answer about 2.8x smaller)." if not struct_wins
-            else "wins by 1.5x or more on " + ", ".join(LABELS[k] for k in struct_wins) + "."),
     ]
 
 
@@ -712,9 +655,8 @@ def run(cfg: Config) -> Outcome:
             print(f"  B7 repeat {rep + 1}/{cfg.repeats}: " + "; ".join(
                 f"{kind} " + " / ".join(f"{fmt(sample[f'{n}|{kind}'])}" for n in STACKS)
                 for kind in KINDS) + f" µs ({' / '.join(STACKS)})", flush=True)
-    figures = _figures(samples)
     return Outcome(bench="B7", title="client CPU per slurmrestd exchange",
-                   figures=figures, notes=notes(cfg, figures), repeats=cfg.repeats)
+                   figures=_figures(samples), notes=notes(cfg), repeats=cfg.repeats)
 
 
 def main() -> None:

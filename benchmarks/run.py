@@ -72,7 +72,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "extra round under py-spy unless never)")
     g.add_argument("--b7-requests", type=int, default=200,
                    help="B7: timed exchanges per stack, kind and repeat (the 375 kB read: "
-                        "half)")
+                        "a quarter)")
     g = p.add_argument_group("B1 (end to end)")
     g.add_argument("--pods", default="500,5000", help="pods per round, comma-separated")
     g.add_argument("--b1-repeats", default="",

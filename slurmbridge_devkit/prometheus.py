@@ -19,7 +19,7 @@ import httpx
 import yaml
 
 from slurmbridge_devkit.kube import cache_dir
-from slurmbridge_devkit.stack import free_port, stop_process
+from slurmbridge_devkit.stack import free_port
 
 PACKAGE = "prometheus"  # Debian 12: 2.42
 
@@ -109,7 +109,12 @@ def run_prometheus(targets: list[str], metrics_path: str, work: Path) -> Iterato
             time.sleep(0.2)
         yield server
     finally:
-        stop_process(proc, timeout=30)
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _ready(url: str) -> bool:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Self
 
+import httpx
 import structlog
 
 from bridge import keys
@@ -36,7 +37,6 @@ from bridge.slurm.errors import (
     SlurmUnavailable,
 )
 from bridge.slurm.rest import SlurmRest
-from bridge.slurm.transport import SlurmTransport
 from bridge.slurm.types import Accounting, JobState, SlurmJob, SlurmNode
 from bridge.slurm.wire.base import (
     Envelope,
@@ -66,7 +66,7 @@ class SlurmClient:
         self,
         settings: SlurmSettings,
         *,
-        transport: SlurmTransport | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         trust: PlaceholderTrust | None = None,
     ) -> None:
         self._settings = settings

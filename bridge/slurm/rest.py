@@ -2,13 +2,12 @@
 bounded retries on transient failures only, and every failure mapped to one ``SlurmError``.
 
 ``SlurmClient`` (``client.py``) builds the operations on ``call``; nothing else here knows
-what a job is.  The bytes travel through a ``SlurmTransport`` (``transport.py``: aiohttp).
+what a job is.
 """
 
-from dataclasses import dataclass
-from json import dumps, loads
 from typing import Any, TypeVar
 
+import httpx
 import structlog
 from pydantic import ValidationError
 from tenacity import (
@@ -29,14 +28,6 @@ from bridge.slurm.errors import (
     SlurmRejected,
     SlurmUnavailable,
 )
-from bridge.slurm.transport import (
-    AiohttpTransport,
-    ConnectFailed,
-    ExchangeFailed,
-    Query,
-    Reply,
-    SlurmTransport,
-)
 from bridge.slurm.wire import FAMILIES
 from bridge.slurm.wire.base import Envelope, WireFamily
 
@@ -54,7 +45,9 @@ class _Transient(Exception):
 
 
 class SlurmRest:
-    def __init__(self, settings: SlurmSettings, transport: SlurmTransport | None = None) -> None:
+    def __init__(
+        self, settings: SlurmSettings, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self.settings = settings
         self._creds = credentials(
             settings.user,
@@ -63,19 +56,23 @@ class SlurmRest:
             token_file=settings.token_file,
             lifespan_seconds=settings.token_lifespan_seconds,
         )
-        self.transport: SlurmTransport = transport or AiohttpTransport.for_settings(settings)
-        self._base = settings.url.rstrip("/")
+        self.http = httpx.AsyncClient(
+            base_url=settings.url,
+            timeout=settings.timeout_seconds,
+            limits=httpx.Limits(max_connections=settings.max_connections),
+            transport=transport,
+        )
         self._parser: str | None = None
 
     async def aclose(self) -> None:
-        await self.transport.aclose()
+        await self.http.aclose()
 
     async def connect(self) -> str:
         """Negotiate the data parser once; later calls return the cached choice."""
         if self._parser is None:
             resp = await self._send("GET", "/openapi/v3", "negotiate", idempotent=True)
             try:
-                offered = negotiate.offered_versions(loads(resp.body))
+                offered = negotiate.offered_versions(resp.json())
             except ValueError as exc:
                 raise SlurmProtocolError(f"slurmrestd /openapi/v3 is not JSON: {exc}") from exc
             self._parser = negotiate.choose(offered, set(FAMILIES), self.settings.data_parser)
@@ -99,45 +96,43 @@ class SlurmRest:
         idempotent: bool = True,
         api: str = "slurm",
         user: str | None = None,
-        params: Query | None = None,
-        json: Any = None,
+        **kwargs: Any,
     ) -> E:
         """``path`` under the negotiated parser of ``api``, its answer as ``model``; Slurm's
-        "invalid job id" about ``job_id`` is ``SlurmJobNotFound``.  ``json``: the request's
-        body, sent as JSON."""
+        "invalid job id" about ``job_id`` is ``SlurmJobNotFound``."""
         parser = await self.connect()
         url = f"/{api}/{parser}{path}"
-        resp = await self._send(method, url, op, idempotent=idempotent, user=user,
-                                params=params, body=_json_body(json))
+        resp = await self._send(method, url, op, idempotent=idempotent, user=user, **kwargs)
         try:
-            parsed = model.model_validate_json(resp.body)
+            parsed = model.model_validate_json(resp.content)
         except ValidationError as exc:
-            if resp.status >= 400:
-                raise SlurmRejected(op, [resp.text[:500]], resp.status) from exc
+            if resp.status_code >= 400:
+                raise SlurmRejected(op, [resp.text[:500]], resp.status_code) from exc
             raise SlurmProtocolError(f"slurmrestd {op}: unexpected answer: {exc}") from exc
         errors = [e for e in parsed.errors if e.error_number or e.description]
         if job_id is not None and any(e.error_number == _ESLURM_INVALID_JOB_ID for e in errors):
             raise SlurmJobNotFound(job_id)
-        if resp.status >= 400 or errors:
-            raise SlurmRejected(op, [e.text() for e in errors], resp.status)
+        if resp.status_code >= 400 or errors:
+            raise SlurmRejected(op, [e.text() for e in errors], resp.status_code)
         return parsed
 
     async def _send(
         self, method: str, url: str, op: str, *, idempotent: bool, user: str | None = None,
-        params: Query | None = None, body: bytes | None = None,
-    ) -> Reply:
+        **kwargs: Any,
+    ) -> httpx.Response:
         """One HTTP exchange as ``user`` (default: the bridge's own), with bounded retries on
         transient failures only.  A refused credential is read again once, whatever the retry
         budget (the key or token file may have rotated; slurmrestd acted on nothing)."""
         user = user or self.settings.user
-        request = _Request(method, self._base + url, op, idempotent, user, params, body)
-        resp = await self._retried(request)
-        if resp.status in _AUTH_STATUS:
+        resp = await self._retried(method, url, op, idempotent, user, **kwargs)
+        if resp.status_code in _AUTH_STATUS:
             self._creds.invalidate()
-            resp = await self._retried(request)
+            resp = await self._retried(method, url, op, idempotent, user, **kwargs)
         return self._checked(resp, op, user)
 
-    async def _retried(self, request: "_Request") -> Reply:
+    async def _retried(
+        self, method: str, url: str, op: str, idempotent: bool, user: str, **kwargs: Any
+    ) -> httpx.Response:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.settings.retries + 1),
             wait=wait_exponential(multiplier=self.settings.backoff_seconds, max=5),
@@ -147,66 +142,43 @@ class SlurmRest:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(request)
+                    return await self._attempt(method, url, op, idempotent, user, **kwargs)
         except _Transient as exc:
             raise SlurmUnavailable(
-                f"slurmrestd at {self.settings.url} failed {request.op} after "
+                f"slurmrestd at {self.settings.url} failed {op} after "
                 f"{self.settings.retries + 1} attempts: {exc.__cause__ or exc}"
             ) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _attempt(self, request: "_Request") -> Reply:
-        op = request.op
-        headers = await self._creds.headers(request.user)
-        if request.body is not None:
-            headers = {**headers, "Content-Type": "application/json"}
+    async def _attempt(
+        self, method: str, url: str, op: str, idempotent: bool, user: str, **kwargs: Any
+    ) -> httpx.Response:
+        headers = await self._creds.headers(user)
         try:
             with metrics.SLURM_REQUEST_SECONDS.labels(op).time():
-                resp = await self.transport.send(
-                    request.method, request.url, headers=headers, params=request.params,
-                    content=request.body,
-                )
-        except ConnectFailed as exc:  # nothing was sent: always safe to retry
+                resp = await self.http.request(method, url, headers=headers, **kwargs)
+        except httpx.ConnectError as exc:  # nothing was sent: always safe to retry
             metrics.SLURM_ERRORS.labels(op, "connect").inc()
             raise _Transient(str(exc)) from exc
-        except ExchangeFailed as exc:
+        except httpx.TransportError as exc:
             metrics.SLURM_ERRORS.labels(op, "transport").inc()
-            if request.idempotent:
+            if idempotent:
                 raise _Transient(str(exc)) from exc
             raise SlurmUnavailable(
-                f"slurmrestd at {self.settings.url}: {op} may or may not have happened: "
-                f"{exc.__cause__ or exc!r}"
+                f"slurmrestd at {self.settings.url}: {op} may or may not have happened: {exc!r}"
             ) from exc
-        if resp.status >= 400:
-            metrics.SLURM_ERRORS.labels(op, f"http_{resp.status}").inc()
-        if resp.status in _RETRY_STATUS and request.idempotent:
-            raise _Transient(f"HTTP {resp.status}")
+        if resp.status_code >= 400:
+            metrics.SLURM_ERRORS.labels(op, f"http_{resp.status_code}").inc()
+        if resp.status_code in _RETRY_STATUS and idempotent:
+            raise _Transient(f"HTTP {resp.status_code}")
         return resp
 
-    def _checked(self, resp: Reply, op: str, user: str) -> Reply:
-        if resp.status in _AUTH_STATUS:
+    def _checked(self, resp: httpx.Response, op: str, user: str) -> httpx.Response:
+        if resp.status_code in _AUTH_STATUS:
             raise SlurmAuthError(
                 f"slurmrestd refused the credential for Slurm user {user!r} ({op}, HTTP "
-                f"{resp.status}): {self._creds.hint(user)}"
+                f"{resp.status_code}): {self._creds.hint(user)}"
             )
-        if resp.status >= 500 and resp.status not in (500,):
-            raise SlurmUnavailable(f"slurmrestd {op}: HTTP {resp.status}: {resp.text[:300]}")
+        if resp.status_code >= 500 and resp.status_code not in (500,):
+            raise SlurmUnavailable(f"slurmrestd {op}: HTTP {resp.status_code}: {resp.text[:300]}")
         return resp
-
-
-@dataclass(frozen=True, slots=True)
-class _Request:
-    method: str
-    url: str  # absolute
-    op: str  # the metrics' label
-    idempotent: bool
-    user: str
-    params: Query | None
-    body: bytes | None
-
-
-def _json_body(doc: Any) -> bytes | None:
-    """A request's JSON body as httpx wrote it (compact, UTF-8); None: no body."""
-    if doc is None:
-        return None
-    return dumps(doc, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()

@@ -1,6 +1,5 @@
 """The slurmrestd client against a real Slurm: parsers, tokens, failures."""
 
-import json
 import os
 import time
 import uuid
@@ -34,11 +33,11 @@ def _request(**kw: object) -> JobRequest:
 async def test_every_offered_parser_round_trips_a_placeholder(slurm: SlurmTarget) -> None:
     async with SlurmClient(slurm.settings()) as probe:
         await probe.connect()
-        resp = await probe.rest.transport.send(  # the document the negotiation reads
-            "GET", f"{probe.rest.settings.url}/openapi/v3",
+        resp = await probe.rest.http.get(  # the document the negotiation reads
+            "/openapi/v3",
             headers={"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.mint_token()},
         )
-    usable = sorted(negotiate.offered_versions(json.loads(resp.body)) & set(FAMILIES))
+    usable = sorted(negotiate.offered_versions(resp.json()) & set(FAMILIES))
     assert usable, "this slurmrestd offers no parser the bridge speaks"
     for parser in usable:
         async with SlurmClient(slurm.settings(data_parser=parser)) as client:

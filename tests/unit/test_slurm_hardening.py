@@ -26,7 +26,6 @@ from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.fakes import FakeSlurm
-from slurmbridge_devkit.slurmrest import fake_slurmrest
 
 BRIDGE_USER = "slurm"
 
@@ -80,7 +79,7 @@ class FakeRest:
 
 def _client(rest: FakeRest) -> SlurmClient:
     settings = SlurmSettings(user=BRIDGE_USER, token="t", retries=0)
-    return SlurmClient(settings, transport=fake_slurmrest(rest))
+    return SlurmClient(settings, transport=httpx.MockTransport(rest))
 
 
 async def test_only_the_bridges_own_jobs_are_placeholders() -> None:

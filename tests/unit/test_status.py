@@ -13,7 +13,6 @@ from bridge.config import SlurmSettings
 from bridge.slurm.client import SlurmClient
 from bridge.status import as_dicts, collect, render_table
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.slurmrest import fake_slurmrest
 
 NS = "lab"
 
@@ -67,7 +66,7 @@ def _slurm() -> SlurmClient:
         return httpx.Response(200, json={"jobs": JOBS, "last_update": {"number": 1}})
 
     settings = SlurmSettings(user="slurm", token="t", retries=0)
-    return SlurmClient(settings, transport=fake_slurmrest(rest))
+    return SlurmClient(settings, transport=httpx.MockTransport(rest))
 
 
 def _kube() -> AsyncClient:
