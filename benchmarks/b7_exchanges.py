@@ -72,6 +72,18 @@ SMALL_JOB, LARGE_JOB = 1001, 1002
 POLL_IDS = tuple(range(2001, 2011))
 SUBMITTED = 3001
 ADOPT = 1.5  # issue 22: adopt what wins by >= 1.5x
+NOT_ADOPTED = (
+    "Not adopted, though it wins: aiohttp. slurmrestd (26.05.5) answers an error with two HTTP "
+    "responses on one connection, the JSON one marked `Connection: Close` and a plain-text "
+    "one straight after; aiohttp's parsers (C and Python) refuse the data after the close "
+    "and lose the status and Slurm's words. With the Slurm client on aiohttp, 4 of the 18 "
+    "integration tests against the dockerized 26.05 failed (an unknown job no longer "
+    "SlurmJobNotFound, a rejected submit no longer SlurmRejected, two credential tests); "
+    "tests/unit/test_slurm_wire_quirks.py replays that answer and fails on aiohttp. httpx "
+    "reads the first answer and ignores the rest, so it stays. Decoding stays pydantic: "
+    "through the whole exchange a struct of the fields read saved at most 1.4x (the 375 kB "
+    "read), below the rule."
+)
 # A JWT as `scontrol token` prints it (HS256, claims iat/exp/sun): the header's length matters.
 TOKEN = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJleHAiOjE3OTk5OTk5OTksImlhdCI6MTc2NDU5NjgwMCwic3Vu"
@@ -640,7 +652,8 @@ def notes(cfg: Config) -> list[str]:
         "Python searched for it during the timed httpx exchanges (httpcore imports it on each "
         "request; a missing one is searched for every time).",
         f"Versions: {_versions()}. The verdicts apply issue 22's rule: adopt what wins by "
-        f">= {ADOPT:g}x.",
+        f">= {ADOPT:g}x with every test green.",
+        NOT_ADOPTED,
     ]
 
 
