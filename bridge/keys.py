@@ -123,3 +123,6 @@ JOB_NAME_PREFIX: Final = "k8s:"
 COMMENT_OWNER: Final = "slurmbridge.io/pod-uid="
 # Reason prefix on Slurm drains the bridge sets (it only ever undoes these).
 DRAIN_REASON_PREFIX: Final = "slurmbridge:"
+# How the SlurmJobAllocated condition's message (and the SlurmSubmitRefused event) begins when
+# Slurm refused to submit the pod's job: ``kubectl slurmbridge`` tells a refused pod by it.
+SUBMIT_REFUSED_MESSAGE: Final = "Slurm refused the pod's job"

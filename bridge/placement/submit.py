@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import structlog
 from lightkube.models.core_v1 import Pod
 
+from bridge import keys
 from bridge.jobs.owner import Owner
 from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import job_request_for_pod
@@ -110,7 +111,7 @@ class Submitter:
                 "; ".join(exc.errors) or str(exc), account=where.account,
                 user=where.user, qos=where.qos, partition=where.partition,
             )
-            message = f"Slurm refused the pod's job: {sentence}"
+            message = f"{keys.SUBMIT_REFUSED_MESSAGE}: {sentence}"
             now = time.monotonic()
             self._refused = {o: r for o, r in self._refused.items() if r[0] > now}
             self._refused[request.owner] = (now + REFUSED_RETRY_SECONDS, message)
