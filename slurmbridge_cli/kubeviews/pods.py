@@ -1,0 +1,110 @@
+"""The bridge's pods as ``status`` lists them: job id, state, Slurm's reason, node, GPUs."""
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from lightkube.models.core_v1 import PodCondition
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from bridge.ports import KubePort
+
+State = Literal["pending", "refused", "bound", "running", "finished", "terminating"]
+_JOB_ID = re.compile(r"Slurm job (?P<job>\d+)")
+
+
+def age(since: datetime | None, now: datetime) -> str:
+    """``kubectl get``'s AGE: the largest whole unit (``3m``, ``2h``), ``?`` when unknown."""
+    if since is None:
+        return "?"
+    seconds = max(0, int((now - since).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def iso(when: datetime | None) -> str | None:
+    return when.isoformat().replace("+00:00", "Z") if when else None
+
+
+@dataclass(frozen=True, slots=True)
+class PodRow:
+    """One line of ``status``: a pod of the bridge and its Slurm job, as recorded on the pod."""
+
+    namespace: str
+    pod: str
+    job_id: int | None
+    state: State
+    reason: str  # Slurm's reason code while pending, the refusal's, the phase once finished
+    message: str  # the bridge's sentence behind the reason
+    node: str
+    slurm_node: str
+    gpus: str  # Slurm's GPU indices on the node (bound pods)
+    gpus_requested: int | None
+    age: str
+    created: str | None
+
+
+def slurm_condition(pod: Pod) -> PodCondition | None:
+    conditions = (pod.status.conditions if pod.status else None) or []
+    return next((c for c in conditions if c.type == keys.POD_CONDITION_SLURM), None)
+
+
+def annotations(pod: Pod) -> dict[str, str]:
+    return dict((pod.metadata.annotations if pod.metadata else None) or {})
+
+
+def _state(pod: Pod, condition: PodCondition | None) -> tuple[State, str, str]:
+    """(state, reason, message) from the pod's phase, binding and the bridge's condition."""
+    phase = pod.status.phase if pod.status else None
+    reason = (condition.reason or "") if condition else ""
+    message = (condition.message or "") if condition else ""
+    if phase in ("Succeeded", "Failed"):
+        return "finished", phase, message
+    if pod.metadata and pod.metadata.deletionTimestamp:
+        return "terminating", reason, message
+    if pod.spec and pod.spec.nodeName:
+        return ("running" if phase == "Running" else "bound"), "", message
+    if message.startswith(keys.SUBMIT_REFUSED_MESSAGE):
+        return "refused", reason, message
+    return "pending", reason, message
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+def pod_row(pod: Pod, now: datetime) -> PodRow:
+    meta = pod.metadata
+    assert meta is not None and meta.name is not None
+    ann = annotations(pod)
+    state, reason, message = _state(pod, slurm_condition(pod))
+    found = _JOB_ID.search(message)
+    return PodRow(
+        namespace=meta.namespace or "",
+        pod=meta.name,
+        job_id=_int(ann.get(keys.JOB_ID)) or (int(found["job"]) if found else None),
+        state=state,
+        reason=reason,
+        message=message,
+        node=(pod.spec.nodeName if pod.spec else None) or "",
+        slurm_node=ann.get(keys.SLURM_NODE, ""),
+        gpus=ann.get(keys.GPU_IDS, ""),
+        gpus_requested=_int(ann.get(keys.GPUS)),
+        age=age(meta.creationTimestamp, now),
+        created=iso(meta.creationTimestamp),
+    )
+
+
+async def read_status(kube: KubePort, namespace: str, now: datetime) -> list[PodRow]:
+    """The bridge's pods of ``namespace`` (``*``: all), sorted by namespace and name."""
+    rows = [
+        pod_row(pod, now)
+        async for pod in kube.list(
+            Pod, namespace=namespace, fields={"spec.schedulerName": keys.SCHEDULER_NAME}
+        )
+    ]
+    return sorted(rows, key=lambda r: (r.namespace, r.pod))
