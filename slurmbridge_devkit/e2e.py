@@ -44,6 +44,17 @@ async def wait_bound(kube: AsyncClient, ns: str, name: str, timeout: float = 90)
     return result
 
 
+async def wait_job_id(kube: AsyncClient, ns: str, name: str, timeout: float = 60) -> str:  # noqa: ASYNC109
+    """The Slurm job id the bridge recorded on the pod, once it has."""
+
+    async def recorded() -> str | None:
+        pod = await kube.get(Pod, name, namespace=ns)
+        return ((pod.metadata and pod.metadata.annotations) or {}).get(keys.JOB_ID)
+
+    job_id: str = await wait_for(recorded, timeout, interval=0.5, what=f"job id of {ns}/{name}")
+    return job_id
+
+
 async def slurm_idle(slurm: SlurmTarget, timeout: float = 60) -> None:  # noqa: ASYNC109
     """Wait until no job holds resources: capacity arithmetic in a test starts from zero."""
 

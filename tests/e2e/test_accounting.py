@@ -25,7 +25,7 @@ from lightkube.resources.scheduling_v1 import PriorityClass
 
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.e2e import create_pod, pod_events, slurm_idle, wait_bound
+from slurmbridge_devkit.e2e import create_pod, pod_events, slurm_idle, wait_bound, wait_job_id
 from slurmbridge_devkit.kube import set_pod_phase, unique_name, wait_for
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import DEFAULT_TENANCY, BridgeStack, NamespaceFactory
@@ -87,15 +87,6 @@ def _gpu_pod(name: str, gpus: int = 1, **spec: Any) -> Pod:
     return PodBuilder(name).gpus(gpus).spec(**spec).build()
 
 
-async def _job_id(kube: AsyncClient, ns: str, name: str) -> str:
-    async def recorded() -> str | None:
-        pod = await kube.get(Pod, name, namespace=ns)
-        return ((pod.metadata and pod.metadata.annotations) or {}).get(keys.JOB_ID)
-
-    job_id: str = await wait_for(recorded, 60, interval=0.5, what=f"job id of {ns}/{name}")
-    return job_id
-
-
 async def _condition(kube: AsyncClient, ns: str, name: str) -> tuple[str, str, str]:
     pod = await kube.get(Pod, name, namespace=ns)
     for c in (pod.status.conditions if pod.status else None) or []:
@@ -116,7 +107,7 @@ async def test_pods_of_two_namespaces_run_as_their_own_account_and_user(
     for ns in (ns_a, ns_b):
         await create_pod(kube, ns, _gpu_pod("train", gpus=2))
         await wait_bound(kube, ns, "train")
-        jobs[ns] = await _job_id(kube, ns, "train")
+        jobs[ns] = await wait_job_id(kube, ns, "train")
 
     def recorded() -> dict[str, dict[str, str]] | None:
         rows = {ns: _sacct(slurm, job) for ns, job in jobs.items()}
@@ -159,7 +150,7 @@ async def test_a_qos_gpu_limit_keeps_the_third_pod_pending_with_the_reason(
         await create_pod(kube, ns, _gpu_pod(name))
         await wait_bound(kube, ns, name)
     await create_pod(kube, ns, _gpu_pod("three"))
-    job = await _job_id(kube, ns, "three")
+    job = await wait_job_id(kube, ns, "three")
 
     async def explained() -> tuple[str, str, str] | None:
         status, reason, message = await _condition(kube, ns, "three")

@@ -25,12 +25,9 @@ import pytest
 import uvicorn
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.models.authentication_v1 import TokenRequestSpec
 from lightkube.models.core_v1 import PodSchedulingGate, Toleration
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.models.rbac_v1 import PolicyRule, RoleRef, Subject
-from lightkube.resources.core_v1 import Pod, ServiceAccount
-from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
+from lightkube.models.rbac_v1 import PolicyRule
+from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -51,6 +48,7 @@ from slurmbridge_devkit.e2e import (
 )
 from slurmbridge_devkit.kube import (
     ControlPlane,
+    namespace_user,
     set_pod_phase,
     stop_scheduler,
     unique_name,
@@ -177,30 +175,10 @@ async def test_priority_outside_namespace_policy_is_refused(
 
 async def _researcher(kube: AsyncClient, cp: ControlPlane, ns: str) -> AsyncClient:
     """A client as a non-admin: a ServiceAccount allowed to read, create and patch pods in ns."""
-    name = "researcher"
-    await kube.create(ServiceAccount(metadata=ObjectMeta(name=name, namespace=ns)))
-    await kube.create(Role(
-        metadata=ObjectMeta(name=name, namespace=ns),
-        rules=[PolicyRule(apiGroups=[""], resources=["pods"],
-                          verbs=["get", "list", "watch", "create", "patch", "update"])],
-    ))
-    await kube.create(RoleBinding(
-        metadata=ObjectMeta(name=name, namespace=ns),
-        roleRef=RoleRef(apiGroup="rbac.authorization.k8s.io", kind="Role", name=name),
-        subjects=[Subject(kind="ServiceAccount", name=name, namespace=ns)],
-    ))
-    token = await kube.create(ServiceAccount.Token(
-        metadata=ObjectMeta(name=name, namespace=ns),
-        spec=TokenRequestSpec(audiences=[], expirationSeconds=3600)), name, namespace=ns)
-    assert token.status is not None
-    config = KubeConfig.from_dict({
-        "apiVersion": "v1", "kind": "Config", "current-context": "r",
-        "clusters": [{"name": "c", "cluster": {"server": cp.server,
-                                              "certificate-authority": str(cp.ca_file)}}],
-        "users": [{"name": "r", "user": {"token": token.status.token}}],
-        "contexts": [{"name": "r", "context": {"cluster": "c", "user": "r"}}],
-    })
-    return AsyncClient(config, trust_env=False)
+    rules = [PolicyRule(apiGroups=[""], resources=["pods"],
+                        verbs=["get", "list", "watch", "create", "patch", "update"])]
+    config = await namespace_user(kube, cp, ns, rules)
+    return AsyncClient(KubeConfig.from_dict(config), trust_env=False)
 
 
 async def test_group_label_of_a_placed_pod_cannot_change(
