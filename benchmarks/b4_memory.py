@@ -23,13 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import cast
 
-from benchmarks.common import Figure, Outcome, at_most, fmt, rss_kb
+from benchmarks.common import Figure, Outcome, at_most, fmt, rss_kb, run_child
 
 RSS_LIMIT_MB = 150.0  # at the first size (10,000 pods)
 LINEAR_TOLERANCE = 0.2  # growth per pod at each size within 20% of each other
@@ -102,15 +99,9 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
 
 
 def _child(cfg: Config, jobs: int) -> dict[str, float]:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.b4_memory", "child", "--jobs", str(jobs),
-         "--nodes", str(cfg.nodes), "--app-filters", str(cfg.app_filters)],
-        capture_output=True, text=True, check=False, timeout=1200,
-        cwd=str(Path(__file__).parents[1]),
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"B4 child ({jobs:,} pods) failed: {done.stderr[-3000:]}")
-    return cast(dict[str, float], json.loads(done.stdout.strip().splitlines()[-1]))
+    return run_child("benchmarks.b4_memory", f"B4 child ({jobs:,} pods)", timeout=1200, args=[
+        "child", "--jobs", str(jobs), "--nodes", str(cfg.nodes),
+        "--app-filters", str(cfg.app_filters)])
 
 
 def _size_figures(jobs: int, results: list[dict[str, float]]) -> list[Figure]:

@@ -60,11 +60,12 @@ from typing import Any, cast
 
 import msgspec
 
-from benchmarks.common import Figure, Outcome, at_least, at_most, fmt, free_port
+from benchmarks.common import Figure, Outcome, at_least, at_most, fmt, free_port, run_child
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.slurm.convert import comment_for
 from bridge.slurm.wire import FAMILIES
+from slurmbridge_devkit.stack import stop_process
 
 PARSER = "v0.0.44"
 BRIDGE_USER = "slurm"
@@ -331,12 +332,7 @@ def stand_in(workdir: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=10)
 
 
 # -- the client side (one process per repeat) ------------------------------------------------
@@ -575,15 +571,8 @@ def child(url: str, cfg: Config) -> dict[str, float]:
 
 
 def _child(url: str, cfg: Config) -> dict[str, float]:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.b7_exchanges", "child", "--url", url,
-         "--requests", str(cfg.requests), "--rounds", str(cfg.rounds)],
-        capture_output=True, text=True, check=False, timeout=600,
-        cwd=str(Path(__file__).parents[1]),
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"B7 client failed: {done.stderr[-3000:]}")
-    return cast(dict[str, float], json.loads(done.stdout.strip().splitlines()[-1]))
+    return run_child("benchmarks.b7_exchanges", "B7 client", timeout=600, args=[
+        "child", "--url", url, "--requests", str(cfg.requests), "--rounds", str(cfg.rounds)])
 
 
 # -- figures ---------------------------------------------------------------------------------

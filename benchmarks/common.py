@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import os
 import platform
@@ -128,6 +129,19 @@ def rss_kb(pid: int | str = "self") -> dict[str, int]:
         if key in ("VmRSS", "VmHWM"):
             out[key] = int(rest.split()[0])
     return out
+
+
+def run_child(module: str, what: str, *, args: list[str], timeout: float) -> dict[str, float]:
+    """``python -m module args`` from the repository root; the JSON object its last line of
+    output prints (a benchmark's measurement in a fresh process)."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, check=False,
+        timeout=timeout, cwd=str(REPO),
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed: {done.stderr[-3000:]}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def free_port() -> int:

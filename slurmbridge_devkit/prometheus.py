@@ -19,7 +19,7 @@ import httpx
 import yaml
 
 from slurmbridge_devkit.kube import cache_dir
-from slurmbridge_devkit.stack import free_port
+from slurmbridge_devkit.stack import free_port, stop_process
 
 PACKAGE = "prometheus"  # Debian 12: 2.42
 
@@ -109,12 +109,7 @@ def run_prometheus(targets: list[str], metrics_path: str, work: Path) -> Iterato
             time.sleep(0.2)
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=30)
 
 
 def _ready(url: str) -> bool:
