@@ -266,8 +266,10 @@ def route(method: str, path: str) -> str | None:
 class _StandIn(asyncio.Protocol):
     """HTTP/1.1 with keep-alive, fixed answers by route; no chunked requests (none are sent)."""
 
-    def __init__(self, answers: dict[str, bytes]) -> None:
+    def __init__(self, answers: dict[str, bytes],
+                 router: Callable[[str, str], str | None] | None = None) -> None:
         self.answers = answers
+        self.router = router or route
         self.buffer = b""
         self.transport: asyncio.Transport | None = None
 
@@ -284,25 +286,27 @@ class _StandIn(asyncio.Protocol):
                 return
             self.buffer = self.buffer[end + 4 + length:]
             method, target, _ = head[0].split(" ", 2)
-            key = route(method, target)
-            answer = self.answers.get(key or "", self.answers["404"])
-            assert self.transport is not None
-            self.transport.write(answer)
+            self.respond(self.router(method, target) or "")
+
+    def respond(self, key: str) -> None:
+        assert self.transport is not None
+        self.transport.write(self.answers.get(key, self.answers["404"]))
 
 
-def serve(port: int) -> None:
+def response(status: str, body: bytes) -> bytes:
+    """A whole HTTP/1.1 answer with a JSON body."""
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def serve_forever(port: int, protocol: Callable[[], asyncio.Protocol],
+                  ssl: Any = None) -> None:
+    """Serve ``protocol`` on 127.0.0.1:``port`` (uvloop) until killed."""
     import uvloop  # noqa: PLC0415
-
-    def response(status: str, body: bytes) -> bytes:
-        return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-
-    answers = {k: response("200 OK", b) for k, b in bodies().items()}
-    answers["404"] = response("404 Not Found", b'{"errors": [{"error": "no such path"}]}')
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _StandIn(answers), "127.0.0.1", port)
+        server = await loop.create_server(protocol, "127.0.0.1", port, ssl=ssl)
         async with server:
             await server.serve_forever()
 
@@ -310,14 +314,22 @@ def serve(port: int) -> None:
         runner.run(main())
 
 
+def serve(port: int) -> None:
+    answers = {k: response("200 OK", b) for k, b in bodies().items()}
+    answers["404"] = response("404 Not Found", b'{"errors": [{"error": "no such path"}]}')
+    serve_forever(port, lambda: _StandIn(answers))
+
+
 @contextlib.contextmanager
-def stand_in(workdir: Path) -> Iterator[str]:
-    """The stand-in slurmrestd in its own process on a free port; its URL while running."""
+def stand_in(workdir: Path, module: str = "benchmarks.b7_exchanges",
+             args: Sequence[str] = (), scheme: str = "http") -> Iterator[str]:
+    """A stand-in server (``python -m module serve --port N args``) in its own process on a
+    free port; its URL while running."""
     port = free_port()
-    log_path = workdir / "b7-stand-in.log"
+    log_path = workdir / f"b7-stand-in-{port}.log"
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.b7_exchanges", "serve", "--port", str(port)],
+            [sys.executable, "-m", module, "serve", "--port", str(port), *args],
             stdout=log, stderr=subprocess.STDOUT, cwd=str(Path(__file__).parents[1]),
         )
     try:
@@ -330,7 +342,7 @@ def stand_in(workdir: Path) -> Iterator[str]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"B7 stand-in not listening after 60 s ({log_path})")
             time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        yield f"{scheme}://127.0.0.1:{port}"
     finally:
         stop_process(proc, timeout=10)
 
@@ -649,16 +661,23 @@ def notes(cfg: Config) -> list[str]:
 def run(cfg: Config) -> Outcome:
     import tempfile  # noqa: PLC0415
 
+    from benchmarks import b7_kube  # noqa: PLC0415
+
     samples: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory(prefix="b7-") as tmp, stand_in(Path(tmp)) as url:
-        for rep in range(cfg.repeats):
-            sample = _child(url, cfg)
-            samples.append(sample)
-            print(f"  B7 repeat {rep + 1}/{cfg.repeats}: " + "; ".join(
-                f"{kind} " + " / ".join(f"{fmt(sample[f'{n}|{kind}'])}" for n in STACKS)
-                for kind in KINDS) + f" µs ({' / '.join(STACKS)})", flush=True)
-    return Outcome(bench="B7", title="client CPU per slurmrestd exchange",
-                   figures=_figures(samples), notes=notes(cfg), repeats=cfg.repeats)
+    kube_cfg = b7_kube.KubeConfig(requests=cfg.requests, rounds=cfg.rounds)
+    with tempfile.TemporaryDirectory(prefix="b7-") as tmp:
+        with stand_in(Path(tmp)) as url:
+            for rep in range(cfg.repeats):
+                sample = _child(url, cfg)
+                samples.append(sample)
+                print(f"  B7 repeat {rep + 1}/{cfg.repeats}: " + "; ".join(
+                    f"{kind} " + " / ".join(f"{fmt(sample[f'{n}|{kind}'])}" for n in STACKS)
+                    for kind in KINDS) + f" µs ({' / '.join(STACKS)})", flush=True)
+        kube = b7_kube.measure(Path(tmp), kube_cfg, cfg.repeats,
+                               lambda line: print(line, flush=True))
+    return Outcome(bench="B7", title="CPU per exchange: slurmrestd, apiserver, extender served",
+                   figures=_figures(samples) + b7_kube.figures(kube),
+                   notes=notes(cfg) + b7_kube.notes(kube_cfg), repeats=cfg.repeats)
 
 
 def main() -> None:
