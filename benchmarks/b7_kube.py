@@ -750,7 +750,14 @@ def notes(cfg: KubeConfig) -> list[str]:
         "timestamps/labels/annotations/ownerReferences, spec nodeName/schedulerName/"
         "priorityClassName/deadlines/containers' resources/schedulingGates, status phase/"
         "containerStatuses); `kubernetes_asyncio (raw)` is `CoreV1Api` with "
-        "`_preload_content=False` (dict bodies; its PATCH of a dict is strategic-merge).",
+        "`_preload_content=False` (dict bodies; its PATCH of a dict is strategic-merge). "
+        "kubernetes_asyncio rides on aiohttp yet costs about what lightkube does: the "
+        "generated API's per-call work (parameter checks, body sanitizing, header and URL "
+        "building, its REST wrapper) comes on top; not profiled further here.",
+        "The extender's `bridge / bare` ratios have no target (they are not a choice of "
+        "stack: they show what the bridge's own work adds to uvicorn + FastAPI's floor); "
+        "issue 22's target for the extender is the per-pod CPU figure (<= 5 ms; B1 measures "
+        "it under load, with its apiserver reads, which the fakes here do not pay).",
         f"extender served: server CPU per request (the server's `time.process_time()` read "
         f"over HTTP before and after each batch of {cfg.served}, the two reads included), "
         "one keep-alive connection from the runner's process (asyncio streams, as B3), "

@@ -35,7 +35,9 @@ TITLES = {
     "B6": "site scale: B1's round with 256 Slurm nodes mirrored by 256 Kubernetes Nodes, "
           "5,000 pods and 10,000 native jobs in the queue, plus filter latency with 256 "
           "candidates; target: bridge / default ratio within 20% of B1's",
-    "B7": "client CPU per slurmrestd exchange (submit, job read of 28.5 kB and 375 kB, state "
+    "B7": "CPU per exchange: apiserver (pod GET/PATCH, Binding, Event, watch event over TLS: "
+          "lightkube vs aiohttp vs kubernetes_asyncio) and extender filter/bind served; "
+          "client CPU per slurmrestd exchange (submit, job read of 28.5 kB and 375 kB, state "
           "poll) against a stand-in server, side by side: httpx, aiohttp, the bridge's "
           "SlurmClient, pydantic vs a msgspec struct of the fields read; adopt what wins by "
           ">= 1.5x",
