@@ -87,8 +87,10 @@ class PodShape(_Open):
         return bool(self.spec.node_name)
 
     def bridge_annotations(self) -> dict[str, str]:
-        """The ``slurmbridge.io/*`` annotations, the ones whose changes the webhooks guard."""
-        return {k: v for k, v in self.annotations.items() if k.startswith(keys.PREFIX)}
+        """The ``slurmbridge.io/*`` annotations and slurm-bridge's aliases of them
+        (``slurmjob.slinky.slurm.net/*``), the ones whose changes the webhooks guard."""
+        prefixes = (keys.PREFIX, keys.SLINKY_PREFIX)
+        return {k: v for k, v in self.annotations.items() if k.startswith(prefixes)}
 
     def bridge_labels(self) -> dict[str, str]:
         """The ``slurmbridge.io/*`` labels (pod groups): fixed once the pod may have a job."""

@@ -10,6 +10,7 @@ from admission.pod import PodShape
 from admission.review import AdmissionRequest
 from bridge import keys
 from bridge.config import AdmissionSettings
+from bridge.jobs.aliases import canonical_key
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.policy.check import POLICY_ANNOTATIONS, deadline_refusal, policy_refusal
 from bridge.policy.tenancy import TenancySource, missing_tenant
@@ -62,7 +63,10 @@ def check(
     mapping = tenancy.current()
     if old is None and mapping.tenant(request.namespace) is None:
         return Denial(403, missing_tenant(request.namespace, tenancy))
-    checked = POLICY_ANNOTATIONS if old is None else [k for k in POLICY_ANNOTATIONS if k in changed]
+    changed_keys = {canonical_key(k) for k in changed}  # an alias stands for its bridge key
+    checked = (
+        POLICY_ANNOTATIONS if old is None else [k for k in POLICY_ANNOTATIONS if k in changed_keys]
+    )
     refusal = policy_refusal(request.namespace, after, settings, checked, mapping)
     if refusal is None and old is None:
         refusal = deadline_refusal(request.namespace, pod.spec.active_deadline_seconds, settings)

@@ -20,13 +20,34 @@ CONSTRAINTS: Final = PREFIX + "constraints"
 PRIORITY: Final = PREFIX + "priority"
 TIME_LIMIT: Final = PREFIX + "time-limit"
 EXCLUSIVE: Final = PREFIX + "exclusive"
+# The name part of the placeholder job's name: the job is k8s:<namespace>/<job-name>.
+JOB_NAME: Final = PREFIX + "job-name"
 # The Slurm user the pod's job runs as: filled in by the webhook from the namespace's tenancy
 # (bridge/policy/tenancy.py); a pod may only name its namespace's user.
 SLURM_USER: Final = PREFIX + "slurm-user"
 USER_ANNOTATIONS: Final = (
     PARTITION, ACCOUNT, QOS, RESERVATION, WCKEY, CONSTRAINTS, PRIORITY, TIME_LIMIT, EXCLUSIVE,
-    SLURM_USER,
+    JOB_NAME, SLURM_USER,
 )
+
+# SchedMD slurm-bridge's pod annotations (its docs/workload.md), read as aliases of the
+# bridge's own by bridge/jobs/aliases.py; the ones the bridge cannot honour are refused.
+SLINKY_PREFIX: Final = "slurmjob.slinky.slurm.net/"
+SLINKY_ACCOUNT: Final = SLINKY_PREFIX + "account"
+SLINKY_PARTITION: Final = SLINKY_PREFIX + "partition"
+SLINKY_QOS: Final = SLINKY_PREFIX + "qos"
+SLINKY_RESERVATION: Final = SLINKY_PREFIX + "reservation"
+SLINKY_TIME_LIMIT: Final = SLINKY_PREFIX + "timelimit"
+SLINKY_JOB_NAME: Final = SLINKY_PREFIX + "job-name"
+SLINKY_CONSTRAINTS: Final = SLINKY_PREFIX + "constraints"
+SLINKY_LICENSES: Final = SLINKY_PREFIX + "licenses"
+SLINKY_WCKEY: Final = SLINKY_PREFIX + "wckey"
+SLINKY_EXCLUSIVE: Final = SLINKY_PREFIX + "exclusive"
+SLINKY_CPU_PER_TASK: Final = SLINKY_PREFIX + "cpu-per-task"
+SLINKY_MEM_PER_NODE: Final = SLINKY_PREFIX + "mem-per-node"
+SLINKY_GRES: Final = SLINKY_PREFIX + "gres"
+SLINKY_MIN_NODES: Final = SLINKY_PREFIX + "min-nodes"
+SLINKY_MAX_NODES: Final = SLINKY_PREFIX + "max-nodes"
 
 # Annotations the webhook writes: the GPU count moved out of the pod's resources.
 GPUS: Final = PREFIX + "gpus"

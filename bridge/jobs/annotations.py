@@ -1,5 +1,7 @@
 """The Slurm options a researcher sets on a pod through ``slurmbridge.io/`` annotations and labels.
 
+slurm-bridge's ``slurmjob.slinky.slurm.net/`` annotations are read as aliases (aliases.py).
+
 Every value ends up in a Slurm job field, so each is checked against the form Slurm
 takes; an error names the annotation and that form. The admission webhook runs the
 same checks so that a bad pod is refused at ``kubectl apply`` rather than left pending.
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from bridge import keys
+from bridge.jobs.aliases import resolve
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.request import SlurmPlacement
 from bridge.jobs.timelimit import ACCEPTED as TIME_LIMIT_FORM
@@ -40,6 +43,7 @@ class SlurmOptions:
     placement: SlurmPlacement = field(default_factory=SlurmPlacement)
     time_limit_minutes: int | None = None
     gpus: int | None = None  # written by the webhook when it moves the GPU request
+    job_name: str | None = None  # the placeholder is named k8s:<namespace>/<job_name>
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,10 @@ def _time_limit(text: str) -> int:
         raise ValueError(TIME_LIMIT_FORM) from None
 
 
+def _text(text: str) -> str:
+    return text  # made safe and cut to length by names.placeholder_job_name
+
+
 def _flag(text: str) -> bool:
     if text.lower() not in ("true", "false"):
         raise ValueError('"true" or "false"')
@@ -98,14 +106,15 @@ def _flag(text: str) -> bool:
 
 
 def _reader(
-    values: Mapping[str, str] | None, kind: str
+    values: Mapping[str, str] | None, kind: str, sources: Mapping[str, str] | None = None
 ) -> Callable[[str, Callable[[str], T]], T | None]:
     """A lookup that strips values, skips blank ones and parses the rest.
 
     Parsers raise ValueError carrying the accepted form; the lookup turns it into
-    an InvalidPodRequest naming the key.
+    an InvalidPodRequest naming the key (``sources``: the alias a key's value came from).
     """
     present = {k: v.strip() for k, v in (values or {}).items() if v and v.strip()}
+    named = sources or {}
 
     def read(key: str, parse: Callable[[str], T]) -> T | None:
         text = present.get(key)
@@ -114,14 +123,16 @@ def _reader(
         try:
             return parse(text)
         except ValueError as error:
-            raise InvalidPodRequest(key, text, str(error), kind=kind) from None
+            raise InvalidPodRequest(named.get(key, key), text, str(error), kind=kind) from None
 
     return read
 
 
 def slurm_options(annotations: Mapping[str, str] | None) -> SlurmOptions:
-    """Parse the bridge annotations of a pod; raises InvalidPodRequest on the first bad one."""
-    read = _reader(annotations, "annotation")
+    """Parse the bridge annotations of a pod (and slurm-bridge's aliases of them); raises
+    InvalidPodRequest on the first bad one."""
+    values, sources = resolve(annotations)
+    read = _reader(values, "annotation", sources)
     placement = SlurmPlacement(
         partition=read(keys.PARTITION, _name_list),
         account=read(keys.ACCOUNT, _name),
@@ -137,6 +148,7 @@ def slurm_options(annotations: Mapping[str, str] | None) -> SlurmOptions:
         placement,
         time_limit_minutes=read(keys.TIME_LIMIT, _time_limit),
         gpus=read(keys.GPUS, _count),
+        job_name=read(keys.JOB_NAME, _text),
     )
 
 

@@ -26,7 +26,7 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
     group = pod_group(meta.labels)
     resources = pod_resources(pod)
     return JobRequest(
-        name=placeholder_job_name(namespace, group.name if group else name),
+        name=placeholder_job_name(namespace, options.job_name or (group.name if group else name)),
         owner=PodOwner(uid),
         cpus=resources.cpus,
         memory_mb=resources.memory_mb,

@@ -17,6 +17,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
 from bridge.config import AdmissionSettings, NamespacePolicy
+from bridge.jobs.aliases import resolve
+from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.timelimit import parse_time_limit
 from bridge.policy.tenancy import TENANT_FIELDS, TenancyMap, TenancySource, missing_tenant
 
@@ -46,20 +48,27 @@ def policy_refusal(
 
     A blank value counts as unset, as the translation reads it.  A value the translation
     would refuse anyway (not a number, ...) is left to the translation's message.
+    slurm-bridge's aliases are checked as the keys they stand for, and named in the refusal;
+    an alias the translation refuses (one it cannot honour, or disagreeing with its key) is
+    refused here too, as there is no telling which value to police.
     """
     policy = settings.policy_for(namespace)
     setting = settings.policy_setting(namespace)
     ns = f"in namespace {namespace!r}"
-    present = {k: v.strip() for k, v in annotations.items() if v and v.strip()}
+    try:
+        present, sources = resolve(annotations)
+    except InvalidPodRequest as err:
+        return str(err)
     for key in checked:
         value = present.get(key)
+        label = f"{sources[key]} (as {key})" if key in sources else key
         if key in _LISTS:
             allowed, where = _allowed(key, namespace, policy, setting, tenancy)
-            refusal = _list_refusal(key, value, allowed, where, ns)
+            refusal = _list_refusal(key, value, allowed, where, ns, label=label)
         elif value is None:
             continue
         else:
-            refusal = _value_refusal(key, value, policy, setting, ns)
+            refusal = _value_refusal(key, value, policy, setting, ns, label=label)
         if refusal:
             return refusal
     return None
@@ -78,7 +87,7 @@ def _allowed(
 
 
 def _list_refusal(
-    key: str, value: str | None, allowed: list[str], setting: str, ns: str
+    key: str, value: str | None, allowed: list[str], setting: str, ns: str, *, label: str
 ) -> str | None:
     if key in _OPEN_LISTS and not allowed:
         return None
@@ -87,33 +96,33 @@ def _list_refusal(
             return f"annotation {key} is required {ns}: set it to one of {allowed} ({setting})"
         return None
     if not allowed:
-        return f"annotation {key} is not allowed {ns}: an admin lists the values in {setting}"
+        return f"annotation {label} is not allowed {ns}: an admin lists the values in {setting}"
     # Slurm takes comma-separated partitions and reservations: every one must be allowed.
     refused = [v.strip() for v in value.split(",") if v.strip() not in allowed]
     if refused:
         return (
-            f"{key}={value!r} is not allowed {ns}: {', '.join(map(repr, refused))} not in the "
+            f"{label}={value!r} is not allowed {ns}: {', '.join(map(repr, refused))} not in the "
             f"allowed {allowed} ({setting})"
         )
     return None
 
 
 def _value_refusal(
-    key: str, value: str, policy: NamespacePolicy, setting: str, ns: str
+    key: str, value: str, policy: NamespacePolicy, setting: str, ns: str, *, label: str
 ) -> str | None:
     if key == keys.PRIORITY:
         if policy.max_priority is None:
-            return f"annotation {key} is not allowed {ns}: an admin sets {setting}.max_priority"
+            return f"annotation {label} is not allowed {ns}: an admin sets {setting}.max_priority"
         if value.isdigit() and int(value) > policy.max_priority:
             return (
-                f"{key}={value} is too high {ns}: above "
+                f"{label}={value} is too high {ns}: above "
                 f"{setting}.max_priority={policy.max_priority}"
             )
     elif key == keys.TIME_LIMIT:
         limit = policy.max_time_limit_minutes
         if limit is None:
             return (
-                f"annotation {key} is not allowed {ns}: an admin sets "
+                f"annotation {label} is not allowed {ns}: an admin sets "
                 f"{setting}.max_time_limit_minutes"
             )
         try:
@@ -122,13 +131,13 @@ def _value_refusal(
             return None
         if minutes > limit:
             return (
-                f"{key}={value!r} is too high {ns}: above "
+                f"{label}={value!r} is too high {ns}: above "
                 f"{setting}.max_time_limit_minutes={limit}"
             )
     elif key == keys.CONSTRAINTS and not policy.allow_constraints:
-        return f"annotation {key} is not allowed {ns}: an admin sets {setting}.allow_constraints"
+        return f"annotation {label} is not allowed {ns}: an admin sets {setting}.allow_constraints"
     elif key == keys.EXCLUSIVE and value.lower() == "true" and not policy.allow_exclusive:
-        return f"annotation {key} is not allowed {ns}: an admin sets {setting}.allow_exclusive"
+        return f"annotation {label} is not allowed {ns}: an admin sets {setting}.allow_exclusive"
     return None
 
 

@@ -33,6 +33,7 @@ from pydantic import (
 
 from bridge import keys
 from bridge.filestamp import FileStamp, file_stamp
+from bridge.jobs.aliases import with_aliases
 
 log = structlog.get_logger(__name__)
 
@@ -139,8 +140,10 @@ class TenancyMap(BaseModel):
 
         QOS: the pod's own, else its PriorityClass's, else the namespace's default.  Values
         are filled in even where the policy will then refuse them (a PriorityClass whose QOS
-        the namespace may not use): the refusal names both.
+        the namespace may not use): the refusal names both.  A value set through
+        slurm-bridge's alias of a key is the pod's own too (bridge/jobs/aliases.py).
         """
+        own = with_aliases(annotations)
         tenant = self.tenant(namespace)
         if tenant is None:
             return {}
@@ -151,7 +154,7 @@ class TenancyMap(BaseModel):
         }
         return {
             k: v for k, v in wanted.items()
-            if v and not (annotations.get(k) or "").strip()
+            if v and k not in own
         }
 
 
