@@ -1,0 +1,28 @@
+"""A slurm-bridge manifest runs as it is: its timelimit and job-name annotations reach Slurm.
+
+The time limit passes the namespace policy like the bridge's own annotation: the stack's
+policy must set ``max_time_limit_minutes`` (at least 90) for the pod to be admitted.
+"""
+
+import pytest
+from lightkube import AsyncClient
+
+from bridge import keys
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, wait_bound
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_slurm_bridge_timelimit_and_job_name_reach_the_job(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    ns = await make_e2e_namespace(kube, "slinky")
+    e2e_namespaces.append(ns)
+    annotations = {keys.SLINKY_TIME_LIMIT: "1:30:00", keys.SLINKY_JOB_NAME: "train-run"}
+    await create_pod(kube, ns, pod_manifest("migrated", annotations=annotations))
+    pod = await wait_bound(kube, ns, "migrated")
+    assert pod.metadata is not None and pod.metadata.annotations is not None
+    job_id = pod.metadata.annotations[keys.JOB_ID]
+    squeue = bridge_stack.slurm.admin("squeue", "-h", "-j", job_id, "-o", "%j|%l")
+    assert squeue.strip() == f"k8s:{ns}/train-run|1:30:00"
