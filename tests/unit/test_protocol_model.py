@@ -200,6 +200,7 @@ class PodJobProtocol(RuleBasedStateMachine):
         self.bound_before: set[str] = set()
         self.resynced = False  # a resync completed in this step
         self.uids = itertools.count(1)
+        self.crashes = 0  # replica processes that died so far
         self.held: dict[int, set[str]] = {}  # job id -> every node Slurm ever ran it on
 
     # -- plumbing --------------------------------------------------------------------------
@@ -227,6 +228,7 @@ class PodJobProtocol(RuleBasedStateMachine):
         crashed = crashed or r.budget.dead
         self._settle()
         if crashed:
+            self.crashes += 1
             r.restart()
             return False
         r.budget.left = None
@@ -360,6 +362,43 @@ class PodJobProtocol(RuleBasedStateMachine):
         self._run(binder, lambda b: b.binder.bind("ns", name, uid, node),
                   data.draw(self.crash, label="bind_crash_after"))
 
+    @precondition(lambda self: any(self._unbound(n) for n in self.pods()))
+    @rule(data=st.data(), leader_intake=st.booleans(), crash_a=crash, crash_b=crash)
+    def race(self, data: st.DataObject, leader_intake: bool, crash_a: int | None,
+             crash_b: int | None) -> None:
+        """Both replicas work on one pod at once (interleaved at every apiserver and Slurm
+        call): two filters, or the leader's intake and the other replica's filter."""
+        names = sorted(n for n in self.pods() if self._unbound(n))
+        name = data.draw(st.sampled_from(names))
+        pod = cast(Pod, Pod.from_dict(copy.deepcopy(self.pods()[name])))
+        budgets = {"a": crash_a, "b": crash_b}
+        for replica, left in budgets.items():
+            self.replicas[replica].budget.left = left
+
+        async def one(replica: str) -> bool:
+            bridge = self.replicas[replica].bridge
+            try:
+                if leader_intake and replica == self.leader:
+                    await bridge.placer.prepare(pod)
+                else:
+                    await bridge.placer.filter(pod, list(NODES))
+                await bridge.notifier.drain()
+            except (PlacementError, InvalidPodRequest, SlurmError, Crash):
+                return False
+            return True
+
+        async def both() -> None:
+            await asyncio.gather(one("a"), one("b"))
+
+        self.loop.run_until_complete(both())
+        self._settle()
+        for replica in REPLICAS:
+            r = self.replicas[replica]
+            if r.budget.dead:
+                self.crashes += 1
+                r.restart()
+            r.budget.left = None
+
     # -- the leader --------------------------------------------------------------------------
 
     @precondition(lambda self: any(self._unbound(n) for n in self.pods()))
@@ -392,6 +431,7 @@ class PodJobProtocol(RuleBasedStateMachine):
 
     @rule(replica=st.sampled_from(REPLICAS))
     def replica_dies(self, replica: str) -> None:
+        self.crashes += 1
         self.replicas[replica].restart()
 
     @rule(seconds=st.sampled_from([1.0, 10.0, 31.0]))
@@ -450,6 +490,13 @@ class PodJobProtocol(RuleBasedStateMachine):
             assert node == annotations.get(keys.SLURM_NODE) and node in self.held.get(
                 job.job_id, set()), f"{name} bound to {node}, which job {job} never held"
         self.bound_before = now_bound
+
+    @invariant()
+    def no_second_job_without_a_crash(self) -> None:
+        """Claims alone keep one job per owner; only a crash may leave two (for resync)."""
+        if not self.crashes:
+            dupes = {o: js for o, js in self._live_jobs().items() if len(js) > 1}
+            assert not dupes, f"two live jobs and no replica died: {dupes}"
 
     @invariant()
     def one_live_job_per_owner_after_a_resync(self) -> None:
