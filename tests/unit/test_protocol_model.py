@@ -296,43 +296,34 @@ class PodJobProtocol(RuleBasedStateMachine):
         self.owners[name] = (GroupOwner("ns", "g") if name.startswith("m") and labels
                              else PodOwner(pod.metadata.uid))
 
-    @precondition(lambda self: any(not o["metadata"].get("deletionTimestamp")
-                                   for o in self.pods().values()))
-    @rule(data=st.data())
-    def delete_pod(self, data: st.DataObject) -> None:
-        names = sorted(n for n, o in self.pods().items()
-                       if not o["metadata"].get("deletionTimestamp"))
+    @precondition(lambda self: bool(self.pods()))
+    @rule(data=st.data(), what=st.sampled_from(["delete", "kubelet_stops", "Succeeded",
+                                                 "Failed"]))
+    def pod_ends(self, data: st.DataObject, what: str) -> None:
+        """Deleted (a bound pod stays until its kubelet stops it), stopped by its kubelet
+        once deleted, or finished by itself."""
+        pods = self.pods()
+        if what == "delete":
+            names = [n for n, o in pods.items() if not o["metadata"].get("deletionTimestamp")]
+        elif what == "kubelet_stops":
+            names = [n for n, o in pods.items() if o["metadata"].get("deletionTimestamp")]
+        else:
+            names = [n for n, o in pods.items() if o["spec"].get("nodeName")]
         if not names:
             return
-        name = data.draw(st.sampled_from(names))
-        obj = self.pods()[name]
-        if obj["spec"].get("nodeName") and obj.get("status", {}).get("phase") not in (
-                "Succeeded", "Failed"):
+        name = data.draw(st.sampled_from(sorted(names)))
+        obj = pods[name]
+        if what in ("Succeeded", "Failed"):
+            self._apiserver(self.kube.patch(Pod, name, {"status": {"phase": what}},
+                                            namespace="ns", patch_type=PatchType.MERGE))
+        elif what == "delete" and obj["spec"].get("nodeName") and obj.get(
+                "status", {}).get("phase") not in ("Succeeded", "Failed"):
             stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             self._apiserver(self.kube.patch(Pod, name, {"metadata": {"deletionTimestamp": stamp}},
                                             namespace="ns", patch_type=PatchType.MERGE))
-        else:  # nothing runs: the apiserver removes it at once
+        else:  # nothing runs (any more): the apiserver removes it
             self._apiserver(self.kube.delete(Pod, name, namespace="ns"))
             self.gone.add(name)
-
-    @precondition(lambda self: any(o["metadata"].get("deletionTimestamp")
-                                   for o in self.pods().values()))
-    @rule(data=st.data())
-    def kubelet_stops_deleted_pod(self, data: st.DataObject) -> None:
-        names = sorted(n for n, o in self.pods().items() if o["metadata"].get("deletionTimestamp"))
-        if names:
-            name = data.draw(st.sampled_from(names))
-            self._apiserver(self.kube.delete(Pod, name, namespace="ns"))
-            self.gone.add(name)
-
-    @precondition(lambda self: any(o["spec"].get("nodeName") for o in self.pods().values()))
-    @rule(data=st.data(), phase=st.sampled_from(["Succeeded", "Failed"]))
-    def pod_finishes(self, data: st.DataObject, phase: str) -> None:
-        names = sorted(n for n, o in self.pods().items() if o["spec"].get("nodeName"))
-        if names:
-            name = data.draw(st.sampled_from(names))
-            self._apiserver(self.kube.patch(Pod, name, {"status": {"phase": phase}},
-                                            namespace="ns", patch_type=PatchType.MERGE))
 
     # -- kube-scheduler, through either replica --------------------------------------------
 
@@ -464,15 +455,9 @@ class PodJobProtocol(RuleBasedStateMachine):
         else:
             self.slurm.end(job.job_id, state)
 
-    @precondition(lambda self: not self.slurm.down)
     @rule()
-    def slurmrestd_outage(self) -> None:
-        self.slurm.down = True
-
-    @precondition(lambda self: self.slurm.down)
-    @rule()
-    def slurmrestd_back(self) -> None:
-        self.slurm.down = False
+    def slurmrestd_outage_starts_or_ends(self) -> None:
+        self.slurm.down = not self.slurm.down
 
     # -- properties --------------------------------------------------------------------------
 
