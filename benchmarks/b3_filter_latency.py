@@ -136,7 +136,7 @@ class Timed:
         }
 
 
-def bare_app(nodes: int) -> ASGIApp:
+def bare_app(nodes: int) -> FastAPI:
     """Does nothing: the same answer bytes as the bridge's, encoded once."""
     answer = json.dumps(filter_answer(nodes), separators=(",", ":")).encode()
     app = FastAPI(title="bare")

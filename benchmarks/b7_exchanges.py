@@ -322,25 +322,26 @@ def serve(port: int) -> None:
 
 @contextlib.contextmanager
 def stand_in(workdir: Path, module: str = "benchmarks.b7_exchanges",
-             args: Sequence[str] = (), scheme: str = "http") -> Iterator[str]:
-    """A stand-in server (``python -m module serve --port N args``) in its own process on a
+             args: Sequence[str] = (), *, scheme: str = "http", command: str = "serve",
+             wait: float = 60) -> Iterator[str]:
+    """A stand-in server (``python -m module COMMAND --port N args``) in its own process on a
     free port; its URL while running."""
     port = free_port()
-    log_path = workdir / f"b7-stand-in-{port}.log"
+    log_path = workdir / f"b7-{command}-{port}.log"
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", module, "serve", "--port", str(port), *args],
+            [sys.executable, "-m", module, command, "--port", str(port), *args],
             stdout=log, stderr=subprocess.STDOUT, cwd=str(Path(__file__).parents[1]),
         )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + wait
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"B7 stand-in exited: {log_path.read_text()[-2000:]}")
+                raise RuntimeError(f"B7 {command} exited: {log_path.read_text()[-2000:]}")
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
                 break
             if time.monotonic() > deadline:
-                raise RuntimeError(f"B7 stand-in not listening after 60 s ({log_path})")
+                raise RuntimeError(f"B7 {command} not listening after {wait:g} s ({log_path})")
             time.sleep(0.1)
         yield f"{scheme}://127.0.0.1:{port}"
     finally:

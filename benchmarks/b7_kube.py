@@ -34,8 +34,6 @@ import gc
 import json
 import os
 import ssl
-import subprocess
-import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -44,11 +42,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import msgspec
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import Response
 
 from benchmarks.b7_exchanges import ADOPT, TOKEN, _StandIn, response, serve_forever, stand_in
-from benchmarks.common import Figure, at_least, at_most, fmt, free_port, run_child
+from benchmarks.common import Figure, at_least, at_most, fmt, run_child
 
 NS, NAME, UID, NODE = "bench", "pod-1", "uid-0001", "kube-node1"
 WATCH_EVENTS = 50  # event lines per watch request
@@ -519,15 +517,10 @@ def _cpu_wrapped(app: Any) -> Any:
 
 
 def _bare_extender() -> Any:
-    from benchmarks.synthetic import filter_answer  # noqa: PLC0415
+    """B3's bare handler (the same answer bytes as the bridge's filter) plus a bare /bind."""
+    from benchmarks.b3_filter_latency import bare_app  # noqa: PLC0415
 
-    answer = json.dumps(filter_answer(CANDIDATES), separators=(",", ":")).encode()
-    app = FastAPI(title="bare")
-
-    @app.post("/filter")
-    async def filter_(request: Request) -> Response:
-        await request.body()
-        return Response(answer, media_type="application/json")
+    app = bare_app(CANDIDATES)
 
     @app.post("/bind")
     async def bind(request: Request) -> Response:
@@ -627,32 +620,9 @@ async def _drive_served(urls: dict[str, str], cfg: KubeConfig, reps: int) -> lis
     return samples
 
 
-@contextlib.contextmanager
 def _extender(side: str, workdir: Path) -> Any:
-    port = free_port()
-    log_path = workdir / f"b7-extender-{side}.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.b7_kube", "extender", "--side", side,
-             "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=str(Path(__file__).parents[1]))
-    from slurmbridge_devkit.stack import stop_process  # noqa: PLC0415
-
-    try:
-        import socket  # noqa: PLC0415
-
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"B7 {side} extender exited: {log_path.read_text()[-2000:]}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"B7 {side} extender not listening after 120 s")
-            time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_process(proc, timeout=10)
+    return stand_in(workdir, "benchmarks.b7_kube", ["--side", side], command="extender",
+                    wait=120)
 
 
 # -- the runner's side -----------------------------------------------------------------------
