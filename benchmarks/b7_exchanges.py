@@ -591,15 +591,25 @@ def _child(url: str, cfg: Config) -> dict[str, float]:
 # -- figures ---------------------------------------------------------------------------------
 
 
-def _figures(samples: list[dict[str, float]]) -> list[Figure]:
-    def fig(name: str, unit: str, key: str) -> Figure:
-        return Figure(name, unit, [s[key] for s in samples])
+class FigureMaker:
+    """B7's two kinds of figure over the repeats' samples: a measured value, and a ratio of
+    two held to the adoption rule."""
 
-    def ratio(name: str, num: str, den: str, target: str) -> Figure:
-        f = Figure(name, "x", [s[num] / s[den] for s in samples])
+    def __init__(self, samples: list[dict[str, float]]) -> None:
+        self.samples = samples
+
+    def fig(self, name: str, unit: str, key: str) -> Figure:
+        return Figure(name, unit, [s[key] for s in self.samples])
+
+    def ratio(self, name: str, num: str, den: str, target: str) -> Figure:
+        f = Figure(name, "x", [s[num] / s[den] for s in self.samples])
         at_least(f, ADOPT, target)
         return f
 
+
+def _figures(samples: list[dict[str, float]]) -> list[Figure]:
+    make = FigureMaker(samples)
+    fig, ratio = make.fig, make.ratio
     figures: list[Figure] = []
     for kind in KINDS:
         label = LABELS[kind]

@@ -45,8 +45,16 @@ import msgspec
 from fastapi import Request
 from fastapi.responses import Response
 
-from benchmarks.b7_exchanges import ADOPT, TOKEN, _StandIn, response, serve_forever, stand_in
-from benchmarks.common import Figure, at_least, at_most, fmt, run_child
+from benchmarks.b7_exchanges import (
+    ADOPT,
+    TOKEN,
+    FigureMaker,
+    _StandIn,
+    response,
+    serve_forever,
+    stand_in,
+)
+from benchmarks.common import Figure, at_most, fmt, run_child
 
 NS, NAME, UID, NODE = "bench", "pod-1", "uid-0001", "kube-node1"
 WATCH_EVENTS = 50  # event lines per watch request
@@ -661,14 +669,8 @@ def measure(workdir: Path, cfg: KubeConfig, repeats: int,
 
 
 def figures(samples: list[dict[str, float]]) -> list[Figure]:
-    def fig(name: str, unit: str, key: str) -> Figure:
-        return Figure(name, unit, [s[key] for s in samples])
-
-    def ratio(name: str, num: str, den: str, target: str) -> Figure:
-        f = Figure(name, "x", [s[num] / s[den] for s in samples])
-        at_least(f, ADOPT, target)
-        return f
-
+    make = FigureMaker(samples)
+    fig, ratio = make.fig, make.ratio
     lk = KUBE_STACKS[0]
     out: list[Figure] = []
     for kind in KUBE_KINDS:
