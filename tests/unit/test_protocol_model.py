@@ -18,6 +18,11 @@ passed on the model's clock, deleted pods stopped): no live placeholder without 
 every deleted or finished pod's job released, no bound pod left on a node its job does
 not hold, and at most one live job per owner.
 
+Found so far (xfail below, the product unchanged): a job requeued and started on another
+node between two of the bridge's reads is never re-read (state RUNNING both times), so the
+pod bound on its old node is never evicted.  The fixed-seed run here does not reach it;
+other seeds do (``derandomize=False``, a few hundred examples).
+
 Why hypothesis and not TLC or spin: neither is installed here (spin 6.5.2 is only an apt
 candidate, TLA+ is not packaged), and a model in their languages would check a transcript
 of the protocol, not the code; this one runs the bridge's own code in the fast path.
@@ -34,6 +39,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -541,3 +547,36 @@ def _holds(job: SlurmJob, slurm_node: str, pod: dict[str, Any]) -> bool:
 
 
 TestPodJobProtocol = PodJobProtocol.TestCase
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "found by the model: the poller and the resync re-read a job only when its state "
+    "changed, so a job requeued and started on another node between two reads (scontrol "
+    "requeue during a slurmrestd outage, or within one poll interval) stays RUNNING on "
+    "its old node in the index, and the leader never evicts the pod bound there"))
+async def test_a_job_restarted_elsewhere_between_two_reads_evicts_its_pod(
+        tmp_path: Path) -> None:
+    kube, slurm = FakeKube(), FakeSlurm(tuple(NODES))
+    bridge = bridge_over_fakes(tmp_path, slurm, kube)
+    pod = PodBuilder("p", "ns").build()
+    assert pod.metadata is not None
+    pod.metadata.uid = "uid-p"
+    kube.add(pod)
+
+    async def fresh() -> Pod:
+        return cast(Pod, await kube.get(Pod, "p", namespace="ns"))
+
+    await bridge.placer.filter(await fresh(), list(NODES))  # submits job 100
+    slurm.start(100, "node1", gpus=(0,))
+    await bridge.poller.poll_once()
+    verdict = await bridge.placer.filter(await fresh(), list(NODES))
+    assert verdict.keep == ["node1"]
+    await bridge.binder.bind("ns", "p", "uid-p", "node1")
+    await bridge.notifier.drain()
+    # scontrol requeue, and Slurm starts it again on node2 before the bridge reads it
+    slurm.put(SlurmJob(100, "k8s:ns/p", JobState.PENDING, "BeginTime", PodOwner("uid-p"), None))
+    slurm.start(100, "node2", gpus=(1,))
+    await bridge.poller.poll_once()
+    await bridge.poller.resync()
+    await bridge.lifecycle.reconcile_once()
+    assert kube.evicted == ["ns/p"]
