@@ -56,6 +56,13 @@ def canonical_key(key: str) -> str:
     return ALIASES.get(key, key)
 
 
+def keys_set(annotations: Mapping[str, str] | None) -> set[str]:
+    """The bridge keys a pod sets, itself or through an alias (non-blank values): what the
+    tenancy checks before filling in a default.  Never raises (the webhook and the
+    translation refuse what ``resolve`` refuses)."""
+    return {canonical_key(k) for k in _present(annotations)}
+
+
 def _present(annotations: Mapping[str, str] | None) -> dict[str, str]:
     return {k: v.strip() for k, v in (annotations or {}).items() if v and v.strip()}
 
@@ -88,15 +95,3 @@ def resolve(annotations: Mapping[str, str] | None) -> tuple[dict[str, str], dict
         values[key] = value
         sources[key] = alias
     return values, sources
-
-
-def with_aliases(annotations: Mapping[str, str] | None) -> dict[str, str]:
-    """Each bridge key's non-blank value, from the key or its alias: what the tenancy checks
-    before filling in a default.  Never raises (the webhook and the translation refuse what
-    ``resolve`` refuses)."""
-    present = _present(annotations)
-    found = {k: v for k, v in present.items() if k not in ALIASES}
-    for alias, key in ALIASES.items():
-        if alias in present:
-            found.setdefault(key, present[alias])
-    return found

@@ -33,7 +33,7 @@ from pydantic import (
 
 from bridge import keys
 from bridge.filestamp import FileStamp, file_stamp
-from bridge.jobs.aliases import with_aliases
+from bridge.jobs.aliases import keys_set
 
 log = structlog.get_logger(__name__)
 
@@ -143,7 +143,7 @@ class TenancyMap(BaseModel):
         the namespace may not use): the refusal names both.  A value set through
         slurm-bridge's alias of a key is the pod's own too (bridge/jobs/aliases.py).
         """
-        own = with_aliases(annotations)
+        own = keys_set(annotations)
         tenant = self.tenant(namespace)
         if tenant is None:
             return {}
@@ -152,10 +152,7 @@ class TenancyMap(BaseModel):
             keys.ACCOUNT: tenant.account, keys.SLURM_USER: tenant.user,
             keys.PARTITION: tenant.partition, keys.QOS: qos,
         }
-        return {
-            k: v for k, v in wanted.items()
-            if v and k not in own
-        }
+        return {k: v for k, v in wanted.items() if v and k not in own}
 
 
 class TenancyError(ValueError):
