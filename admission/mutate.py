@@ -59,6 +59,7 @@ def patch_for(
     if pod.spec.scheduler_name != keys.SCHEDULER_NAME:
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": keys.SCHEDULER_NAME})
     ops += _toleration_ops(pod)
+    ops += _gate_ops(pod)
     gpu_ops, gpus = _gpu_ops(pod)
     ops += gpu_ops
     annotations = {**(defaults or {}), **({keys.GPUS: gpus} if gpus else {})}
@@ -86,6 +87,19 @@ def _toleration_ops(pod: PodShape) -> list[PatchOp]:
         for t in tolerations
     )
     return [] if tolerated else [{"op": "add", "path": "/spec/tolerations/-", "value": TOLERATION}]
+
+
+def _gate_ops(pod: PodShape) -> list[PatchOp]:
+    """The bridge's scheduling gate: kube-scheduler first sees the pod once Slurm placed it.
+
+    Gates can only be set when a pod is created (this webhook mutates creations only); a pod
+    with ``nodeName`` skips scheduling, and the validating webhook refuses it anyway."""
+    if pod.is_bound or keys.SLURM_GATE in pod.gate_names():
+        return []
+    gate = {"name": keys.SLURM_GATE}
+    if pod.spec.scheduling_gates is None:
+        return [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
+    return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
 
 
 def _gpu_ops(pod: PodShape) -> tuple[list[PatchOp], str | None]:

@@ -92,6 +92,9 @@ class PodShape(_Open):
         prefixes = (keys.PREFIX, keys.SLINKY_PREFIX)
         return {k: v for k, v in self.annotations.items() if k.startswith(prefixes)}
 
+    def gate_names(self) -> list[str]:
+        return [str(g.get("name", "")) for g in self.spec.scheduling_gates or []]
+
     def bridge_labels(self) -> dict[str, str]:
         """The ``slurmbridge.io/*`` labels (pod groups): fixed once the pod may have a job."""
         labels = self.metadata.labels or {}

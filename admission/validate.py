@@ -57,7 +57,7 @@ def check(
                 + ("remove them from the pod" if old is None else "leave them as they are"),
             )
     if old is not None:
-        denial = _frozen(pod, old, changed)
+        denial = _gate_removed(request, pod, old, settings) or _frozen(pod, old, changed)
         if denial:
             return denial
     mapping = tenancy.current()
@@ -77,14 +77,31 @@ def check(
     return None
 
 
+def _gate_removed(
+    request: AdmissionRequest, pod: PodShape, old: PodShape, settings: AdmissionSettings
+) -> Denial | None:
+    """Only the bridge lifts its gate: it does so in the write that says where Slurm put the
+    pod; lifted by anyone else, kube-scheduler would place a pod Slurm has not."""
+    lifted = keys.SLURM_GATE in old.gate_names() and keys.SLURM_GATE not in pod.gate_names()
+    if not lifted or request.user_info.username == settings.bridge_user:
+        return None
+    return Denial(
+        403,
+        f"scheduling gate {keys.SLURM_GATE} may only be removed by slurmbridge itself "
+        f"({settings.bridge_user}), once Slurm has allocated the pod's job: leave it; "
+        "`kubectl slurmbridge why` shows what the job waits for",
+    )
+
+
 def _frozen(pod: PodShape, old: PodShape, changed: list[str]) -> Denial | None:
     """The bridge's labels and the user annotations are fixed once the pod may have a job.
 
     The job was asked for with them, and its owner (pod or group) recorded: a later change
-    would make the bridge misjudge whose job it is.  Only a scheduling-gated, unbound pod
-    (neither kube-scheduler nor the bridge looks at it yet) may still change them.
+    would make the bridge misjudge whose job it is.  Only an unbound pod held by a scheduling
+    gate other than the bridge's own (the bridge submits nothing while one is left, and
+    kube-scheduler does not look at it) may still change them.
     """
-    if old.spec.scheduling_gates and not old.is_bound:
+    if any(g != keys.SLURM_GATE for g in old.gate_names()) and not old.is_bound:
         return None
     user = [k for k in changed if k not in keys.BRIDGE_OWNED_ANNOTATIONS]
     labels_before, labels_after = old.bridge_labels(), pod.bridge_labels()

@@ -77,8 +77,9 @@ class PlacementSettings(BaseModel):
     )
     submit_on_create: bool = Field(
         True,
-        description="submit a pod's job when the pod appears (leader only), before "
-        "kube-scheduler's first filter; off: filter submits",
+        description="submit the job of a pod without the bridge's scheduling gate when the pod "
+        "appears (leader only), before kube-scheduler's first filter; off: filter submits "
+        "it. Gated pods (the webhook's) are always submitted by the leader",
     )
     submit_workers: int = Field(16, ge=1, description="parallel submissions of submit_on_create")
     unready_after_seconds: float = Field(

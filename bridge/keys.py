@@ -96,6 +96,11 @@ LWS_SIZE: Final = "leaderworkerset.sigs.k8s.io/size"
 GROUP_CLAIM: Final = PREFIX + "group-claim"
 GROUP_NODES: Final = PREFIX + "group-nodes"
 
+# The scheduling gate the webhook gives every pod it enrols: kube-scheduler does not look at
+# the pod until the bridge removes it, in the one write that records where Slurm placed it
+# (bridge/link/release.py).  Only the bridge may remove it.
+SLURM_GATE: Final = PREFIX + "slurm"
+
 # Namespace label that enrols every pod of the namespace.
 NAMESPACE_ENROLLED: Final = PREFIX + "enabled"
 
@@ -126,6 +131,9 @@ class EventReason(StrEnum):
 REASON_ALLOCATED: Final = "Allocated"
 REASON_SLURM_REACHABLE: Final = "SlurmReachable"  # slurmrestd answers again
 REASON_BRIDGE_STARTED: Final = "BridgeStarted"  # a restarted bridge requeues unbound pods
+# A gated pod whose job the bridge will not submit (policy, translation): kube-scheduler never
+# sees such a pod, so this condition (and a SlurmSubmitRefused event) is where it is said.
+REASON_CANNOT_SUBMIT: Final = "CannotSubmit"
 # Condition reasons on NODE_CONDITION_SLURM.
 REASON_NODE_AVAILABLE: Final = "SlurmNodeAvailable"
 REASON_NODE_UNAVAILABLE: Final = "SlurmNodeUnavailable"

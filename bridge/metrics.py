@@ -32,6 +32,10 @@ POLL_ERRORS = Counter(
     "refusing), unreadable (an answer the bridge cannot parse), bug (anything else)",
     ["kind"],
 )
+PODS_RELEASED = Counter(
+    "slurmbridge_pods_released_total",
+    "gated pods handed to kube-scheduler with the node Slurm allocated",
+)
 PODS_BOUND = Counter("slurmbridge_pods_bound_total", "pods bound where Slurm allocated")
 BIND_FAILURES = Counter("slurmbridge_bind_failures_total", "binds refused or failed")
 POD_TO_BIND_SECONDS = Histogram(

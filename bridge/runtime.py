@@ -15,6 +15,7 @@ from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
 from bridge.kube.pods import set_slurm_condition
 from bridge.link.claims import Claims
+from bridge.link.release import gated
 from bridge.placement.grace import GraceWarnings
 from bridge.placement.index import JobIndex
 from bridge.placement.intake import UNBOUND, Intake
@@ -24,6 +25,7 @@ from bridge.placement.outcomes import Refused
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
+from bridge.placement.release import Releaser
 from bridge.placement.submit import SubmitHooks
 from bridge.policy.check import SubmitRefused, for_submit
 from bridge.policy.tenancy import TenancySource
@@ -60,20 +62,19 @@ class Bridge:
             identity=c.identity, lease_seconds=c.lease_seconds,
         )
         self.claims = Claims(self.kube, self.elector.identity, namespace=c.lease_namespace)
-        self.placer = Placer(
-            self.index, self.nodes, self.pods, self.notifier.job_known,
-            claims=self.claims,
-            hooks=SubmitHooks(
-                admit=self._admit,
-                on_refused=self.notifier.submit_refused,
-                on_submitted=self.grace.submitted,
-            ),
-        )
-        self.binder = Binder(
-            self.kube, self.placer, cuda_numbering=settings.placement.cuda_visible_devices
-        )
+        hooks = SubmitHooks(admit=self._admit, on_refused=self.notifier.submit_refused,
+                            on_submitted=self.grace.submitted)
+        self.placer = Placer(self.index, self.nodes, self.pods, self.notifier.job_known,
+                             claims=self.claims, hooks=hooks)
         p = settings.placement
-        self.intake = Intake(self.kube, self.placer, workers=p.submit_workers)
+        self.binder = Binder(self.kube, self.placer, cuda_numbering=p.cuda_visible_devices)
+        self.releaser = Releaser(
+            self.kube, self.placer, self.index, cuda_numbering=p.cuda_visible_devices
+        )
+        self.intake = Intake(
+            self.kube, self.placer, self.releaser, workers=p.submit_workers,
+            on_refused=self.notifier.submit_refused, ungated=p.submit_on_create,
+        )
         self.poller = Poller(
             self.slurm, self.index, self._job_changed,
             interval=p.poll_interval_seconds,
@@ -99,6 +100,7 @@ class Bridge:
             raise Refused(str(exc)) from exc
 
     async def _job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
+        self.releaser.job_changed(after)
         await self.notifier.job_changed(after)
 
     async def start(self) -> None:
@@ -123,6 +125,8 @@ class Bridge:
                 fields=UNBOUND,
             ):
                 meta = pod.metadata
+                if gated(pod):  # not in kube-scheduler's queue: the leader releases it
+                    continue
                 if meta and meta.name and meta.namespace and not meta.deletionTimestamp:
                     await set_slurm_condition(
                         self.kube, meta.namespace, meta.name, allocated=False,
@@ -136,9 +140,14 @@ class Bridge:
         """What only the lease holder runs: early submission and the controllers."""
         self.poller.resync_soon()  # the jobs other replicas submitted while nobody led
         async with asyncio.TaskGroup() as tasks:
-            if self.settings.placement.submit_on_create:
-                tasks.create_task(self.intake.run(), name="intake")
+            tasks.create_task(self._intake(), name="intake")
             tasks.create_task(self._reconcile(), name="controllers")
+
+    async def _intake(self) -> None:
+        """Submit only once the index holds every job a former leader may have submitted:
+        a gated pod's job is submitted by the leader alone, without a claim."""
+        await self.poller.resynced()
+        await self.intake.run()
 
     async def _reconcile(self) -> None:
         while True:

@@ -86,6 +86,12 @@ class PodBuilder:
         self._spec.update(fields)
         return self
 
+    def gated(self, *others: str) -> Self:
+        """The bridge's scheduling gate, as the webhook adds it (after any ``others``)."""
+        names = [*others, keys.SLURM_GATE]
+        self._spec["schedulingGates"] = [{"name": n} for n in names]
+        return self
+
     def manifest(self) -> dict[str, Any]:
         """The pod as the API takes it (a plain dict)."""
         limits: dict[str, str] = {}

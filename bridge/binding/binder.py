@@ -6,7 +6,6 @@ that starts on the node always finds its GPU indices through the downward API.
 """
 
 from datetime import UTC, datetime
-from typing import Literal
 
 import structlog
 from lightkube.resources.core_v1 import Pod
@@ -14,6 +13,7 @@ from lightkube.resources.core_v1 import Pod
 from bridge import metrics
 from bridge.kube import pods as kpods
 from bridge.link import annotations
+from bridge.link.annotations import CudaNumbering, cuda_visible_devices
 from bridge.placement.outcomes import Placement
 from bridge.placement.placer import Placer
 from bridge.ports import KubePort
@@ -23,21 +23,6 @@ log = structlog.get_logger(__name__)
 
 class BindError(Exception):
     """Refused or failed bind; the message goes back to kube-scheduler and the pod's events."""
-
-
-CudaNumbering = Literal["renumbered", "physical"]
-
-
-def cuda_visible_devices(gpu_ids: str, numbering: CudaNumbering) -> str:
-    """CUDA_VISIBLE_DEVICES for a container given Slurm's GPU indices (``"4,5"``).
-
-    The NVIDIA container runtime mounts only the devices in NVIDIA_VISIBLE_DEVICES and CUDA
-    numbers them from 0: physical indices there would hide every GPU.  An empty value stays
-    empty (no GPU, never someone else's).
-    """
-    if numbering == "physical" or not gpu_ids:
-        return gpu_ids
-    return ",".join(str(i) for i in range(len(gpu_ids.split(","))))
 
 
 class Binder:

@@ -126,8 +126,13 @@ class Lifecycle:
 
     async def _adopt_recorded(self, pods: list[Pod]) -> None:
         """Track the jobs recorded on the bridge's pods that the index does not hold (another
-        replica submitted them): one read per job id, a cost that follows the bridge's pods."""
-        recorded = {i for p in pods if (i := recorded_job_id(p)) is not None}
+        replica submitted them): one read per job id, a cost that follows the bridge's pods.
+        A recorded job is its owner's for good: the one a resync keeps of duplicates."""
+        recorded = set()
+        for pod in pods:
+            if (job_id := recorded_job_id(pod)) is not None:
+                recorded.add(job_id)
+                self._index.pin(owner_key(pod), job_id)
         self._adopted &= recorded
         unknown = sorted(i for i in recorded - self._adopted if self._index.by_id(i) is None)
         self._adopted |= recorded - set(unknown)
@@ -197,8 +202,10 @@ class Lifecycle:
         meta = pod.metadata or ObjectMeta()
         if meta.uid in self._evicted or meta.deletionTimestamp or finished(pod):
             return False
-        if pod.spec and pod.spec.nodeName:
-            return recorded_job_id(pod) == job.job_id and not holds(meta.annotations or {}, job)
+        annotations = meta.annotations or {}
+        if (pod.spec and pod.spec.nodeName) or keys.SLURM_NODE in annotations:
+            # bound, or released to a node: only that node and those GPUs will do
+            return recorded_job_id(pod) == job.job_id and not holds(annotations, job)
         if job.state.is_live or not tied_to(pod, job):  # untied: the group's next run
             return False
         current = self._index.by_owner(owner)

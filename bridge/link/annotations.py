@@ -7,6 +7,7 @@ must keep running there, or the pod no longer has what it was bound to.
 """
 
 from collections.abc import Mapping
+from typing import Literal
 
 from lightkube.models.core_v1 import Pod
 
@@ -14,6 +15,20 @@ from bridge import keys
 from bridge.jobs.owner import Owner, owner_text
 from bridge.slurm.allocation import format_gpu_ids
 from bridge.slurm.types import JobState, SlurmJob
+
+CudaNumbering = Literal["renumbered", "physical"]
+
+
+def cuda_visible_devices(gpu_ids: str, numbering: CudaNumbering) -> str:
+    """CUDA_VISIBLE_DEVICES for a container given Slurm's GPU indices (``"4,5"``).
+
+    The NVIDIA container runtime mounts only the devices in NVIDIA_VISIBLE_DEVICES and CUDA
+    numbers them from 0: physical indices there would hide every GPU.  An empty value stays
+    empty (no GPU, never someone else's).
+    """
+    if numbering == "physical" or not gpu_ids:
+        return gpu_ids
+    return ",".join(str(i) for i in range(len(gpu_ids.split(","))))
 
 
 def record_changes(pod: Pod, job: SlurmJob) -> dict[str, str | None]:

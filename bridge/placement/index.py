@@ -31,9 +31,10 @@ log = structlog.get_logger(__name__)
 _READS_IN_FLIGHT = 8  # GET /job/<id> at once while a rebuild reads unclassified jobs
 
 
-def _keeper(jobs: list[SlurmJob]) -> SlurmJob:
-    """Of several live jobs for one pod, keep the one furthest along, then the oldest."""
-    return min(jobs, key=lambda j: (j.state is JobState.PENDING, j.job_id))
+def _keeper(jobs: list[SlurmJob], pinned: int | None = None) -> SlurmJob:
+    """Of several live jobs for one pod, keep the one recorded on the pod (``pinned``), else
+    the one furthest along, then the oldest."""
+    return min(jobs, key=lambda j: (j.job_id != pinned, j.state is JobState.PENDING, j.job_id))
 
 
 class JobIndex:
@@ -47,6 +48,7 @@ class JobIndex:
         self._resyncing = False
         self._listing: asyncio.Future[list[SlurmJob]] | None = None
         self._native: set[int] = set()  # ids read once and found not to be placeholders
+        self._pinned: dict[Owner, int] = {}  # owner → the job id recorded on its pod(s)
 
     def by_owner(self, owner: Owner) -> SlurmJob | None:
         return self._by_owner.get(owner)
@@ -69,6 +71,11 @@ class JobIndex:
         current = self._by_owner.get(job.owner)
         if current is None or current.job_id == job.job_id or not current.state.is_live:
             self._by_owner[job.owner] = job
+
+    def pin(self, owner: Owner, job_id: int) -> None:
+        """``job_id`` is recorded on the owner's pod: of duplicates, it is the one kept (a
+        deposed leader's late submission never takes a released pod's job away)."""
+        self._pinned[owner] = job_id
 
     def forget(self, job_id: int) -> None:
         job = self._by_id.pop(job_id, None)
@@ -134,7 +141,7 @@ class JobIndex:
         cancelled = []
         for owner, jobs in _live_by_owner(listing).items():
             if len(jobs) > 1:
-                keep = _keeper(jobs)
+                keep = _keeper(jobs, self._pinned.get(owner))
                 for extra in jobs:
                     if extra is not keep:
                         log.warning(
@@ -146,10 +153,11 @@ class JobIndex:
         for job in listing:
             if job.job_id not in cancelled:
                 self.record(job)
-        # Submit locks of owners whose jobs left Slurm's listing: not kept forever.
+        # Submit locks and pins of owners whose jobs left Slurm's listing: not kept forever.
         self._locks = {
             o: lock for o, lock in self._locks.items() if lock.locked() or o in self._by_owner
         }
+        self._pinned = {o: i for o, i in self._pinned.items() if o in self._by_owner}
         return cancelled
 
 

@@ -6,8 +6,10 @@ scheduler's client rate limit) and waits to be requeued.  Watching unbound
 pods and submitting their jobs in parallel lets Slurm allocate while the pods
 still queue in kube-scheduler, so most pass filter on their first attempt; the
 researcher also sees the job in ``squeue`` at once.  Only the leader runs
-this; filter still submits anything it misses (same code path, so a pod's job
-is submitted once either way).
+this.  A pod the webhook gated is submitted here only, and handed to the releaser
+(release.py), which lifts the gate once Slurm runs the job; for a pod that came without the
+gate, filter still submits anything intake misses (same code path, so a pod's job is
+submitted once either way).
 """
 
 import asyncio
@@ -20,8 +22,11 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.link.owner import pod_ref
-from bridge.placement.outcomes import ClaimedElsewhere, PlacementError
+from bridge.link.release import gated, other_gates
+from bridge.placement.outcomes import ClaimedElsewhere, PlacementError, Refused
 from bridge.placement.placer import Placer
+from bridge.placement.release import Releaser
+from bridge.placement.submit import REFUSED_RETRY_SECONDS, OnRefused
 from bridge.ports import KubePort
 from bridge.slurm.errors import SlurmError
 
@@ -35,7 +40,8 @@ UNBOUND: dict[str, str | BinaryOperator | SequenceOperator] = {
 
 
 def ready_to_submit(pod: Pod) -> bool:
-    """Unbound, pending, not being deleted, no scheduling gates, no job recorded yet."""
+    """Unbound, pending, not being deleted, no scheduling gate but the bridge's own, no job
+    recorded yet."""
     meta, spec = pod.metadata, pod.spec
     if meta is None or spec is None or not (meta.uid and meta.name and meta.namespace):
         return False
@@ -43,32 +49,45 @@ def ready_to_submit(pod: Pod) -> bool:
     return (
         not spec.nodeName
         and not meta.deletionTimestamp
-        and not spec.schedulingGates
+        and not other_gates(pod)
         and phase in (None, "Pending")
         and keys.JOB_ID not in (meta.annotations or {})
     )
 
 
 class Intake:
-    def __init__(self, kube: KubePort, placer: Placer, *, workers: int) -> None:
+    def __init__(
+        self, kube: KubePort, placer: Placer, releaser: Releaser, *, workers: int,
+        on_refused: OnRefused | None = None, ungated: bool = True,
+    ) -> None:
+        """``ungated``: submit early for pods without the bridge's gate too (else filter
+        submits theirs); a gated pod's job is submitted here whatever it says."""
         self._kube = kube
         self._placer = placer
+        self._releaser = releaser
+        self._on_refused = on_refused  # a gated pod's refusal: nobody else would say it
         self._workers = workers
+        self._ungated = ungated
         self._queue: asyncio.Queue[Pod] = asyncio.Queue()
         self._handled: set[str] = set()  # pod UIDs queued once; dropped when they leave the watch
         self._retries: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         """Watch forever (restarting after errors); submit with ``workers`` in parallel."""
-        async with asyncio.TaskGroup() as tasks:
-            for _ in range(self._workers):
-                tasks.create_task(self._work())
-            while True:
-                try:
-                    await self._watch()
-                except Exception as exc:  # apiserver away or watch expired: start over
-                    log.warning("intake.watch_failed", error=repr(exc), retry_in=RETRY_SECONDS)
-                await asyncio.sleep(RETRY_SECONDS)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                for _ in range(self._workers):
+                    tasks.create_task(self._work())
+                while True:
+                    try:
+                        await self._watch()
+                    except Exception as exc:  # apiserver away or watch expired: start over
+                        log.warning("intake.watch_failed", error=repr(exc),
+                                    retry_in=RETRY_SECONDS)
+                    self._handled.clear()  # the next listing shows every pod again
+                    await asyncio.sleep(RETRY_SECONDS)
+        finally:
+            self._releaser.clear()
 
     async def _watch(self) -> None:
         async for event, pod in self._kube.watch(
@@ -79,9 +98,23 @@ class Intake:
                 continue
             if event == "DELETED":  # deleted, or bound (it left the field selector)
                 self._handled.discard(uid)
-            elif uid not in self._handled and ready_to_submit(pod):
+                self._releaser.forget(uid)
+            elif uid in self._handled:
+                self._releaser.refresh(pod)
+            elif ready_to_submit(pod) and (self._ungated or gated(pod)):
                 self._handled.add(uid)
                 self._queue.put_nowait(pod)
+
+    async def _gated_failed(self, pod: Pod, exc: Exception) -> None:
+        refused = isinstance(exc, Refused | InvalidPodRequest)
+        if refused and self._on_refused is not None:
+            await self._on_refused(pod, keys.REASON_CANNOT_SUBMIT, str(exc))
+        self._retry(pod, REFUSED_RETRY_SECONDS if refused else RETRY_SECONDS)
+
+    def _retry(self, pod: Pod, delay: float) -> None:
+        retry = asyncio.create_task(self._again(pod, delay))
+        self._retries.add(retry)
+        retry.add_done_callback(self._retries.discard)
 
     async def _again(self, pod: Pod, delay: float) -> None:
         """Queue a fresh copy of the pod after ``delay`` if it still has no job."""
@@ -99,16 +132,19 @@ class Intake:
         while True:
             pod = await self._queue.get()
             try:
-                await self._placer.prepare(pod)
+                job = await self._placer.prepare(pod)
+                if gated(pod):
+                    self._releaser.track(pod, job)
             except ClaimedElsewhere as exc:
                 # Its holder may have died between claim and job id: look again once the
                 # claim may be taken over (kube-scheduler would wait minutes for the pod).
                 log.info("intake.claimed_elsewhere", pod=pod_ref(pod), retry_in=exc.retry_in)
-                retry = asyncio.create_task(self._again(pod, exc.retry_in + 1))
-                self._retries.add(retry)
-                retry.add_done_callback(self._retries.discard)
+                self._retry(pod, exc.retry_in + 1)
             except (PlacementError, InvalidPodRequest, SlurmError) as exc:
-                # filter meets the same problem and tells the pod's owner
+                # An ungated pod's filter meets the same problem and tells its owner; a gated
+                # pod never reaches filter: told here, and tried again while it waits.
                 log.info("intake.deferred", pod=pod_ref(pod), why=str(exc))
+                if gated(pod):
+                    await self._gated_failed(pod, exc)
             except Exception:
                 log.exception("intake.failed", pod=pod_ref(pod))

@@ -22,6 +22,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from bridge import keys
 from bridge.kube import pods as kpods
 from bridge.link import annotations
+from bridge.link.release import gated
 from bridge.placement.pods import PodKey, PodRegistry
 from bridge.placement.reasons import waiting_message
 from bridge.ports import KubePort
@@ -65,7 +66,9 @@ class PodNotifier:
         meta = pod.metadata or ObjectMeta()
         assert meta.uid and meta.namespace and meta.name
         key = PodKey(meta.namespace, meta.name, meta.uid)
-        changes = {} if key.uid in self._seen else annotations.record_changes(pod, job)
+        # A gated pod's job is recorded by its release (placement/release.py), in one write.
+        recorded = key.uid in self._seen or gated(pod)
+        changes = {} if recorded else annotations.record_changes(pod, job)
         if changes:
             self._spawn(kpods.annotate(self._kube, key.namespace, key.name, changes))
         self._update(key, job)

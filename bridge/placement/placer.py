@@ -17,6 +17,7 @@ from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.link.claims import Claims, member_slot
 from bridge.link.owner import LinkedPod, linked_pod, recorded_job_id, tied_to
+from bridge.link.release import released_node
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.outcomes import (
@@ -100,6 +101,11 @@ class Placer:
     def created_at(self, pod_uid: str) -> datetime | None:
         return self._pods.created_at(pod_uid)
 
+    def reserve(self, owner: Owner, pod_uid: str, slurm_node: str) -> None:
+        """A group member was released to ``slurm_node``: filter and bind need no read."""
+        if isinstance(owner, GroupOwner):
+            self._pods.reserve(owner, pod_uid, slurm_node)
+
     def bound(self, pod_uid: str) -> None:
         """The pod is on its node: no requeue nudge is owed to it any more."""
         self._pods.unpark(pod_uid)
@@ -147,23 +153,25 @@ class Placer:
         if owner is None or job is None:
             return None
         try:
-            allocated = _allocated_nodes(job)
+            allocated = allocated_nodes(job)
         except PlacementError:  # not running: nowhere to bind yet
             return None
         if isinstance(owner, GroupOwner):  # only a node recorded on the group's claim
             node = self._pods.reserved(owner, pod_uid)
-            return self._placement_at(owner, job, node) if node in allocated else None
-        return self._placement_at(owner, job, allocated[0])
+            return self.placement_at(owner, job, node) if node in allocated else None
+        return self.placement_at(owner, job, allocated[0])
 
     async def _placement(self, pod: Pod, linked: LinkedPod, job: SlurmJob) -> Placement:
         owner = linked.owner
-        allocated = _allocated_nodes(job)
+        allocated = allocated_nodes(job)
         if not isinstance(owner, GroupOwner):
-            return self._placement_at(owner, job, allocated[0])
-        node = self._pods.reserved(owner, linked.uid)
+            return self.placement_at(owner, job, allocated[0])
+        node = self._pods.reserved(owner, linked.uid) or released_node(pod, job.job_id)
         if node not in allocated:
             node = await self._member_node(pod, owner, job, allocated)
-        return self._placement_at(owner, job, node)
+        else:
+            self._pods.reserve(owner, linked.uid, node)
+        return self.placement_at(owner, job, node)
 
     async def _member_node(
         self, pod: Pod, owner: Owner, job: SlurmJob, allocated: tuple[str, ...]
@@ -188,7 +196,8 @@ class Placer:
         self._pods.reserve(owner, pod.metadata.uid, node)
         return node
 
-    def _placement_at(self, owner: Owner, job: SlurmJob, slurm_node: str) -> Placement:
+    def placement_at(self, owner: Owner, job: SlurmJob, slurm_node: str) -> Placement:
+        """Where ``job`` puts its owner's pod on ``slurm_node`` (one of its nodes)."""
         assert job.allocation is not None
         return Placement(
             job_id=job.job_id,
@@ -199,7 +208,7 @@ class Placer:
         )
 
 
-def _allocated_nodes(job: SlurmJob) -> tuple[str, ...]:
+def allocated_nodes(job: SlurmJob) -> tuple[str, ...]:
     """The nodes of a running job (Pending, "waiting for Slurm job ...", until it runs)."""
     if job.state is not JobState.RUNNING or job.allocation is None or not job.allocation.nodes:
         raise Pending(waiting_message(job))

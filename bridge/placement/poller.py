@@ -81,6 +81,7 @@ class Poller:
         self._last_read: float | None = None  # loop time of the last complete cycle
         self._on_recovered = on_recovered
         self._resync_requested = False
+        self._resynced = asyncio.Event()  # a resync completed since the last request
 
     async def poll_once(self) -> None:
         tracked = {j.job_id: j for j in self._index.jobs() if j.state.is_live}
@@ -191,6 +192,7 @@ class Poller:
                 if self._resync_requested or loop.time() >= next_resync:
                     self._resync_requested = False
                     await self.resync()
+                    self._resynced.set()
                     next_resync = loop.time() + self.resync_interval
                 await self.poll_once()
                 recovered, self.healthy = not self.healthy, True
@@ -216,6 +218,11 @@ class Poller:
         """Resync on the next cycle: a replica that just took the lease holds none of the jobs
         the others submitted while nobody led, and its controllers act on the index."""
         self._resync_requested = True
+        self._resynced.clear()
+
+    async def resynced(self) -> None:
+        """Return once a resync asked for by ``resync_soon`` (or the first one) completed."""
+        await self._resynced.wait()
 
     def read_within(self, seconds: float) -> bool:
         """Did a poll cycle read Slurm completely in the last ``seconds``?"""

@@ -1,6 +1,7 @@
 """Submitting an owner's job once: one attempt per owner in this process (intake and filter
-share it), one claim across replicas (link/claims.py), and a refusal remembered for a while
-(an account removed from slurmdbd must not turn into a submission per filter)."""
+share it), one claim across replicas (link/claims.py) for a pod that came without the
+bridge's gate (a gated one is submitted by the leader alone), and a refusal remembered for a
+while (an account removed from slurmdbd must not turn into a submission per filter)."""
 
 import asyncio
 import dataclasses
@@ -17,6 +18,7 @@ from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import job_request_for_pod
 from bridge.link.claims import AlreadySubmitted, ClaimLost, Claims
 from bridge.link.records import OwnerChanged
+from bridge.link.release import gated
 from bridge.placement.index import JobIndex
 from bridge.placement.outcomes import ClaimedElsewhere, Pending, Refused
 from bridge.placement.reasons import refusal
@@ -77,7 +79,9 @@ class Submitter:
         if self._hooks.admit is not None:  # checked here too: the bridge trusts no admission
             pod = self._hooks.admit(pod)
         request = dataclasses.replace(job_request_for_pod(pod), owner=owner)
-        if self._claims is None:
+        if self._claims is None or gated(pod):
+            # A gated pod's job is submitted by the leader alone (intake) and becomes the
+            # pod's in the release write, whose precondition admits one: no claim needed.
             return await self._ensure(pod, request)
         try:
             took_over = await self._claims.claim(pod, owner, replacing=replacing)

@@ -441,6 +441,41 @@ async def test_a_gated_pod_may_still_change_its_slurm_terms(client: httpx.AsyncC
     ]
 
 
+async def test_an_enrolled_pod_is_gated_until_slurm_places_it(
+    client: httpx.AsyncClient,
+) -> None:
+    pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"})
+    patched = await mutated(client, pod)
+    assert patched["spec"]["schedulingGates"] == [{"name": keys.SLURM_GATE}]
+    assert (await post(client, "mutate", make_review(patched))).get("patch") is None  # idempotent
+    quota = make_pod(annotations={keys.ACCOUNT: "physics"},
+                     schedulingGates=[{"name": "example.com/quota"}])
+    assert (await mutated(client, quota))["spec"]["schedulingGates"] == [
+        {"name": "example.com/quota"}, {"name": keys.SLURM_GATE}]
+
+
+async def test_only_the_bridge_lifts_its_gate(client: httpx.AsyncClient) -> None:
+    old = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"},
+                   schedulingGates=[{"name": keys.SLURM_GATE}])
+    new = copy.deepcopy(old)
+    new["spec"]["schedulingGates"] = []
+    message = await denial(client, make_review(new, operation="UPDATE", old=old))
+    assert keys.SLURM_GATE in message and "slurmbridge" in message
+    by_bridge = make_review(new, operation="UPDATE", old=old, username=BRIDGE_USER)
+    assert (await post(client, "validate", by_bridge))["allowed"] is True
+
+
+async def test_a_pod_held_by_the_bridges_gate_alone_keeps_its_slurm_terms(
+    client: httpx.AsyncClient,
+) -> None:
+    """The leader may have submitted its job already: the terms it was asked with stay."""
+    old = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"},
+                   schedulingGates=[{"name": keys.SLURM_GATE}])
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][keys.ACCOUNT] = "chem"
+    assert keys.ACCOUNT in await denial(client, make_review(new, operation="UPDATE", old=old))
+
+
 async def test_unrelated_updates_of_bound_pods_pass(client: httpx.AsyncClient) -> None:
     old = make_pod(annotations={keys.ACCOUNT: "old-account"}, nodeName="n1")  # before the policy
     new = copy.deepcopy(old)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bridge.binding.binder import cuda_visible_devices
+from bridge.link.annotations import cuda_visible_devices
 
 
 @pytest.mark.parametrize(

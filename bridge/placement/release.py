@@ -1,0 +1,197 @@
+"""Release gated pods to kube-scheduler when Slurm allocates their job (leader only).
+
+Intake submits a gated pod's job and hands the pod here; when the job runs (at once, or
+when the poller sees it change), each of the owner's gated pods gets one write
+(bridge/link/release.py): gate lifted, job recorded, pod narrowed to its node.  A lone pod
+gets the job's node; a group's members are listed once per release and each gets its
+rank's node (Slurm's i-th), or the first node no released member holds, so any leader
+computes the same answer and a member released before a failover keeps its node.
+A write that finds the pod changed reads it once more; one the API server refuses for
+another reason is tried again after ``retry_seconds`` while the pod waits.
+"""
+
+import asyncio
+
+import structlog
+from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod as PodResource
+from lightkube.types import PatchType
+
+from bridge import keys, metrics
+from bridge.jobs.annotations import pod_group
+from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.owner import GroupOwner, Owner
+from bridge.kube.status import is_conflict, is_not_found
+from bridge.link import annotations
+from bridge.link.annotations import CudaNumbering, cuda_visible_devices
+from bridge.link.claims import member_slot
+from bridge.link.owner import owner_key, pod_ref
+from bridge.link.release import gated, release_patch, released_node
+from bridge.placement.index import JobIndex
+from bridge.placement.outcomes import PlacementError
+from bridge.placement.placer import Placer, allocated_nodes
+from bridge.ports import KubePort
+from bridge.slurm.types import SlurmJob
+
+log = structlog.get_logger(__name__)
+
+_WRITE_ATTEMPTS = 3  # a pod changed under each write this often in a row: try again later
+
+
+class Releaser:
+    def __init__(
+        self, kube: KubePort, placer: Placer, index: JobIndex, *,
+        cuda_numbering: CudaNumbering = "renumbered", retry_seconds: float = 2.0,
+    ) -> None:
+        self._kube = kube
+        self._placer = placer
+        self._index = index
+        self._cuda = cuda_numbering
+        self._retry = retry_seconds
+        self._waiting: dict[Owner, dict[str, Pod]] = {}  # gated pods by owner, by uid
+        self._releasing: set[Owner] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def track(self, pod: Pod, job: SlurmJob) -> None:
+        """``pod`` (gated) waits on ``job``: released as soon as the job runs."""
+        assert pod.metadata is not None and pod.metadata.uid
+        self._waiting.setdefault(owner_key(pod), {})[pod.metadata.uid] = pod
+        self.job_changed(job)
+
+    def refresh(self, pod: Pod) -> None:
+        """A newer copy of a tracked pod (from intake's watch): the write's precondition."""
+        meta = pod.metadata
+        if meta is None or not meta.uid:
+            return
+        pods = self._waiting.get(owner_key(pod))
+        if pods is not None and meta.uid in pods:
+            pods[meta.uid] = pod
+
+    def forget(self, pod_uid: str) -> None:
+        """The pod was deleted or bound."""
+        for owner, pods in list(self._waiting.items()):
+            if pods.pop(pod_uid, None) is not None and not pods:
+                del self._waiting[owner]
+
+    def job_changed(self, job: SlurmJob) -> None:
+        owner = job.owner
+        if owner is None or owner not in self._waiting or owner in self._releasing:
+            return
+        try:
+            allocated_nodes(job)
+        except PlacementError:  # not running yet
+            return
+        self._releasing.add(owner)
+        task = asyncio.create_task(self._release_until_done(owner, job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def clear(self) -> None:
+        """This replica no longer leads: the next leader releases what is left."""
+        for task in self._tasks:
+            task.cancel()
+        self._waiting.clear()
+        self._releasing.clear()
+
+    async def drain(self) -> None:
+        """Wait for releases under way (tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _release_until_done(self, owner: Owner, job: SlurmJob) -> None:
+        try:
+            while owner in self._waiting:
+                current = self._index.by_owner(owner)
+                if current is not None and current.job_id == job.job_id:
+                    job = current
+                try:
+                    allocated_nodes(job)
+                except PlacementError:  # requeued meanwhile: the poller reports it again
+                    return
+                try:
+                    await self._release(owner, job)
+                except Exception as exc:  # the apiserver away: the pods still wait
+                    log.warning("release.failed", owner=str(owner), job_id=job.job_id,
+                                error=repr(exc), retry_in=self._retry)
+                if owner in self._waiting:
+                    await asyncio.sleep(self._retry)
+        finally:
+            self._releasing.discard(owner)
+
+    async def _release(self, owner: Owner, job: SlurmJob) -> None:
+        allocated = allocated_nodes(job)
+        if not isinstance(owner, GroupOwner):
+            for pod in list(self._waiting.get(owner, {}).values()):
+                await self._release_pod(pod, owner, job, allocated[0])
+            return
+        members = [p async for p in self._kube.list(
+            PodResource, namespace=owner.namespace, labels={keys.GROUP: owner.group}
+        ) if owner_key(p) == owner]
+        taken = {n for p in members if not gated(p) and (n := released_node(p, job.job_id))}
+        waiting = sorted((p for p in members if gated(p)), key=_rank_then_name)
+        for uid in set(self._waiting.get(owner, {})) - {_uid(p) for p in waiting}:
+            self.forget(uid)  # released by someone else, or gone
+        for pod in waiting:
+            node = member_slot(allocated, taken, _rank(pod))
+            if node is None:
+                log.warning("release.group_full", owner=str(owner), job_id=job.job_id,
+                            pod=pod_ref(pod), nodes=",".join(allocated))
+                self.forget(_uid(pod))
+                continue
+            if await self._release_pod(pod, owner, job, node):
+                taken.add(node)
+
+    async def _release_pod(self, pod: Pod, owner: Owner, job: SlurmJob, slurm_node: str) -> bool:
+        """One write (a fresh read first only when the pod changed); True once released."""
+        uid = _uid(pod)
+        placement = self._placer.placement_at(owner, job, slurm_node)
+        cuda = cuda_visible_devices(placement.gpu_ids, self._cuda)
+        recorded = annotations.bound(job.job_id, owner, slurm_node, placement.gpu_ids, cuda)
+        meta = pod.metadata
+        assert meta is not None and meta.name and meta.namespace
+        for _ in range(_WRITE_ATTEMPTS):
+            patch = release_patch(pod, placement.kube_node, recorded)
+            try:
+                await self._kube.patch(PodResource, meta.name, patch, namespace=meta.namespace,
+                                       patch_type=PatchType.MERGE)
+                break
+            except ApiError as exc:
+                if is_not_found(exc):
+                    self.forget(uid)
+                    return False
+                if not is_conflict(exc):
+                    raise
+            pod = await self._kube.get(PodResource, meta.name, namespace=meta.namespace)
+            if _uid(pod) != uid or not gated(pod):  # recreated, or released meanwhile
+                self.forget(uid)
+                return False
+        else:
+            return False
+        self.forget(uid)
+        self._index.pin(owner, job.job_id)
+        self._placer.reserve(owner, uid, slurm_node)
+        metrics.PODS_RELEASED.inc()
+        log.info("release.done", pod=pod_ref(pod), job_id=job.job_id, node=placement.kube_node,
+                 gpu_ids=placement.gpu_ids)
+        return True
+
+
+def _uid(pod: Pod) -> str:
+    assert pod.metadata is not None and pod.metadata.uid
+    return pod.metadata.uid
+
+
+def _rank(pod: Pod) -> int | None:
+    try:
+        group = pod_group(pod.metadata.labels if pod.metadata else None)
+    except InvalidPodRequest:  # labels the webhook would have refused: no rank
+        return None
+    return group.rank if group is not None else None
+
+
+def _rank_then_name(pod: Pod) -> tuple[int, str]:
+    """Ranked members first, in rank order; the others by name: the same order everywhere."""
+    rank = _rank(pod)
+    return (1 << 30) if rank is None else rank, (pod.metadata.name if pod.metadata else "") or ""
+
