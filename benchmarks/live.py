@@ -167,10 +167,12 @@ async def resize_nodes(
 
 
 def bench_pod(name: str, scheduler: str, app: str) -> Pod:
-    """A 1-CPU pod that tolerates the managed taint (bench pods skip the webhook)."""
+    """A 1-CPU pod that tolerates the managed taint and, for the bridge, carries its gate:
+    bench pods skip the webhook, so they come as it would leave them."""
     toleration = {"key": keys.MANAGED_TAINT, "operator": "Exists", "effect": "NoSchedule"}
-    return (PodBuilder(name).scheduler(scheduler).label("app", app).memory("512Mi")
-            .spec(tolerations=[toleration]).build())
+    pod = (PodBuilder(name).scheduler(scheduler).label("app", app).memory("512Mi")
+           .spec(tolerations=[toleration]))
+    return (pod.gated() if scheduler == keys.SCHEDULER_NAME else pod).build()
 
 
 async def create_pods(kube: AsyncClient, ns: str, pods: list[Pod], parallel: int) -> None:

@@ -94,6 +94,7 @@ class KubePort(Protocol):
     def watch(
         self, res: type[NamespacedResource], *, namespace: str | None = None,
         labels: LabelSelector | None = None, fields: FieldSelector | None = None,
+        resource_version: str | None = None,
     ) -> AsyncIterable[tuple[str, NamespacedResource]]: ...
 
     @overload

@@ -15,6 +15,7 @@ from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
 from bridge.kube.pods import set_slurm_condition
 from bridge.link.claims import Claims
+from bridge.link.podcache import PodCache
 from bridge.link.release import gated
 from bridge.placement.grace import GraceWarnings
 from bridge.placement.index import JobIndex
@@ -85,8 +86,9 @@ class Bridge:
             on_recovered=self.notifier.slurm_recovered,
             watch_running=lambda job: self.grace.preemptable(job.qos),
         )
+        self.pod_cache = PodCache(self.kube)
         self.lifecycle = Lifecycle(
-            self.kube, self.slurm, self.index, self.pods,
+            self.kube, self.slurm, self.index, self.pods, self.pod_cache,
             orphan_grace=c.orphan_grace_seconds, claims=self.claims,
         )
         self.nodesync = NodeSync(self.kube, self.slurm, self.nodes)
@@ -108,6 +110,7 @@ class Bridge:
         self._tasks = [
             asyncio.create_task(self.poller.run(), name="poller"),
             asyncio.create_task(self._node_loop(), name="nodes"),
+            asyncio.create_task(self.pod_cache.run(), name="pods"),
         ]
         self._tasks.append(asyncio.create_task(self._requeue_waiting(), name="requeue"))
         if self.settings.controllers.enabled:

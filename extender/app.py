@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from bridge import metrics
 from bridge.binding.binder import BindError
-from bridge.placement.outcomes import Outcome, PlacementError
+from bridge.placement.outcomes import Outcome, PlacementError, Verdict
 from bridge.runtime import Bridge
 from bridge.slurm.errors import SlurmError
 from extender.verify import PodUnreadable, UnverifiedPod, pod_from_api
@@ -110,18 +110,13 @@ async def _filter(bridge: Bridge, args: ExtenderArgs) -> bytes:
     started = time.perf_counter()
     claimed = _pod(args)
     candidates = args.candidates()
-    try:  # never act on the body: the API server's copy of the pod it names
-        pod = await pod_from_api(bridge.kube, claimed)
-    except (UnverifiedPod, PodUnreadable) as exc:
-        unverified = isinstance(exc, UnverifiedPod)
-        outcome = Outcome.REFUSED if unverified else Outcome.PENDING
-        metrics.FILTER_DECISIONS.labels(outcome.metric_label).inc()
-        if unverified:
-            log.warning("extender.unverified_pod", pod=f"{claimed.namespace}/{claimed.name}",
-                        why=str(exc))
-        message = str(exc) if unverified else f"waiting: cannot read the pod: {exc}"
-        return filter_result_json([], candidates, message)
-    verdict = await bridge.placer.filter(pod, candidates)
+    verdict = _known_verdict(bridge, claimed, candidates)
+    if verdict is None:
+        try:  # never act on the body: the API server's copy of the pod it names
+            pod = await pod_from_api(bridge.kube, claimed)
+        except (UnverifiedPod, PodUnreadable) as exc:
+            return _unverified(claimed, candidates, exc)
+        verdict = await bridge.placer.filter(pod, candidates)
     elapsed = time.perf_counter() - started
     metrics.FILTER_SECONDS.observe(elapsed)
     log.debug(
@@ -135,6 +130,31 @@ async def _filter(bridge: Bridge, args: ExtenderArgs) -> bytes:
         )
         return result.model_dump_json(by_alias=True).encode()
     return filter_result_json(verdict.keep, verdict.failed(), verdict.reason)
+
+
+def _known_verdict(bridge: Bridge, claimed: PodMeta, candidates: list[str]) -> Verdict | None:
+    """From the pod cache (the API server's copy, as its watch delivered it) when it holds
+    this pod at least as new as the version kube-scheduler saw; None: read the pod."""
+    assert claimed.uid
+    view = bridge.pod_cache.get(claimed.uid)
+    if view is None or (view.namespace, view.name) != (claimed.namespace, claimed.name):
+        return None
+    if view.resource_version < claimed.version:
+        return None
+    return bridge.placer.filter_known(view, candidates)
+
+
+def _unverified(
+    claimed: PodMeta, candidates: list[str], exc: UnverifiedPod | PodUnreadable
+) -> bytes:
+    unverified = isinstance(exc, UnverifiedPod)
+    outcome = Outcome.REFUSED if unverified else Outcome.PENDING
+    metrics.FILTER_DECISIONS.labels(outcome.metric_label).inc()
+    if unverified:
+        log.warning("extender.unverified_pod", pod=f"{claimed.namespace}/{claimed.name}",
+                    why=str(exc))
+    message = str(exc) if unverified else f"waiting: cannot read the pod: {exc}"
+    return filter_result_json([], candidates, message)
 
 
 def _prioritize(bridge: Bridge, args: ExtenderArgs) -> list[HostPriority]:

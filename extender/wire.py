@@ -25,6 +25,14 @@ class PodMeta(_Wire):
     name: str | None = None
     namespace: str | None = None
     uid: str | None = None
+    resource_version: str | None = Field(None, alias="resourceVersion")
+
+    @property
+    def version(self) -> int:
+        """The version kube-scheduler saw (0: unknown); a cached view at least this new
+        may stand in for the API's copy."""
+        text = self.resource_version or ""
+        return int(text) if text.isdigit() else 0
 
 
 class PodIdentity(_Wire):

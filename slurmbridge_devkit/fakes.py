@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -163,6 +163,7 @@ class FakeKube:
         self.written: list[tuple[str, str, Obj]] = []
         self.down = False
         self._versions = itertools.count(1)
+        self._version = 0  # the latest resourceVersion given out
         self._watchers: list[asyncio.Queue[tuple[str, Obj]]] = []
 
     # -- what a test arranges and reads ----------------------------------------------------
@@ -187,22 +188,28 @@ class FakeKube:
         return res.from_dict(copy.deepcopy(self._existing(res, name, namespace)))
 
     def list(self, res: Any, *, namespace: str | None = None, labels: Any = None,
-             fields: Any = None) -> AsyncIterator[Any]:
+             fields: Any = None) -> AsyncIterable[Any]:
         self._check_up()
         found = [copy.deepcopy(o) for (kind, ns, _), o in self.objects.items()
                  if kind == _kind(res) and namespace in (None, "*", ns)
                  and _selected(o, labels, fields)]
-        return _iterate([res.from_dict(o) for o in found])
+        return _Listing([res.from_dict(o) for o in found], str(self._version))
 
     async def watch(self, res: Any, *, namespace: str | None = None, labels: Any = None,
-                    fields: Any = None) -> AsyncIterator[tuple[str, Any]]:
-        """Existing objects as ADDED, then changes; an object leaving the selection is
-        DELETED (as a pod bound away from ``spec.nodeName=`` is)."""
+                    fields: Any = None, resource_version: str | None = None,
+                    ) -> AsyncIterator[tuple[str, Any]]:
+        """Existing objects as ADDED (with ``resource_version``: those written after it, as
+        MODIFIED; the fake keeps no history of deletions), then changes; an object leaving
+        the selection is DELETED (as a pod bound away from ``spec.nodeName=`` is)."""
         queue: asyncio.Queue[tuple[str, Obj]] = asyncio.Queue()
         self._watchers.append(queue)
+        after = int(resource_version) if resource_version else None
         try:
             async for pod in self.list(res, namespace=namespace, labels=labels, fields=fields):
-                yield "ADDED", pod
+                if after is None:
+                    yield "ADDED", pod
+                elif int(pod.metadata.resourceVersion) > after:
+                    yield "MODIFIED", pod
             while True:
                 event, obj = await queue.get()
                 self._check_up()
@@ -287,7 +294,8 @@ class FakeKube:
         meta = raw.setdefault("metadata", {})
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", _now())
-        meta["resourceVersion"] = str(next(self._versions))
+        self._version = next(self._versions)
+        meta["resourceVersion"] = str(self._version)
         raw["kind"] = kind
         self.objects[(kind, meta.get("namespace") or "", meta["name"])] = raw
         self._notify(event, raw)
@@ -318,9 +326,16 @@ def _kind(res: Any) -> str:
     return cast(str, res.__name__)  # Pod, Node, Lease, Event: lightkube names them as the API
 
 
-async def _iterate(items: list[Any]) -> AsyncIterator[Any]:
-    for item in items:
-        yield item
+class _Listing:
+    """A list answer: the items, and the resourceVersion it was taken at (as lightkube's)."""
+
+    def __init__(self, items: list[Any], version: str) -> None:
+        self._items = items
+        self.resourceVersion = version
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        for item in self._items:
+            yield item
 
 
 def _selected(raw: Obj, labels: Any, fields: Any) -> bool:

@@ -24,13 +24,13 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys, metrics
-from bridge.jobs.owner import Owner
+from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube import pods as kpods
 from bridge.kube.status import is_not_found, is_too_many_requests
 from bridge.link.annotations import holds
 from bridge.link.claims import Claims
-from bridge.link.owner import owner_key, pod_ref, recorded_job_id, tied_to
-from bridge.placement.grace import grace_seconds
+from bridge.link.podcache import PodCache
+from bridge.link.views import PodView
 from bridge.placement.index import JobIndex
 from bridge.placement.pods import PodKey, PodRegistry
 from bridge.ports import KubePort, SlurmPort
@@ -39,22 +39,9 @@ from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
 
-_FINISHED = frozenset({"Succeeded", "Failed"})
 _PRUNE_SECONDS = 30.0  # group claims of ended jobs are deleted at most this often
 # Recorded jobs read per reconcile: a new leader catching up on many pods is spread over rounds.
 _ADOPT_PER_RECONCILE = 50
-
-
-def finished(pod: Pod) -> bool:
-    return bool(pod.status and pod.status.phase in _FINISHED)
-
-
-def containers_stopped(pod: Pod) -> bool:
-    """True once no container of a deleted pod can still hold the GPUs."""
-    if finished(pod) or not (pod.spec and pod.spec.nodeName):
-        return True
-    statuses = (pod.status.containerStatuses if pod.status else None) or []
-    return bool(statuses) and all(s.state and s.state.terminated for s in statuses)
 
 
 def preempted(job: SlurmJob) -> bool:
@@ -74,9 +61,9 @@ def _what_happened(job: SlurmJob) -> str:
     return f"Slurm job {job.job_id} {verb} ({job.state}, reason {job.reason})"
 
 
-def releases_job(pod: Pod) -> bool:
-    deleting = bool(pod.metadata and pod.metadata.deletionTimestamp)
-    return finished(pod) or (deleting and containers_stopped(pod))
+def _tied_to(pod: PodView, job: SlurmJob) -> bool:
+    """Whether an ended ``job`` is this pod's for good (``link.owner.tied_to``, on a view)."""
+    return not isinstance(job.owner, GroupOwner) or pod.job_id == job.job_id
 
 
 class Lifecycle:
@@ -86,6 +73,7 @@ class Lifecycle:
         slurm: SlurmPort,
         index: JobIndex,
         registry: PodRegistry,
+        pods: PodCache,
         *,
         orphan_grace: float = 30.0,
         claims: Claims | None = None,
@@ -95,6 +83,7 @@ class Lifecycle:
         self._slurm = slurm
         self._index = index
         self._registry = registry
+        self._pods = pods
         self._orphan_grace = orphan_grace
         self._clock = clock
         self._seen_owners: set[Owner] = set()
@@ -105,11 +94,9 @@ class Lifecycle:
         self._adopted: set[int] = set()  # recorded job ids read once (while their pods exist)
 
     async def reconcile_once(self) -> None:
-        by_owner: dict[Owner, list[Pod]] = {}
-        async for pod in self._kube.list(
-            Pod, namespace="*", fields={"spec.schedulerName": keys.SCHEDULER_NAME}
-        ):
-            by_owner.setdefault(owner_key(pod), []).append(pod)
+        by_owner: dict[Owner, list[PodView]] = {}
+        for pod in await self._pods.current():
+            by_owner.setdefault(pod.owner, []).append(pod)
         await self._adopt_recorded([p for pods in by_owner.values() for p in pods])
         for job in self._index.jobs():
             if job.owner is None:
@@ -124,15 +111,15 @@ class Lifecycle:
             await self._claims.prune_groups(self._job_live)
         log.debug("lifecycle.reconciled", owners=len(by_owner), jobs=len(self._index.jobs()))
 
-    async def _adopt_recorded(self, pods: list[Pod]) -> None:
+    async def _adopt_recorded(self, pods: list[PodView]) -> None:
         """Track the jobs recorded on the bridge's pods that the index does not hold (another
         replica submitted them): one read per job id, a cost that follows the bridge's pods.
         A recorded job is its owner's for good: the one a resync keeps of duplicates."""
         recorded = set()
         for pod in pods:
-            if (job_id := recorded_job_id(pod)) is not None:
+            if (job_id := pod.job_id) is not None:
                 recorded.add(job_id)
-                self._index.pin(owner_key(pod), job_id)
+                self._index.pin(pod.owner, job_id)
         self._adopted &= recorded
         unknown = sorted(i for i in recorded - self._adopted if self._index.by_id(i) is None)
         self._adopted |= recorded - set(unknown)
@@ -154,14 +141,16 @@ class Lifecycle:
         except SlurmJobNotFound:
             return False
 
-    async def _release_if_done(self, job: SlurmJob, members: list[Pod]) -> None:
+    async def _release_if_done(self, job: SlurmJob, members: list[PodView]) -> None:
         assert job.owner is not None
         if members:
             self._orphan_since.pop(job.job_id, None)
-            if all(releases_job(p) for p in members):
-                await self._cancel(job, f"pod {pod_ref(members[0])} finished or was deleted")
+            if all(p.releases_job for p in members):
+                await self._cancel(job, f"pod {members[0]} finished or was deleted")
             return
-        if job.owner in self._seen_owners or self._registry.pods_of(job.owner):
+        # Seen in the cache's earlier round, gone now: deleted.  Not "known to the registry":
+        # the cache's watch may not have delivered a pod that intake has just submitted.
+        if job.owner in self._seen_owners:
             await self._cancel(job, "its pod was deleted")
             return
         since = self._orphan_since.setdefault(job.job_id, self._clock())
@@ -181,7 +170,7 @@ class Lifecycle:
         except SlurmJobNotFound:
             self._index.forget(job.job_id)
 
-    async def _evict_stranded(self, job: SlurmJob, members: list[Pod]) -> None:
+    async def _evict_stranded(self, job: SlurmJob, members: list[PodView]) -> None:
         """``members``: the pods owned by ``job``'s owner (read once, in the listing)."""
         owner = job.owner
         assert owner is not None
@@ -196,57 +185,54 @@ class Lifecycle:
             if self._stranded(pod, fresh, owner):
                 await self._evict(pod, fresh)
 
-    def _stranded(self, pod: Pod, job: SlurmJob, owner: Owner) -> bool:
+    def _stranded(self, pod: PodView, job: SlurmJob, owner: Owner) -> bool:
         """The pod was bound to this job's allocation and the job no longer holds it for the
         pod, or the pod waits on this job and it ended with no live successor."""
-        meta = pod.metadata or ObjectMeta()
-        if meta.uid in self._evicted or meta.deletionTimestamp or finished(pod):
+        if pod.uid in self._evicted or pod.deleting or pod.finished:
             return False
-        annotations = meta.annotations or {}
-        if (pod.spec and pod.spec.nodeName) or keys.SLURM_NODE in annotations:
+        annotations = pod.recorded
+        if pod.node_name or keys.SLURM_NODE in annotations:
             # bound, or released to a node: only that node and those GPUs will do
-            return recorded_job_id(pod) == job.job_id and not holds(annotations, job)
-        if job.state.is_live or not tied_to(pod, job):  # untied: the group's next run
+            return pod.job_id == job.job_id and not holds(annotations, job)
+        if job.state.is_live or not _tied_to(pod, job):  # untied: the group's next run
             return False
         current = self._index.by_owner(owner)
         return current is None or current.job_id == job.job_id
 
-    async def _evict(self, pod: Pod, job: SlurmJob) -> None:
-        meta = pod.metadata or ObjectMeta()
-        assert meta.name and meta.namespace and meta.uid
+    async def _evict(self, pod: PodView, job: SlurmJob) -> None:
         if preempted(job):
             qos = f" (QOS {job.qos})" if job.qos else ""
             message = (
                 f"preempted by Slurm: job {job.job_id}{qos} gave its resources to a "
                 f"higher-priority job ({job.state}, reason {job.reason}); evicting the pod, "
-                f"which has its terminationGracePeriodSeconds={grace_seconds(pod)} to stop"
+                f"which has its terminationGracePeriodSeconds={pod.grace_seconds} to stop"
             )
         else:
             message = f"{_what_happened(job)} while the pod still needed it: evicting the pod"
         try:
             await self._kube.create(
-                Pod.Eviction(metadata=ObjectMeta(name=meta.name, namespace=meta.namespace)),
-                meta.name, namespace=meta.namespace,
+                Pod.Eviction(metadata=ObjectMeta(name=pod.name, namespace=pod.namespace)),
+                pod.name, namespace=pod.namespace,
             )
         except ApiError as exc:
             if is_too_many_requests(exc):  # a PodDisruptionBudget says not now: retry next round
-                log.info("lifecycle.eviction_blocked", pod=pod_ref(pod), job_id=job.job_id)
+                log.info("lifecycle.eviction_blocked", pod=str(pod), job_id=job.job_id)
                 return
             if not is_not_found(exc):
                 raise
-        self._evicted.add(meta.uid)
+        self._evicted.add(pod.uid)
         metrics.CONTROLLER_ACTIONS.labels("evict").inc()
-        ref = PodKey(meta.namespace, meta.name, meta.uid)
+        ref = PodKey(pod.namespace, pod.name, pod.uid)
         if preempted(job):
             await kpods.record_event(
                 self._kube, ref, keys.EventReason.PREEMPTED, message, warning=True
             )
             await kpods.set_slurm_condition(
-                self._kube, meta.namespace, meta.name, allocated=False,
+                self._kube, pod.namespace, pod.name, allocated=False,
                 reason=keys.REASON_PREEMPTED, message=message,
             )
         else:
             await kpods.record_event(
                 self._kube, ref, keys.EventReason.JOB_ENDED, message, warning=True
             )
-        log.warning("lifecycle.evicted", pod=pod_ref(pod), job_id=job.job_id, state=job.state)
+        log.warning("lifecycle.evicted", pod=str(pod), job_id=job.job_id, state=job.state)

@@ -17,20 +17,13 @@ from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.kube import pods as kpods
+from bridge.link.views import grace_seconds
 from bridge.placement.pods import PodKey
 from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.types import Accounting
 
 log = structlog.get_logger(__name__)
-
-DEFAULT_GRACE_SECONDS = 30  # Kubernetes' default terminationGracePeriodSeconds
-
-
-def grace_seconds(pod: Pod) -> int:
-    seconds = pod.spec.terminationGracePeriodSeconds if pod.spec else None
-    return DEFAULT_GRACE_SECONDS if seconds is None else seconds
-
 
 def grace_warning(pod: Pod, known: Accounting) -> str | None:
     """Why the pod's grace period outlasts what Slurm waits for its QOS (None: it does not)."""

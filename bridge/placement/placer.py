@@ -18,6 +18,7 @@ from bridge.jobs.owner import GroupOwner, Owner
 from bridge.link.claims import Claims, member_slot
 from bridge.link.owner import LinkedPod, linked_pod, recorded_job_id, tied_to
 from bridge.link.release import released_node
+from bridge.link.views import PodView
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
 from bridge.placement.outcomes import (
@@ -65,19 +66,27 @@ class Placer:
             placement = await self._placement(pod, linked, job)
         except (PlacementError, InvalidPodRequest, SlurmError) as exc:
             return self._not_placed(linked, candidates, exc)
-        if placement.kube_node not in candidates:
-            message = (
-                f"Slurm job {job.job_id} holds node {placement.kube_node} for this pod, but "
-                "Kubernetes ruled that node out (taint, cordon, missing Node object or "
-                "resources): fix the node or cancel the job to let Slurm choose again"
-            )
-            return Verdict(Outcome.REFUSED, candidates=candidates, reason=message, job=job,
-                           message=message)
-        metrics.FILTER_DECISIONS.labels(Outcome.ALLOCATED.metric_label).inc()
-        # One reason for every other candidate, and no per-candidate work here: filter is on
-        # kube-scheduler's hot path with thousands of candidates (B3).
-        return Verdict(Outcome.ALLOCATED, keep=[placement.kube_node], candidates=candidates,
-                       reason=f"Slurm placed this pod on {placement.kube_node}", job=job)
+        return _verdict(placement, job, candidates)
+
+    def filter_known(self, pod: PodView, candidates: list[str]) -> Verdict | None:
+        """The verdict from memory alone, for a pod the cache holds whose job is recorded on
+        it (a released gated pod, or one filter placed before); None: read the pod."""
+        if pod.gated or pod.held or pod.node_name or pod.deleting or pod.job_id is None:
+            return None
+        job = self._index.by_id(pod.job_id)
+        if job is None or job.owner != pod.owner:
+            return None
+        try:
+            allocated = allocated_nodes(job)
+        except PlacementError:
+            return None
+        node = pod.recorded.get(keys.SLURM_NODE) or self._pods.reserved(pod.owner, pod.uid)
+        if node not in allocated:
+            return None
+        assert node is not None
+        self._pods.remember(LinkedPod(pod.namespace, pod.name, pod.uid, pod.owner), pod.created)
+        self.reserve(pod.owner, pod.uid, node)
+        return _verdict(self.placement_at(pod.owner, job, node), job, candidates)
 
     def _not_placed(self, pod: LinkedPod, candidates: list[str], exc: Exception) -> Verdict:
         """Every candidate fails with the reason; kube-scheduler parks the pod meanwhile."""
@@ -206,6 +215,23 @@ class Placer:
             slurm_node=slurm_node,
             gpu_ids=format_gpu_ids(job.allocation.gpu_ids.get(slurm_node, ())),
         )
+
+
+def _verdict(placement: Placement, job: SlurmJob, candidates: list[str]) -> Verdict:
+    """Slurm's node if Kubernetes still offers it, refused with the reason otherwise."""
+    if placement.kube_node not in candidates:
+        message = (
+            f"Slurm job {job.job_id} holds node {placement.kube_node} for this pod, but "
+            "Kubernetes ruled that node out (taint, cordon, missing Node object or "
+            "resources): fix the node or cancel the job to let Slurm choose again"
+        )
+        return Verdict(Outcome.REFUSED, candidates=candidates, reason=message, job=job,
+                       message=message)
+    metrics.FILTER_DECISIONS.labels(Outcome.ALLOCATED.metric_label).inc()
+    # One reason for every other candidate, and no per-candidate work here: filter is on
+    # kube-scheduler's hot path with thousands of candidates (B3).
+    return Verdict(Outcome.ALLOCATED, keep=[placement.kube_node], candidates=candidates,
+                   reason=f"Slurm placed this pod on {placement.kube_node}", job=job)
 
 
 def allocated_nodes(job: SlurmJob) -> tuple[str, ...]:

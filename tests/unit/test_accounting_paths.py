@@ -11,6 +11,7 @@ from bridge.controllers.lifecycle import Lifecycle
 from bridge.doctor import Check, _tenant_check
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
+from bridge.link.podcache import PodCache
 from bridge.placement.grace import grace_warning
 from bridge.placement.index import JobIndex
 from bridge.placement.nodes import NodeMap
@@ -193,7 +194,7 @@ async def test_a_preempted_job_evicts_its_pod_with_the_reason(job: SlurmJob) -> 
     kube, slurm = _kube(_bound_pod(grace=45)), _fresh(job)
     index = JobIndex(slurm)
     index.record(job)  # as the poller saw it; the lifecycle confirms with a fresh read
-    lifecycle = Lifecycle(kube, slurm, index, PodRegistry())
+    lifecycle = Lifecycle(kube, slurm, index, PodRegistry(), PodCache(kube))
     await lifecycle.reconcile_once()
     assert writes(kube)[0] == ("evict", "p")  # the Eviction API: the pod's grace period holds
     (reason, message, kind), = [w[1] for w in writes(kube) if w[0] == "event"]
@@ -211,7 +212,7 @@ async def test_a_job_that_ended_otherwise_is_not_called_a_preemption() -> None:
     kube, slurm = _kube(_bound_pod(grace=0)), _fresh(cancelled)
     index = JobIndex(slurm)
     index.record(cancelled)
-    lifecycle = Lifecycle(kube, slurm, index, PodRegistry())
+    lifecycle = Lifecycle(kube, slurm, index, PodRegistry(), PodCache(kube))
     await lifecycle.reconcile_once()
     events = [w[1] for w in writes(kube) if w[0] == "event"]
     assert [e[0] for e in events] == ["SlurmJobEnded"]

@@ -60,7 +60,8 @@ def test_any_names_decode_the_same(names: list[str], reason: str, kept: int) -> 
 
 def test_the_request_keeps_only_the_pods_identity() -> None:
     body = json.dumps({
-        "Pod": {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"a": "b"}},
+        "Pod": {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"a": "b"},
+                             "resourceVersion": "42"},
                 "spec": {"containers": [{"name": "c", "image": "x"}]}},
         "NodeNames": NODES,
     })
@@ -69,4 +70,6 @@ def test_the_request_keeps_only_the_pods_identity() -> None:
     assert (args.pod.metadata.namespace, args.pod.metadata.name, args.pod.metadata.uid) == (
         "ns", "p", "u")
     assert args.candidates() == NODES
-    assert args.pod.model_dump() == {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
+    assert args.pod.model_dump() == {"metadata": {
+        "name": "p", "namespace": "ns", "uid": "u", "resource_version": "42"}}
+    assert args.pod.metadata.version == 42  # how new a cached copy must be to stand in

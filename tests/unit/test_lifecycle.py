@@ -7,6 +7,7 @@ from lightkube.resources.core_v1 import Pod
 from bridge import keys
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.jobs.owner import PodOwner
+from bridge.link.podcache import PodCache
 from bridge.placement.index import JobIndex
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.types import Allocation, JobState, SlurmJob
@@ -25,7 +26,8 @@ class World:
         self.index = JobIndex(self.slurm)
         self.now = 0.0
         self.lifecycle = Lifecycle(self.kube, self.slurm, self.index, PodRegistry(),
-                                   orphan_grace=30.0, clock=lambda: self.now)
+                                   PodCache(self.kube), orphan_grace=30.0,
+                                   clock=lambda: self.now)
 
     def job(self, state: JobState = JobState.RUNNING, reason: str = "None") -> None:
         """Slurm has the pod's job, running on node1 with GPU 3 (the index knows it)."""

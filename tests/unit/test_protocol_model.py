@@ -172,7 +172,7 @@ class Replica:
             identity=self.name, placement={"notify_quiet_seconds": 0},
         )
         b = self.bridge
-        b.lifecycle = Lifecycle(b.kube, b.slurm, b.index, b.pods,
+        b.lifecycle = Lifecycle(b.kube, b.slurm, b.index, b.pods, b.pod_cache,
                                 orphan_grace=ORPHAN_GRACE, claims=b.claims, clock=self._clock)
 
 

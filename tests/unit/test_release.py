@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
@@ -17,6 +18,7 @@ from bridge.jobs.owner import PodOwner
 from bridge.link.release import release_patch
 from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
+from extender.app import create_app
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes
 
@@ -135,7 +137,9 @@ async def test_a_group_is_released_member_by_rank_to_slurms_nodes(world: World) 
                        .label(keys.GROUP_RANK, str(rank)).gated().build())
     await _until(lambda: len(world.slurm.submitted) == 1)
     [job_id] = world.slurm.jobs
-    await _until(lambda: len(world.bridge.pods.pods_of(world.slurm.jobs[job_id].owner)) == 3)
+    owner = world.slurm.jobs[job_id].owner
+    assert owner is not None
+    await _until(lambda: len(world.bridge.pods.pods_of(owner)) == 3)
     await world.allocate(job_id, "node3", "node1", "node2")
     nodes = {f"w{r}": world.pod(f"w{r}")["metadata"]["annotations"][keys.SLURM_NODE]
              for r in range(3)}
@@ -150,7 +154,7 @@ async def test_a_release_that_meets_a_changed_pod_reads_it_again(world: World) -
     world.kube.add(PodBuilder("p", "ns").gated().build())
     await _until(lambda: len(world.slurm.submitted) == 1)
     [job_id] = world.slurm.jobs
-    world.bridge.intake._handled.clear()  # noqa: SLF001  the watch's copy is now stale
+    world.bridge.intake._handled.clear()
     await world.kube.patch(Pod, "p", {"metadata": {"labels": {"x": "y"}}}, namespace="ns",
                            patch_type=PatchType.MERGE)
     await world.allocate(job_id, "node1")
@@ -167,3 +171,42 @@ async def test_a_refused_gated_pod_is_told_why(world: World) -> None:
     conditions = world.pod("p").get("status", {}).get("conditions", [])
     assert [c["reason"] for c in conditions if c["type"] == keys.POD_CONDITION_SLURM] == [
         keys.REASON_CANNOT_SUBMIT]
+
+
+async def test_a_released_pod_passes_filter_and_bind_without_a_read(world: World) -> None:
+    """The pod cache holds the release as the watch delivered it: kube-scheduler's one
+    filter and the bind cost the apiserver no GET."""
+    cache = asyncio.create_task(world.bridge.pod_cache.run())
+    try:
+        world.kube.add(PodBuilder("p", "ns").gated().build())
+        await _until(lambda: len(world.slurm.submitted) == 1)
+        [job_id] = world.slurm.jobs
+        await world.allocate(job_id, "node2")
+        pod = world.pod("p")
+        uid = pod["metadata"]["uid"]
+        await _until(lambda: (v := world.bridge.pod_cache.get(uid)) is not None
+                     and v.job_id == job_id)
+        reads: list[str] = []
+        real_get = world.kube.get
+
+        async def counting_get(res: Any, name: str, **kw: Any) -> Any:
+            reads.append(name)
+            return await real_get(res, name, **kw)
+
+        world.kube.get = counting_get  # type: ignore[method-assign]
+        app = create_app(world.bridge, manage_lifecycle=False)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://extender") as http:
+            body = {"Pod": {"metadata": {k: pod["metadata"][k] for k in (
+                "name", "namespace", "uid", "resourceVersion")}, "spec": pod["spec"]},
+                "NodeNames": ["node1", "node2", "node3"]}
+            answer = (await http.post("/filter", json=body)).json()
+            assert answer["NodeNames"] == ["node2"]
+            bound = (await http.post("/bind", json={
+                "PodName": "p", "PodNamespace": "ns", "PodUID": uid, "Node": "node2"})).json()
+        assert bound["Error"] == ""
+        assert world.pod("p")["spec"]["nodeName"] == "node2"
+        assert reads == []
+    finally:
+        cache.cancel()
+        await asyncio.gather(cache, return_exceptions=True)

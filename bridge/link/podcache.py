@@ -1,0 +1,90 @@
+"""Every pod of the bridge, kept current by one watch per replica.
+
+One list + watch of the pods with ``schedulerName: slurmbridge`` (bound ones included),
+started again from a fresh listing whenever the watch breaks (the apiserver restarted,
+or answered 410 Gone for a resourceVersion it no longer holds); a relist drops the pods
+that went away meanwhile.  It holds a ``PodView`` per pod (views.py), not the Pod, and
+serves the readers that used to list or fetch: the lifecycle controller (no LIST of every
+pod each round) and the extender's filter (no GET per call, when the view is at least as
+new as the pod the call names).
+"""
+
+import asyncio
+
+import structlog
+from lightkube.operators import BinaryOperator, SequenceOperator
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from bridge.link.views import PodView, view_of
+from bridge.ports import KubePort
+
+log = structlog.get_logger(__name__)
+
+RETRY_SECONDS = 2.0
+OURS: dict[str, str | BinaryOperator | SequenceOperator] = {
+    "spec.schedulerName": keys.SCHEDULER_NAME,
+}
+
+
+class PodCache:
+    def __init__(self, kube: KubePort) -> None:
+        self._kube = kube
+        self._by_uid: dict[str, PodView] = {}
+        self._synced = asyncio.Event()  # the current watch has delivered its initial listing
+
+    def get(self, uid: str) -> PodView | None:
+        return self._by_uid.get(uid)
+
+    def views(self) -> list[PodView]:
+        return list(self._by_uid.values())
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_synced(self) -> None:
+        await self._synced.wait()
+
+    async def current(self) -> list[PodView]:
+        """The pods as of now: the watch's copy while it runs, else one fresh listing."""
+        if self._synced.is_set():
+            return self.views()
+        return [v async for p in self._kube.list(Pod, namespace="*", fields=OURS)
+                if (v := _view(p)) is not None]
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._watch()
+            except Exception as exc:  # apiserver away, or the watch expired: relist
+                log.warning("podcache.watch_failed", error=repr(exc), retry_in=RETRY_SECONDS)
+            self._synced.clear()
+            await asyncio.sleep(RETRY_SECONDS)
+
+    async def _watch(self) -> None:
+        """List, then watch from the listing's resourceVersion: no change is missed between
+        the two, and the pods that went away while no watch ran drop out with the relist."""
+        listing = self._kube.list(Pod, namespace="*", fields=OURS)
+        self._by_uid = {v.uid: v async for p in listing if (v := _view(p)) is not None}
+        self._synced.set()
+        async for event, pod in self._kube.watch(
+            Pod, namespace="*", fields=OURS,
+            resource_version=getattr(listing, "resourceVersion", None),
+        ):
+            view = _view(pod)
+            if view is None:
+                continue
+            if event == "DELETED":
+                self._by_uid.pop(view.uid, None)
+                continue
+            known = self._by_uid.get(view.uid)
+            if known is None or known.resource_version <= view.resource_version:
+                self._by_uid[view.uid] = view
+
+
+def _view(pod: Pod) -> PodView | None:
+    try:
+        return view_of(pod)
+    except ValueError:
+        return None

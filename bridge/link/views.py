@@ -1,0 +1,100 @@
+"""A pod as the bridge's readers need it: a few hundred bytes instead of a whole Pod.
+
+The pod cache (podcache.py) keeps one ``PodView`` per pod of the bridge, bound ones
+included; the lifecycle controller and the extender's filter read these instead of listing
+or fetching pods.  Everything a reader decides on is here, computed once per watch event.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from lightkube.models.core_v1 import Pod
+
+from bridge import keys
+from bridge.jobs.owner import Owner
+from bridge.link.owner import owner_key
+from bridge.link.release import gated, other_gates
+
+_FINISHED = frozenset({"Succeeded", "Failed"})
+_KEPT_ANNOTATIONS = (keys.JOB_ID, keys.SLURM_NODE, keys.GPU_IDS, keys.SUBMITTING)
+DEFAULT_GRACE_SECONDS = 30  # Kubernetes' default terminationGracePeriodSeconds
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    namespace: str
+    name: str
+    uid: str
+    resource_version: int
+    owner: Owner
+    node_name: str
+    phase: str
+    deleting: bool
+    containers_stopped: bool  # no container of it can still hold the node's GPUs
+    gated: bool  # held by the bridge's gate
+    held: bool  # held by another gate (Kueue's, a user's)
+    grace_seconds: int
+    annotations: tuple[tuple[str, str], ...]  # the bridge's records about the job
+    created: datetime | None = None  # creationTimestamp (bind latency)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in _FINISHED
+
+    @property
+    def releases_job(self) -> bool:
+        """Finished, or deleted with nothing left running: its job may go."""
+        return self.finished or (self.deleting and self.containers_stopped)
+
+    @property
+    def recorded(self) -> dict[str, str]:
+        return dict(self.annotations)
+
+    @property
+    def job_id(self) -> int | None:
+        text = self.recorded.get(keys.JOB_ID, "")
+        return int(text) if text.isdigit() else None
+
+
+def resource_version(pod: Pod) -> int:
+    """An object's resourceVersion as a number (0 when absent): etcd's revision, so later
+    writes compare greater, which the cache relies on to tell a stale copy."""
+    text = (pod.metadata.resourceVersion if pod.metadata else None) or ""
+    return int(text) if text.isdigit() else 0
+
+
+def view_of(pod: Pod) -> PodView:
+    """Raises ValueError for a pod without name, namespace or uid (not from the API server)."""
+    meta, spec, status = pod.metadata, pod.spec, pod.status
+    if meta is None or not (meta.name and meta.namespace and meta.uid):
+        raise ValueError("pod has no metadata.name/namespace/uid: it must come from the API")
+    annotations = meta.annotations or {}
+    return PodView(
+        namespace=meta.namespace, name=meta.name, uid=meta.uid,
+        resource_version=resource_version(pod),
+        owner=owner_key(pod),
+        node_name=(spec.nodeName if spec else None) or "",
+        phase=(status.phase if status else None) or "",
+        deleting=meta.deletionTimestamp is not None,
+        containers_stopped=_containers_stopped(pod),
+        gated=gated(pod), held=bool(other_gates(pod)),
+        grace_seconds=grace_seconds(pod),
+        annotations=tuple((k, annotations[k]) for k in _KEPT_ANNOTATIONS if k in annotations),
+        created=meta.creationTimestamp,
+    )
+
+
+def grace_seconds(pod: Pod) -> int:
+    seconds = pod.spec.terminationGracePeriodSeconds if pod.spec else None
+    return DEFAULT_GRACE_SECONDS if seconds is None else seconds
+
+
+def _containers_stopped(pod: Pod) -> bool:
+    phase = pod.status.phase if pod.status else None
+    if phase in _FINISHED or not (pod.spec and pod.spec.nodeName):
+        return True
+    statuses = (pod.status.containerStatuses if pod.status else None) or []
+    return bool(statuses) and all(s.state and s.state.terminated for s in statuses)
