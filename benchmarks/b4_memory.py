@@ -12,11 +12,13 @@ that reads its own VmRSS from /proc at three points:
    extender app, and putting the ``app_filters`` pods in the fake apiserver (nothing loaded);
 3. ``loaded``: after indexing ``jobs`` placeholder jobs (``JobIndex.record``) and running
    one filter per pod through ``Placer.filter`` (so ``PodRegistry`` and the notifier track
-   every pod, as after kube-scheduler asked about each), plus ``app_filters`` filters
-   through the FastAPI app, then ``gc.collect()``.
+   every pod, as after kube-scheduler asked about each), each pod also in the pod cache
+   (``PodCache.apply``, as its watch delivers it: one ``PodView`` per pod), plus
+   ``app_filters`` filters through the FastAPI app, then ``gc.collect()``.
 
-The bridge never holds the Pod objects themselves (kube-scheduler sends them per request),
-so this is the steady-state footprint; VmHWM (the peak) is reported too.
+The bridge never holds the Pod objects themselves (the cache keeps a view, kube-scheduler
+sends the pod per request), so this is the steady-state footprint; VmHWM (the peak) is
+reported too.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from benchmarks.common import Figure, Outcome, at_most, fmt, rss_kb, run_child
 
@@ -74,6 +76,7 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
             pod = cast(Pod, Pod.from_dict(synthetic.pod(i)))
             verdict = await bridge.placer.filter(pod, candidates)
             kept += len(verdict.keep)
+            bridge.pod_cache.apply("ADDED", pod)  # as its watch holds every pod of the bridge
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
             for i in range(app_filters):
@@ -84,6 +87,7 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
     kept = asyncio.run(filters())
     gc.collect()
     loaded = rss_kb()
+    cache_bytes = _cache_bytes(jobs)
     return {
         "interpreter_kb": interpreter,
         "baseline_kb": baseline,
@@ -94,8 +98,34 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
             len(bridge.pods.pods_of(PodOwner(synthetic.pod_uid(i)))) for i in range(jobs)
         ),
         "kept": kept,
+        "cached_pods": len(bridge.pod_cache.views()),
+        "cache_bytes_per_pod": cache_bytes / jobs,
         "notifier_writes": kube.writes,
     }
+
+
+def _cache_bytes(jobs: int) -> int:
+    """What a fresh pod cache holding ``jobs`` pods allocates (tracemalloc: the views that
+    stay, not the Pods decoded on the way, which are freed)."""
+    import gc  # noqa: PLC0415
+    import tracemalloc  # noqa: PLC0415
+
+    from lightkube.models.core_v1 import Pod  # noqa: PLC0415
+
+    from benchmarks import synthetic  # noqa: PLC0415
+    from bridge.link.podcache import PodCache  # noqa: PLC0415
+
+    cache = PodCache(cast(Any, None))  # never runs: fed by apply, as its watch would
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(jobs):
+        cache.apply("ADDED", cast(Pod, Pod.from_dict(synthetic.pod(i))))
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert len(cache.views()) == jobs
+    return held
 
 
 def _child(cfg: Config, jobs: int) -> dict[str, float]:
@@ -114,6 +144,8 @@ def _size_figures(jobs: int, results: list[dict[str, float]]) -> list[Figure]:
             for key, name in names.items()]
     figs.append(Figure(f"growth per tracked pod+job, {jobs:,} pods", "bytes",
                        [(r["loaded_kb"] - r["baseline_kb"]) * 1024 / jobs for r in results]))
+    figs.append(Figure(f"pod cache: bytes per pod (tracemalloc), {jobs:,} pods", "bytes",
+                       [r["cache_bytes_per_pod"] for r in results]))
     return figs
 
 

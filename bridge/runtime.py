@@ -102,7 +102,7 @@ class Bridge:
             raise Refused(str(exc)) from exc
 
     async def _job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
-        self.releaser.job_changed(after)
+        self.intake.job_changed(after)
         await self.notifier.job_changed(after)
 
     async def start(self) -> None:

@@ -55,6 +55,18 @@ async def wait_job_id(kube: AsyncClient, ns: str, name: str, timeout: float = 60
     return job_id
 
 
+async def wait_slurm_job(slurm: SlurmTarget, ns: str, name: str, timeout: float = 60) -> str:  # noqa: ASYNC109
+    """The id of the job Slurm lists for pod ``ns/name`` (``k8s:<ns>/<name>``), as an admin
+    finds it in squeue: a gated pod records its job only once Slurm has placed it."""
+
+    def listed() -> str:
+        out = slurm.admin("squeue", "-h", "-o", "%i", "-n", f"{keys.JOB_NAME_PREFIX}{ns}/{name}")
+        return out.strip()
+
+    job_id: str = await wait_for(listed, timeout, interval=0.5, what=f"Slurm job of {ns}/{name}")
+    return job_id
+
+
 async def slurm_idle(slurm: SlurmTarget, timeout: float = 60) -> None:  # noqa: ASYNC109
     """Wait until no job holds resources: capacity arithmetic in a test starts from zero."""
 

@@ -12,6 +12,7 @@ new as the pod the call names).
 import asyncio
 
 import structlog
+from lightkube.models.core_v1 import Pod as PodModel
 from lightkube.operators import BinaryOperator, SequenceOperator
 from lightkube.resources.core_v1 import Pod
 
@@ -72,18 +73,22 @@ class PodCache:
             Pod, namespace="*", fields=OURS,
             resource_version=getattr(listing, "resourceVersion", None),
         ):
-            view = _view(pod)
-            if view is None:
-                continue
-            if event == "DELETED":
-                self._by_uid.pop(view.uid, None)
-                continue
-            known = self._by_uid.get(view.uid)
-            if known is None or known.resource_version <= view.resource_version:
-                self._by_uid[view.uid] = view
+            self.apply(event, pod)
+
+    def apply(self, event: str, pod: PodModel) -> None:
+        """One watch event; an older copy than the one held changes nothing."""
+        view = _view(pod)
+        if view is None:
+            return
+        if event == "DELETED":
+            self._by_uid.pop(view.uid, None)
+            return
+        known = self._by_uid.get(view.uid)
+        if known is None or known.resource_version <= view.resource_version:
+            self._by_uid[view.uid] = view
 
 
-def _view(pod: Pod) -> PodView | None:
+def _view(pod: PodModel) -> PodView | None:
     try:
         return view_of(pod)
     except ValueError:

@@ -29,6 +29,7 @@ from bridge.placement.release import Releaser
 from bridge.placement.submit import REFUSED_RETRY_SECONDS, OnRefused
 from bridge.ports import KubePort
 from bridge.slurm.errors import SlurmError
+from bridge.slurm.types import SlurmJob
 
 log = structlog.get_logger(__name__)
 
@@ -104,6 +105,13 @@ class Intake:
             elif ready_to_submit(pod) and (self._ungated or gated(pod)):
                 self._handled.add(uid)
                 self._queue.put_nowait(pod)
+
+    def job_changed(self, job: SlurmJob) -> None:
+        """The poller saw ``job`` change: release its pods if it runs, or submit again for
+        a group whose job ended before it ran."""
+        self._releaser.job_changed(job)
+        for pod in self._releaser.take_unplaced(job):
+            self._retry(pod, 0)
 
     async def _gated_failed(self, pod: Pod, exc: Exception) -> None:
         refused = isinstance(exc, Refused | InvalidPodRequest)

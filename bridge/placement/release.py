@@ -57,7 +57,7 @@ class Releaser:
         """``pod`` (gated) waits on ``job``: released as soon as the job runs."""
         assert pod.metadata is not None and pod.metadata.uid
         self._waiting.setdefault(owner_key(pod), {})[pod.metadata.uid] = pod
-        self.job_changed(job)
+        self.job_changed(self._index.by_id(job.job_id) or job)  # as the poller knows it now
 
     def refresh(self, pod: Pod) -> None:
         """A newer copy of a tracked pod (from intake's watch): the write's precondition."""
@@ -86,6 +86,15 @@ class Releaser:
         task = asyncio.create_task(self._release_until_done(owner, job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def take_unplaced(self, job: SlurmJob) -> list[Pod]:
+        """A group's waiting members once ``job`` ended before it ran (a suspended Job's, or
+        one cancelled before it started): no longer tracked, to be submitted again (a gated
+        pod records no job, so none is its for good).  A lone pod's job is its own: the
+        lifecycle controller evicts the pod instead."""
+        if job.state.is_live or not isinstance(job.owner, GroupOwner):
+            return []
+        return list(self._waiting.pop(job.owner, {}).values())
 
     def clear(self) -> None:
         """This replica no longer leads: the next leader releases what is left."""

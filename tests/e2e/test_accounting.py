@@ -25,7 +25,14 @@ from lightkube.resources.scheduling_v1 import PriorityClass
 
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.e2e import create_pod, pod_events, slurm_idle, wait_bound, wait_job_id
+from slurmbridge_devkit.e2e import (
+    create_pod,
+    pod_events,
+    slurm_idle,
+    wait_bound,
+    wait_job_id,
+    wait_slurm_job,
+)
 from slurmbridge_devkit.kube import set_pod_phase, unique_name, wait_for
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import DEFAULT_TENANCY, BridgeStack, NamespaceFactory
@@ -150,7 +157,7 @@ async def test_a_qos_gpu_limit_keeps_the_third_pod_pending_with_the_reason(
         await create_pod(kube, ns, _gpu_pod(name))
         await wait_bound(kube, ns, name)
     await create_pod(kube, ns, _gpu_pod("three"))
-    job = await wait_job_id(kube, ns, "three")
+    job = await wait_slurm_job(slurm, ns, "three")
 
     async def explained() -> tuple[str, str, str] | None:
         status, reason, message = await _condition(kube, ns, "three")

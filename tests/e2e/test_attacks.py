@@ -418,8 +418,9 @@ async def test_forged_placeholder_is_ignored_and_untouched(
         offset = bridge_stack.extender.log_file.stat().st_size
         forged.append(await _forge(bridge_stack, ns, pod.metadata.uid))
         await _resynced_after(bridge_stack, offset)  # the bridge has read the forged job
-        await kube.patch(Pod, "target", {"spec": {"schedulingGates": []}}, namespace=ns,
-                         patch_type=PatchType.MERGE)
+        # Its own gate lifted, as the controller holding it would; the bridge's stays.
+        await kube.patch(Pod, "target", {"spec": {"schedulingGates": [
+            {"name": keys.SLURM_GATE}]}}, namespace=ns, patch_type=PatchType.MERGE)
         job_id = _job_of(await wait_bound(kube, ns, "target"))
         assert job_id != forged[0], f"pod bound into the forger's job {job_id}"
         assert _squeue(bridge_stack, job_id, "%u") == bridge_stack.slurm.user

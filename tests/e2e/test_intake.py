@@ -63,9 +63,9 @@ async def test_a_gated_pod_gets_no_job_until_its_gates_are_removed(
     await create_pod(kube, ns, pod)
     await asyncio.sleep(4)  # several poll and watch rounds: nothing may be submitted
     assert _squeue_ids(bridge_stack, f"k8s:{ns}/gated") == []
-    await kube.patch(
-        Pod, "gated", {"spec": {"schedulingGates": None}}, namespace=ns,
-        patch_type=PatchType.MERGE,
+    await kube.patch(  # the quota's gate lifted, as its controller does; the bridge's stays
+        Pod, "gated", {"spec": {"schedulingGates": [{"name": keys.SLURM_GATE}]}},
+        namespace=ns, patch_type=PatchType.MERGE,
     )
     bound = await wait_bound(kube, ns, "gated")
     ann = (bound.metadata.annotations if bound.metadata else None) or {}

@@ -24,7 +24,7 @@ from slurmbridge_devkit.e2e import (
     pod_manifest,
     slurm_idle,
     wait_bound,
-    wait_job_id,
+    wait_slurm_job,
 )
 from slurmbridge_devkit.kube import ControlPlane, namespace_user, set_pod_phase, wait_for
 from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
@@ -104,7 +104,7 @@ async def _pending(
                                            "%T").split() == ["RUNNING"] * 4,
                        30, interval=0.5, what=f"blockers {blockers} running")
         await create_pod(kube, ns, pod_manifest("waits", gpus=1))
-        job = await wait_job_id(kube, ns, "waits")
+        job = await wait_slurm_job(slurm, ns, "waits")
 
         def pending_said() -> bool:
             answer = _kubectl(cp, researcher, "why", "waits", "-o", "json")

@@ -15,6 +15,7 @@ from slurmbridge_devkit.e2e import (
     slurm_idle,
     slurm_job_view,
     wait_bound,
+    wait_slurm_job,
 )
 from slurmbridge_devkit.kube import set_pod_phase, wait_for
 from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
@@ -100,12 +101,7 @@ async def test_deleting_a_pending_pod_cancels_its_job(
 
 
 async def _pending_pod_deleted(bridge_stack: BridgeStack, kube: AsyncClient, ns: str) -> None:
-
-    async def job_id() -> str | None:
-        pod = await kube.get(Pod, "waits", namespace=ns)
-        return ((pod.metadata and pod.metadata.annotations) or {}).get(keys.JOB_ID)
-
-    jid = await wait_for(job_id, 30, what="job id annotation")
+    jid = await wait_slurm_job(bridge_stack.slurm, ns, "waits", 30)
     assert slurm_job_view(bridge_stack.slurm, jid)["state"] == "PENDING"
     await kube.delete(Pod, "waits", namespace=ns, grace_period=0)
     await wait_for(lambda: not _live(bridge_stack, jid), 15, what=f"job {jid} cancelled")

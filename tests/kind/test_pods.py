@@ -43,6 +43,12 @@ def test_gpu_env_is_the_slurm_allocation_next_to_a_native_job(kind: Kind, ns: st
     env = env_lines(kind, ns, "gpu")
 
     assert list(slurm_gpus) == [first] == [pod["spec"]["nodeName"]]
+    # It was gated until Slurm placed it, and released to exactly that node (one write).
+    assert not pod["spec"].get("schedulingGates")
+    required = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["nodeSelectorTerms"] == [{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": [first]}]}]
     assert sorted(slurm_gpus[first]) == [i for i in range(4) if i not in native_gpus]
     # What the container was told is what Slurm allocated, and never the native job's GPUs.
     assert [int(i) for i in env["NVIDIA"].split(",")] == sorted(slurm_gpus[first])

@@ -210,3 +210,23 @@ async def test_a_released_pod_passes_filter_and_bind_without_a_read(world: World
     finally:
         cache.cancel()
         await asyncio.gather(cache, return_exceptions=True)
+
+
+async def test_a_group_whose_job_ended_before_it_ran_is_submitted_again(world: World) -> None:
+    """A suspended gang Job's new pods (or a cancel before Slurm started it): the gated
+    members record no job, so they wait on the group's next one, not forever."""
+    for rank in (0, 1):
+        world.kube.add(PodBuilder(f"w{rank}", "ns").group("g", 2)
+                       .label(keys.GROUP_RANK, str(rank)).gated().build())
+    await _until(lambda: len(world.slurm.submitted) == 1)
+    [first] = world.slurm.jobs
+    owner = world.slurm.jobs[first].owner
+    assert owner is not None
+    await _until(lambda: len(world.bridge.pods.pods_of(owner)) == 2)
+    world.slurm.end(first, JobState.CANCELLED)
+    await world.bridge.poller.poll_once()
+    await _until(lambda: len(world.slurm.submitted) == 2)
+    [second] = [j for j in world.slurm.jobs if j != first]
+    await world.allocate(second, "node1", "node2")
+    assert [world.pod(f"w{r}")["metadata"]["annotations"][keys.JOB_ID] for r in (0, 1)] == [
+        str(second)] * 2
