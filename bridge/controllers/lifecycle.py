@@ -148,9 +148,11 @@ class Lifecycle:
             if all(p.releases_job for p in members):
                 await self._cancel(job, f"pod {members[0]} finished or was deleted")
             return
-        # Seen in the cache's earlier round, gone now: deleted.  Not "known to the registry":
-        # the cache's watch may not have delivered a pod that intake has just submitted.
-        if job.owner in self._seen_owners:
+        # Seen in an earlier round and gone now, or a pod this process placed whose deletion
+        # the watch reported (not merely absent: the watch may lag a pod intake just saw).
+        if job.owner in self._seen_owners or any(
+            self._pods.deleted(p.uid) for p in self._registry.pods_of(job.owner)
+        ):
             await self._cancel(job, "its pod was deleted")
             return
         since = self._orphan_since.setdefault(job.job_id, self._clock())

@@ -10,6 +10,7 @@ new as the pod the call names).
 """
 
 import asyncio
+import time
 
 import structlog
 from lightkube.models.core_v1 import Pod as PodModel
@@ -23,6 +24,7 @@ from bridge.ports import KubePort
 log = structlog.get_logger(__name__)
 
 RETRY_SECONDS = 2.0
+DELETED_MEMORY_SECONDS = 600.0
 OURS: dict[str, str | BinaryOperator | SequenceOperator] = {
     "spec.schedulerName": keys.SCHEDULER_NAME,
 }
@@ -32,10 +34,16 @@ class PodCache:
     def __init__(self, kube: KubePort) -> None:
         self._kube = kube
         self._by_uid: dict[str, PodView] = {}
+        # uid → monotonic time its DELETED event came: "gone" only once the watch said so.
+        self._deleted: dict[str, float] = {}
         self._synced = asyncio.Event()  # the current watch has delivered its initial listing
 
     def get(self, uid: str) -> PodView | None:
         return self._by_uid.get(uid)
+
+    def deleted(self, uid: str) -> bool:
+        """The watch reported this pod deleted (within the last ``DELETED_MEMORY_SECONDS``)."""
+        return uid in self._deleted
 
     def views(self) -> list[PodView]:
         return list(self._by_uid.values())
@@ -82,6 +90,13 @@ class PodCache:
             return
         if event == "DELETED":
             self._by_uid.pop(view.uid, None)
+            now = time.monotonic()
+            self._deleted[view.uid] = now
+            while self._deleted:  # oldest first (insertion order): stop at a young one
+                uid, when = next(iter(self._deleted.items()))
+                if when > now - DELETED_MEMORY_SECONDS:
+                    break
+                del self._deleted[uid]
             return
         known = self._by_uid.get(view.uid)
         if known is None or known.resource_version <= view.resource_version:

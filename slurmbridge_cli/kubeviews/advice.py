@@ -69,8 +69,9 @@ def _waiting(why: "Why", row: PodRow) -> str:
                 "the pod's annotations or resources, change them and recreate the pod; if it "
                 "names the namespace's tenancy or Slurm's accounts and QOS, ask your cluster "
                 "admin. The bridge asks Slurm again every 30 s while the pod waits.")
-    if why.gates:
-        return (f"The pod has scheduling gates ({', '.join(why.gates)}): the bridge submits its "
+    others = [g for g in why.gates if g != keys.SLURM_GATE]  # the bridge's own: Slurm decides
+    if others:
+        return (f"The pod has scheduling gates ({', '.join(others)}): the bridge submits its "
                 "job once whoever set them (e.g. a queueing controller) removes them.")
     if row.job_id is None and not why.said:
         return ("The bridge has not submitted a job yet; it does within seconds of the pod's "

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import Toleration
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
@@ -87,7 +88,11 @@ async def test_a_pod_that_came_without_the_gate_binds_through_filter(
     ns = unique_name("ungated")
     await create_namespace(kube, ns)  # no e2e label: outside the webhook's selector
     e2e_namespaces.append(ns)
-    created = await create_pod(kube, ns, pod_manifest("plain", cpu="2", memory="2Gi"))
+    manifest = pod_manifest("plain", cpu="2", memory="2Gi")
+    assert manifest.spec is not None  # what the webhook would have added, but the gate
+    manifest.spec.tolerations = [Toleration(key=keys.MANAGED_TAINT, operator="Exists",
+                                            effect="NoSchedule")]
+    created = await create_pod(kube, ns, manifest)
     assert _gates(created) == []
     pod = await wait_bound(kube, ns, "plain")
     assert pod.spec is not None and pod.metadata is not None

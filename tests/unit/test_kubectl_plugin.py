@@ -450,7 +450,7 @@ def test_kubeconfig_files_merge_as_kubectl_merges_them(
 def test_why_a_gated_group_member_and_a_preempted_pod(world: FakeKube) -> None:
     kube = FakeKube()
     kube.add(PodBuilder("w0", NS).group("allreduce", 2).label(keys.GROUP_RANK, "0")
-             .spec(schedulingGates=[{"name": "kueue.x-k8s.io/admission"}]).build())
+             .gated("kueue.x-k8s.io/admission").build())
     victim = _pod("victim", **{keys.JOB_ID: "7"})
     assert victim.metadata is not None
     victim.metadata.deletionTimestamp = T0
@@ -466,8 +466,9 @@ def test_why_a_gated_group_member_and_a_preempted_pod(world: FakeKube) -> None:
     gated = run(kube, "why", "w0")
     assert gated.exit_code == 1
     assert "Group:      allreduce (2 pods, rank 0)" in _lines(gated.output)
-    assert "Gates:      kueue.x-k8s.io/admission" in _lines(gated.output)
-    assert "Next:       The pod has scheduling gates (kueue.x-k8s.io/admission)" in gated.output
+    assert f"Gates:      kueue.x-k8s.io/admission, {keys.SLURM_GATE}" in _lines(gated.output)
+    # Kueue's gate is named as what holds the pod; the bridge's own is not something to wait on.
+    assert "Next:       The pod has scheduling gates (kueue.x-k8s.io/admission):" in gated.output
     evicted = run(kube, "why", "victim")
     assert evicted.exit_code == 1
     assert "State:      terminating (PreemptedBySlurm)" in _lines(evicted.output)

@@ -11,10 +11,13 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.controllers.lifecycle import Lifecycle
+from bridge.jobs.owner import PodOwner
+from bridge.link.owner import LinkedPod
 from bridge.link.podcache import PodCache
 from bridge.link.views import view_of
 from bridge.placement.index import JobIndex
 from bridge.placement.pods import PodRegistry
+from bridge.slurm.types import JobState, SlurmJob
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
 
@@ -107,3 +110,30 @@ async def test_the_leaders_rounds_read_the_cache_not_the_apiserver(
     for _ in range(5):
         await lifecycle.reconcile_once()
     assert kube.lists == before
+
+
+async def test_a_pending_pod_deleted_at_once_has_its_job_cancelled_at_once(
+    cached: tuple[CountingKube, PodCache],
+) -> None:
+    """Between two rounds: the watch's DELETED says so; a pod merely absent from a lagging
+    cache (intake has just seen it) is not taken for deleted."""
+    kube, cache = cached
+    slurm = FakeSlurm(("node1",))
+    index, registry = JobIndex(slurm), PodRegistry()
+    lifecycle = Lifecycle(kube, slurm, index, registry, cache, orphan_grace=30.0)
+    pods = []
+    for name in ("deleted", "unseen"):
+        pod = PodBuilder(name, "ns").gated().build()
+        assert pod.metadata is not None
+        pod.metadata.uid = f"uid-{name}"
+        pods.append(pod)
+        owner = PodOwner(pod.metadata.uid)
+        registry.remember(LinkedPod("ns", name, pod.metadata.uid, owner))
+        index.record(slurm.put(SlurmJob(len(pods), f"k8s:ns/{name}", JobState.PENDING, "None",
+                                        owner, None)))
+    kube.add(pods[0])
+    await _until(lambda: len(cache.views()) == 1)
+    await kube.delete(Pod, "deleted", namespace="ns")
+    await _until(lambda: cache.deleted("uid-deleted"))
+    await lifecycle.reconcile_once()
+    assert slurm.cancelled == [1]  # not 2: its pod is not in the cache yet, nor deleted
