@@ -25,7 +25,7 @@ from lightkube.core.client import (
 from lightkube.types import PatchType
 
 from bridge.jobs.request import JobRequest
-from bridge.slurm.types import Accounting, JobState, SlurmJob, SlurmNode
+from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, SlurmNode
 
 
 class SlurmPort(Protocol):
@@ -37,6 +37,10 @@ class SlurmPort(Protocol):
 
     async def get_job(self, job_id: int) -> SlurmJob:
         """One job, read now; ``SlurmJobNotFound`` when Slurm no longer knows it."""
+        ...
+
+    async def job_allocation(self, job_id: int) -> Allocation | None:
+        """A running job's nodes and GPU indices alone (None: ask ``get_job`` instead)."""
         ...
 
     async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:

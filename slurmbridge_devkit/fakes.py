@@ -90,6 +90,15 @@ class FakeSlurm:
             raise SlurmJobNotFound(job_id)
         return self.jobs[job_id]
 
+    async def job_allocation(self, job_id: int) -> Allocation | None:
+        """As slurmrestd v0.0.44+: a running job's allocation alone, else None."""
+        self._check_up()
+        self.requests["job_allocation"] += 1
+        if job_id not in self.jobs:
+            raise SlurmJobNotFound(job_id)
+        job = self.jobs[job_id]
+        return job.allocation if job.state is JobState.RUNNING else None
+
     async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
         self._check_up()
         self.requests["job_states"] += 1

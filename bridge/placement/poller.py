@@ -2,7 +2,9 @@
 
 Each cycle is one ``GET /jobs/state/?job_id=..`` naming the live jobs the index tracks
 (``SlurmClient.job_states``: ids and states of those jobs only, 400 ids a request), plus
-one ``GET /job/<id>`` per tracked job whose state changed, plus up to ``reasons_per_cycle``
+one ``GET /job/<id>`` per tracked job whose state changed (for one that started, ``GET
+/resources/<id>`` where slurmrestd has it: its nodes and GPUs, ~600 bytes instead of every
+core of each node; the rest of the job is as the index knew it), plus up to ``reasons_per_cycle``
 pending jobs whose reason is refreshed round-robin, each at most every ``reason_interval``
 (so an idle cycle with a few pending jobs stays about one request), and as many running
 jobs of a preemptable QOS, round-robin (their preemption changes no state).  With nothing
@@ -25,6 +27,7 @@ backoff.  ``read_within`` tells /readyz whether Slurm was read recently.
 """
 
 import asyncio
+import dataclasses
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -100,16 +103,23 @@ class Poller:
             states = {}
         stale = [j for i, j in tracked.items() if states.get(i) != j.state]
         stale_ids = {j.job_id for j in stale}
-        batch = stale + self._reason_batch(tracked, stale_ids)
+        started = [j for j in stale if states.get(j.job_id) is JobState.RUNNING]
+        batch = [j for j in stale if j not in started] + self._reason_batch(tracked, stale_ids)
         batch += self._watch_batch(tracked, stale_ids | {j.job_id for j in batch})
-        await asyncio.gather(*(self._refresh(j) for j in batch))
+        await asyncio.gather(*(self._refresh(j) for j in batch),
+                             *(self._started(j) for j in started))
 
     def _reason_batch(self, tracked: dict[int, SlurmJob], skip: set[int]) -> list[SlurmJob]:
         """A few pending jobs whose reason (not visible in the state list) is re-read, none
-        more often than every ``reason_interval``: a reason changes without a state change,
-        but users read it after ``notify_quiet_seconds``, not every poll."""
+        more often than every ``reason_interval`` (the first time half of it after the job
+        was first seen): a reason changes without a state change, but users read it after
+        ``notify_quiet_seconds``, not every poll."""
         now = asyncio.get_running_loop().time()
-        self._reason_read = {i: t for i, t in self._reason_read.items() if i in tracked}
+        # A job first seen pending is not read before half the interval: most start by then
+        # (a burst's reads would only find "None"), and users see a reason after the quiet time.
+        first = now - self._reason_interval / 2
+        self._reason_read = {i: self._reason_read.get(i, first) for i, j in tracked.items()
+                             if j.state is JobState.PENDING}
 
         def due(job: SlurmJob) -> bool:
             read = self._reason_read.get(job.job_id)
@@ -157,6 +167,23 @@ class Poller:
             new = self._index.by_id(job_id)
             if new is not None and _changed(old, new):
                 await self._on_change(old, new)
+
+    async def _started(self, before: SlurmJob) -> None:
+        """The state list says RUNNING: where is all that changed (the small answer where
+        slurmrestd has it), else the whole job."""
+        async with self._fetch_slots:
+            try:
+                allocation = await self._client.job_allocation(before.job_id)
+            except (SlurmJobNotFound, SlurmProtocolError):
+                allocation = None
+        if allocation is None or not allocation.nodes:
+            await self._refresh(before)
+            return
+        self._misses.pop(before.job_id, None)
+        after = dataclasses.replace(before, state=JobState.RUNNING, reason="None",
+                                    allocation=allocation, preempting=False)
+        self._index.record(after)
+        await self._on_change(before, after)
 
     async def _refresh(self, before: SlurmJob) -> None:
         async with self._fetch_slots:

@@ -45,6 +45,11 @@ def _split_top_level(text: str) -> Iterator[str]:
     yield text[start:]
 
 
+def index_list(idx: str) -> tuple[int, ...]:
+    """Indices of a list such as ``0-1,4-5`` (empty text: none)."""
+    return tuple(_indices(idx, idx)) if idx else ()
+
+
 def _indices(idx: str, entry: str) -> Iterator[int]:
     """Indices of an IDX list such as ``0-1,4-5``."""
     for part in idx.split(","):

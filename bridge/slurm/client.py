@@ -28,7 +28,7 @@ import structlog
 from bridge import keys
 from bridge.config import SlurmSettings
 from bridge.jobs.request import JobRequest
-from bridge.slurm import convert
+from bridge.slurm import convert, negotiate
 from bridge.slurm.errors import (
     SlurmError,
     SlurmJobNotFound,
@@ -37,7 +37,7 @@ from bridge.slurm.errors import (
     SlurmUnavailable,
 )
 from bridge.slurm.rest import SlurmRest
-from bridge.slurm.types import Accounting, JobState, SlurmJob, SlurmNode
+from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, SlurmNode
 from bridge.slurm.wire.base import (
     Envelope,
     JobInfo,
@@ -46,6 +46,7 @@ from bridge.slurm.wire.base import (
     NodesResponse,
     NodeUpdate,
     PingResponse,
+    ResourcesResponse,
     SubmitResponse,
     WireFamily,
 )
@@ -53,6 +54,7 @@ from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, Qo
 
 log = structlog.get_logger(__name__)
 
+RESOURCES_SINCE = "v0.0.44"  # GET /resources/{job_id}: Slurm 25.11
 IDS_PER_REQUEST = 400  # "job_id=" + an 8-digit id + "&": 16 bytes each, 6.4 kB a query
 
 PlaceholderTrust = Callable[[str, str], bool]
@@ -120,6 +122,20 @@ class SlurmClient:
         if not resp.jobs:
             raise SlurmJobNotFound(job_id)
         return self._job(resp.jobs[0])
+
+    async def job_allocation(self, job_id: int) -> Allocation | None:
+        """A running job's nodes and GPU indices from ``GET /resources/{job_id}`` (~600 bytes;
+        ``GET /job/{id}`` lists every core of each node); None where the data parser has no
+        such endpoint (before v0.0.44) or the job is not running: then read the whole job."""
+        if not negotiate.at_least(await self.connect(), RESOURCES_SINCE):
+            return None
+        try:
+            resp = await self.rest.call(
+                "GET", f"/resources/{job_id}", "job_allocation", ResourcesResponse, job_id=job_id
+            )
+        except SlurmRejected:  # "Job is not running" (any more): the whole job says what now
+            return None
+        return convert.allocation(resp) if resp.nodes else None
 
     async def list_jobs(self) -> list[SlurmJob]:
         """Every job with its allocation (the big answer, tens of kB a running job): only

@@ -2,9 +2,9 @@
 
 from bridge import keys
 from bridge.jobs.owner import Owner, owner_text, parse_owner
-from bridge.slurm.allocation import allocation_from
-from bridge.slurm.types import Accounting, JobState, SlurmJob, SlurmNode, SlurmQos
-from bridge.slurm.wire.base import JobInfo, NodeInfo
+from bridge.slurm.allocation import allocation_from, index_list
+from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, SlurmNode, SlurmQos
+from bridge.slurm.wire.base import JobInfo, NodeInfo, ResourcesResponse
 from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
 
 
@@ -28,6 +28,15 @@ def owner_from_comment(comment: str) -> Owner | None:
 
 def comment_for(owner: Owner) -> str:
     return f"{keys.COMMENT_OWNER}{owner_text(owner)}"
+
+
+def allocation(resources: ResourcesResponse) -> Allocation:
+    """Nodes in Slurm's order, and each node's GPU indices."""
+    return Allocation(
+        tuple(n.node for n in resources.nodes),
+        {n.node: gpus for n in resources.nodes
+         if (gpus := tuple(i for g in n.gres if g.name == "gpu" for i in index_list(g.index)))},
+    )
 
 
 def slurm_job(info: JobInfo, *, owned: bool) -> SlurmJob:

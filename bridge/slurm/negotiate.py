@@ -11,6 +11,11 @@ def _key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.lstrip("v").split("."))
 
 
+def at_least(version: str, oldest: str) -> bool:
+    """``version`` is ``oldest`` or newer (``v0.0.45`` ≥ ``v0.0.44``)."""
+    return _key(version) >= _key(oldest)
+
+
 def offered_versions(openapi: object) -> set[str]:
     """Versions under ``/slurm/`` in the server's ``/openapi/v3`` document."""
     paths = openapi.get("paths") if isinstance(openapi, dict) else None

@@ -1,5 +1,6 @@
 """The slurmrestd client against a real Slurm: parsers, tokens, failures."""
 
+import asyncio
 import os
 import time
 import uuid
@@ -55,6 +56,29 @@ async def test_every_offered_parser_round_trips_a_placeholder(slurm: SlurmTarget
             assert (await client.get_job(job_id)).state in (
                 JobState.CANCELLED, JobState.COMPLETING,
             )
+
+
+async def test_a_running_jobs_allocation_reads_as_the_whole_job_says(slurm: SlurmTarget) -> None:
+    """``GET /resources/{id}`` (v0.0.44+) gives the nodes and GPU indices ``GET /job/{id}``
+    does, in a fraction of the bytes; older parsers have no such endpoint (None)."""
+    async with SlurmClient(slurm.settings()) as client:
+        parser = await client.connect()
+        job_id = await client.submit(_request(gpus=2))
+        try:
+            deadline = time.monotonic() + 30
+            while (job := await client.get_job(job_id)).state is not JobState.RUNNING:
+                assert time.monotonic() < deadline, f"job {job_id} never ran: {job.reason}"
+                await asyncio.sleep(0.2)
+            allocation = await client.job_allocation(job_id)
+            if negotiate.at_least(parser, "v0.0.44"):
+                assert allocation is not None and allocation == job.allocation
+                assert [len(g) for g in allocation.gpu_ids.values()] == [2]
+            else:
+                assert allocation is None
+        finally:
+            await client.cancel(job_id)
+        if negotiate.at_least(parser, "v0.0.44"):
+            assert await client.job_allocation(job_id) is None  # not running any more
 
 
 async def test_negotiates_newest_common_parser(

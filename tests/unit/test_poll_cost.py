@@ -1,6 +1,8 @@
 """A poll cycle costs what the bridge's own jobs cost, not what Slurm's whole queue does
 (issue 15, B5): the poller asks Slurm only about the jobs it tracks."""
 
+import asyncio
+
 import httpx
 import pytest
 
@@ -101,13 +103,14 @@ async def test_pending_reasons_are_re_read_in_turn_but_not_every_cycle() -> None
     for i in range(OWN):
         job = await index.ensure(JobRequest(name=f"k8s:ns/p{i}", owner=PodOwner(f"uid-{i}")))
         slurm.end(job.job_id, JobState.PENDING, "Priority")
-    poller = Poller(slurm, index, _noop, reasons_per_cycle=5, reason_interval=3600)
+    poller = Poller(slurm, index, _noop, reasons_per_cycle=5, reason_interval=0.4)
     reads = []
-    for _ in range(4):
+    for pause in (0, 0, 0.25, 0, 0, 0):  # the first reads come half the interval after
+        await asyncio.sleep(pause)
         slurm.requests.clear()
         await poller.poll_once()
         reads.append(slurm.requests["get_job"])
-    assert reads == [5, 5, 0, 0]
+    assert reads == [0, 0, 5, 5, 0, 0]
     assert {j.reason for j in index.jobs()} == {"Priority"}
 
 
@@ -137,3 +140,20 @@ async def test_every_job_state_reads_text_ids_and_leaves_array_records_out() -> 
         states = await client.every_job_state()
         assert await client.job_states([7, 8]) == {7: JobState.RUNNING, 8: JobState.PENDING}
     assert states == {7: JobState.RUNNING, 8: JobState.PENDING, 9: None}
+
+
+async def test_a_job_that_started_is_read_through_its_allocation_alone() -> None:
+    slurm = FakeSlurm(("node1",))
+    index = JobIndex(slurm)
+    job = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-p")))
+    slurm.start(job.job_id, "node1", gpus=(2,))
+    changes: list[SlurmJob] = []
+
+    async def seen(before: SlurmJob, after: SlurmJob) -> None:
+        changes.append(after)
+
+    await Poller(slurm, index, seen).poll_once()
+    assert (slurm.requests["job_allocation"], slurm.requests["get_job"]) == (1, 0)
+    [after] = changes
+    assert after.state is JobState.RUNNING and after.owner == PodOwner("uid-p")
+    assert after.allocation is not None and after.allocation.gpu_ids == {"node1": (2,)}

@@ -175,3 +175,34 @@ async def test_known_placement_is_none_until_the_job_runs() -> None:
     )
     known = placer.known_placement("uid-1")
     assert known is not None and known.kube_node == "node1" and known.owner == PodOwner("uid-1")
+
+
+def _resources(request: httpx.Request, version: str = "v0.0.45") -> httpx.Response:
+    """slurmrestd 26.05: job 1 runs on node2 (GPUs 0, 1 and 3), job 2 pends."""
+    path = request.url.path
+    if path == "/openapi/v3":
+        return httpx.Response(200, json={"paths": {f"/slurm/{version}/jobs/": {}}})
+    if path.endswith("/resources/1"):
+        return httpx.Response(200, json={"nodes": [{"node": "node2", "gres": [
+            {"name": "gpu", "type": "", "count": 3, "index": "0-1,3"}]}], "errors": []})
+    if path.endswith("/resources/2"):
+        return httpx.Response(422, json={"nodes": [], "errors": [{
+            "description": "Unable to query JobId=2", "error_number": 2085,
+            "error": "Job is not running"}]})
+    return httpx.Response(404)
+
+
+async def test_a_started_jobs_allocation_is_the_small_answer_where_slurm_has_it() -> None:
+    settings = SlurmSettings(user=BRIDGE_USER, token="t", retries=0)
+    async with SlurmClient(settings, transport=httpx.MockTransport(_resources)) as client:
+        allocation = await client.job_allocation(1)
+        pending = await client.job_allocation(2)
+    assert allocation is not None
+    assert (allocation.nodes, allocation.gpu_ids) == (("node2",), {"node2": (0, 1, 3)})
+    assert pending is None  # not running: the caller reads the whole job
+
+    def older(request: httpx.Request) -> httpx.Response:
+        return _resources(request, "v0.0.43")
+
+    async with SlurmClient(settings, transport=httpx.MockTransport(older)) as client:
+        assert await client.job_allocation(1) is None  # no such endpoint before v0.0.44

@@ -102,6 +102,25 @@ class SubmitResponse(Envelope):
     job_submit_user_msg: str = ""
 
 
+class GresAllocation(WireModel):
+    name: str = ""
+    type: str = ""
+    count: int = 0
+    index: str = ""  # "0-1,3": the indices on the node
+
+
+class NodeResources(WireModel):
+    node: str
+    gres: list[GresAllocation] = Field(default_factory=list)
+
+
+class ResourcesResponse(Envelope):
+    """``GET /resources/{job_id}`` (v0.0.44+): a job's nodes and GRES indices, ~600 bytes
+    where ``GET /job/{id}`` lists every core of each node (10-375 kB)."""
+
+    nodes: list[NodeResources] = Field(default_factory=list)
+
+
 class NodeInfo(WireModel):
     name: str
     state: list[str] = Field(default_factory=list)
