@@ -105,7 +105,8 @@ async def _world(workdir: Path) -> FakeKube:
     kube, slurm = FakeKube(), RefusingSlurm(("node1", "node2", "node3"))
     slurm.nodes["node1"] = idle_node("node1", "MIXED")
     slurm.nodes["node3"] = idle_node("node3", "IDLE", "DRAIN", reason="PSU swap (ops)")
-    bridge = bridge_over_fakes(workdir, slurm, kube)
+    # Slurm's reasons are read at the first poll (by default, half the refresh interval on).
+    bridge = bridge_over_fakes(workdir, slurm, kube, placement={"reason_refresh_seconds": 0})
     tenancy = {keys.ACCOUNT: "research", keys.SLURM_USER: "alice", keys.QOS: "normal"}
     for pod in (
         _pod("waits", **tenancy, **{keys.GPUS: "2"}),
