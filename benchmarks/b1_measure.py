@@ -50,7 +50,8 @@ from slurmbridge_devkit.stack import BridgeStack, replace_scheduler
 
 DEFAULT_PROFILE = "bench-default"
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
-# The load generator and whatever else shares the machine are not the systems under test.
+# The load generator and whatever else shares the machine ("other: <its program>") are not
+# the systems under test.
 NOT_COUNTED = ("benchmark client", "other")
 
 
@@ -76,7 +77,7 @@ class SystemRun:
     @property
     def cpu_ms_per_pod(self) -> float:
         """CPU of every process under test (apiserver, etcd, schedulers, bridge, Slurm)."""
-        used = sum(v for k, v in self.cpu.items() if k not in NOT_COUNTED)
+        used = sum(v for k, v in self.cpu.items() if not k.startswith(NOT_COUNTED))
         return used * 1000 / self.pods
 
     @property

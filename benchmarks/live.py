@@ -292,7 +292,8 @@ def _process_kind(pid: int, argv: list[str]) -> str:
         role = next((a for a in argv if a in ("extender", "webhook")), "")
         return f"slurmbridge {role}".strip()
     names = [Path(a).name for a in argv[:4]]  # etcd runs under the chroot's ld.so
-    return next((n for n in names if n in _KNOWN), "other")
+    known = next((n for n in names if n in _KNOWN), None)
+    return known or (f"other: {names[0]}" if names else "other")
 
 
 _KNOWN = {"kube-apiserver", "kube-scheduler", "etcd", "slurmctld", "slurmrestd", "slurmd"}
