@@ -27,6 +27,9 @@ from lightkube.types import PatchType
 from bridge.jobs.request import JobRequest
 from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, SlurmNode
 
+# A merge or strategic patch (a partial object), or a JSON Patch (a list of operations).
+PatchBody = dict[str, Any] | list[dict[str, Any]]
+
 
 class SlurmPort(Protocol):
     """slurmrestd as the core uses it: placeholder jobs, node states, accounting."""
@@ -103,17 +106,17 @@ class KubePort(Protocol):
 
     @overload
     async def patch(
-        self, res: type[GlobalSubResource], name: str, obj: dict[str, Any], *,
+        self, res: type[GlobalSubResource], name: str, obj: PatchBody, *,
         patch_type: PatchType = PatchType.STRATEGIC,
     ) -> GlobalSubResource: ...
     @overload
     async def patch(
-        self, res: type[GlobalResource], name: str, obj: dict[str, Any], *,
+        self, res: type[GlobalResource], name: str, obj: PatchBody, *,
         patch_type: PatchType = PatchType.STRATEGIC,
     ) -> GlobalResource: ...
     @overload
     async def patch(
-        self, res: type[AllNamespacedResource], name: str, obj: dict[str, Any], *,
+        self, res: type[AllNamespacedResource], name: str, obj: PatchBody, *,
         namespace: str | None = None, patch_type: PatchType = PatchType.STRATEGIC,
     ) -> AllNamespacedResource: ...
 

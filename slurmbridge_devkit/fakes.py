@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+import jsonpatch
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import Resource
 from lightkube.models.meta_v1 import Status
@@ -159,9 +160,10 @@ class FakeKube:
     """A fake apiserver holding Pods, Nodes, Leases and Events as dicts.
 
     Every write bumps the object's resourceVersion; a write carrying an older one fails
-    with 409, a missing object with 404.  A Binding sets ``spec.nodeName`` and copies its
-    annotations (UID precondition: 409 for a recreated pod); an Eviction marks the pod
-    deleted (``deletionTimestamp``), as the apiserver does until the kubelet has stopped it.
+    with 409, a JSON Patch whose ``test`` fails with 422, a missing object with 404.  A
+    Binding sets ``spec.nodeName`` and copies its annotations (UID precondition: 409 for a
+    recreated pod); an Eviction marks the pod deleted (``deletionTimestamp``), as the
+    apiserver does until the kubelet has stopped it.
     ``down = True`` makes every call fail as an unreachable apiserver would.
     """
 
@@ -235,6 +237,12 @@ class FakeKube:
         await self._io(("patch", _kind(res), copy.deepcopy(obj)))
         target = _SUBRESOURCES.get(res, res)
         current = copy.deepcopy(self._existing(target, name, namespace))
+        if patch_type is PatchType.JSON:
+            try:
+                current = jsonpatch.apply_patch(current, obj)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                raise api_error(422, f"{name}: {exc}") from exc
+            return target.from_dict(self._store(_kind(target), current, "MODIFIED"))
         wanted = (obj.get("metadata") or {}).get("resourceVersion")
         if wanted is not None and wanted != current["metadata"].get("resourceVersion"):
             raise api_error(409, f"{name}: the object has been modified")

@@ -18,3 +18,9 @@ def is_conflict(exc: ApiError) -> bool:
 def is_too_many_requests(exc: ApiError) -> bool:
     """Not now (429): rate limited, or an eviction a PodDisruptionBudget blocks."""
     return exc.status.code == HTTPStatus.TOO_MANY_REQUESTS
+
+
+def is_unprocessable(exc: ApiError) -> bool:
+    """The request cannot apply to the object as it is (422): a JSON Patch ``test`` failed,
+    or the result would be invalid."""
+    return exc.status.code == HTTPStatus.UNPROCESSABLE_ENTITY

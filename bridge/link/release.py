@@ -1,12 +1,12 @@
 """The write that hands a gated pod to kube-scheduler once Slurm has placed it.
 
 The webhook gives every pod it enrols the gate ``slurmbridge.io/slurm``, so kube-scheduler
-first sees the pod when it can already be bound.  One merge patch, with the pod's
-resourceVersion as precondition, lifts the gate, records the job (id, owner, Slurm node,
-GPU indices: the same annotations the Binding carries) and narrows the pod to Slurm's node
-with a required node affinity (``matchFields metadata.name``, added to every term the pod
-has: the API server lets a gated pod's node affinity narrow, KEP-3838).  Of two writers
-holding one version only one succeeds, so exactly one job is ever recorded for the pod.
+first sees the pod when it can already be bound.  One JSON Patch lifts the gate, records the
+job (id, owner, Slurm node, GPU indices: the same annotations the Binding carries) and
+narrows the pod to Slurm's node with a required node affinity (``matchFields
+metadata.name``, added to every term the pod has: the API server lets a gated pod's node
+affinity narrow, KEP-3838).  Its ``test`` operations make the gates as read a precondition:
+of two writers only the first finds the bridge's gate, so exactly one job is ever recorded.
 """
 
 from collections.abc import Mapping
@@ -15,6 +15,8 @@ from typing import Any
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def gate_names(pod: Pod) -> list[str]:
@@ -39,21 +41,52 @@ def released_node(pod: Pod, job_id: int) -> str | None:
     return annotations.get(keys.SLURM_NODE) or None
 
 
-def release_patch(pod: Pod, kube_node: str, recorded: Mapping[str, str]) -> dict[str, Any]:
-    """The merge patch releasing ``pod`` to ``kube_node`` with the ``recorded`` annotations
-    (``annotations.bound``), under the resourceVersion of this copy of the pod."""
-    meta = pod.metadata
-    assert meta is not None and meta.resourceVersion
+def release_patch(pod: Pod, kube_node: str, recorded: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The JSON Patch releasing ``pod`` to ``kube_node`` with the ``recorded`` annotations
+    (``annotations.bound``).  Its precondition is what must not have moved since this copy:
+    the pod (uid) and its gates (another writer's release lifted ours); a status or label
+    write meanwhile does not make it fail, as a resourceVersion would (B1 at 5,000 pods:
+    3,300 such conflicts, each a GET and a second write)."""
+    meta, spec = pod.metadata, pod.spec
+    assert meta is not None and meta.uid and spec is not None
     remaining = [{"name": g} for g in other_gates(pod)]
-    return {
-        "metadata": {"resourceVersion": meta.resourceVersion, "annotations": dict(recorded)},
-        "spec": {
-            "schedulingGates": remaining or None,
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": _narrowed_terms(pod, kube_node),
-            }}},
-        },
-    }
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/uid", "value": meta.uid},
+        {"op": "test", "path": "/spec/schedulingGates",
+         "value": [{"name": g} for g in gate_names(pod)]},
+        {"op": "replace", "path": "/spec/schedulingGates", "value": remaining} if remaining
+        else {"op": "remove", "path": "/spec/schedulingGates"},
+    ]
+    if meta.annotations is None:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": dict(recorded)})
+    else:
+        ops += [{"op": "add", "path": f"/metadata/annotations/{_escaped(k)}", "value": v}
+                for k, v in recorded.items()]
+    return ops + _affinity_ops(pod, kube_node)
+
+
+def _affinity_ops(pod: Pod, kube_node: str) -> list[dict[str, Any]]:
+    """Add the node affinity at the first level the pod lacks, or narrow its terms."""
+    terms = _narrowed_terms(pod, kube_node)
+    affinity = pod.spec.affinity if pod.spec else None
+    node_affinity = affinity.nodeAffinity if affinity else None
+    required = node_affinity.requiredDuringSchedulingIgnoredDuringExecution \
+        if node_affinity else None
+    level: dict[str, Any] = {"nodeSelectorTerms": terms}
+    if affinity is None:
+        return [{"op": "add", "path": "/spec/affinity",
+                 "value": {"nodeAffinity": {_REQUIRED: level}}}]
+    if node_affinity is None:
+        return [{"op": "add", "path": "/spec/affinity/nodeAffinity", "value": {_REQUIRED: level}}]
+    path = f"/spec/affinity/nodeAffinity/{_REQUIRED}"
+    if required is None:
+        return [{"op": "add", "path": path, "value": level}]
+    return [{"op": "replace", "path": f"{path}/nodeSelectorTerms", "value": terms}]
+
+
+def _escaped(key: str) -> str:
+    """An RFC 6901 reference token: ``slurmbridge.io/job-id`` → ``slurmbridge.io~1job-id``."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _narrowed_terms(pod: Pod, kube_node: str) -> list[dict[str, Any]]:

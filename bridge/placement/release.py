@@ -6,8 +6,8 @@ when the poller sees it change), each of the owner's gated pods gets one write
 gets the job's node; a group's members are listed once per release and each gets its
 rank's node (Slurm's i-th), or the first node no released member holds, so any leader
 computes the same answer and a member released before a failover keeps its node.
-A write that finds the pod changed reads it once more; one the API server refuses for
-another reason is tried again after ``retry_seconds`` while the pod waits.
+A write whose precondition fails (the gates changed) reads the pod once more; one the API
+server refuses for another reason is tried again after ``retry_seconds`` while it waits.
 """
 
 import asyncio
@@ -22,7 +22,7 @@ from bridge import keys, metrics
 from bridge.jobs.annotations import pod_group
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
-from bridge.kube.status import is_conflict, is_not_found
+from bridge.kube.status import is_conflict, is_not_found, is_unprocessable
 from bridge.link import annotations
 from bridge.link.annotations import CudaNumbering, cuda_visible_devices
 from bridge.link.claims import member_slot
@@ -163,13 +163,13 @@ class Releaser:
             patch = release_patch(pod, placement.kube_node, recorded)
             try:
                 await self._kube.patch(PodResource, meta.name, patch, namespace=meta.namespace,
-                                       patch_type=PatchType.MERGE)
+                                       patch_type=PatchType.JSON)
                 break
             except ApiError as exc:
                 if is_not_found(exc):
                     self.forget(uid)
                     return False
-                if not is_conflict(exc):
+                if not (is_conflict(exc) or is_unprocessable(exc)):
                     raise
             pod = await self._kube.get(PodResource, meta.name, namespace=meta.namespace)
             if _uid(pod) != uid or not gated(pod):  # recreated, or released meanwhile

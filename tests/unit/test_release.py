@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonpatch
 import pytest
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
@@ -33,10 +34,9 @@ class World:
         assert found is not None
         return found
 
-    def pod_writes(self, name: str) -> list[tuple[str, str, dict[str, Any]]]:
-        """Writes to the pod itself (patches and Bindings), not Events or Leases."""
-        return [w for w in self.kube.written if w[1] == "Pod"
-                and (w[2].get("metadata") or {}).get("name", name) == name]
+    def pod_writes(self) -> list[str]:
+        """The verbs of writes to pods (patches and Bindings), not Events or Leases."""
+        return [verb for verb, kind, _ in self.kube.written if kind == "Pod"]
 
     async def allocate(self, job_id: int, *nodes: str, gpus: tuple[int, ...] = ()) -> None:
         self.slurm.start(job_id, *nodes, gpus=gpus)
@@ -71,13 +71,13 @@ async def test_a_gated_pod_is_released_to_slurms_node_in_one_write(world: World)
     world.kube.add(PodBuilder("p", "ns").gated().build())
     await _until(lambda: len(world.slurm.submitted) == 1)
     [job_id] = world.slurm.jobs
-    assert world.pod_writes("p") == []  # no claim, no job-id record while the job pends
+    assert world.pod_writes() == []  # no claim, no job-id record while the job pends
     assert world.pod("p")["spec"]["schedulingGates"] == [{"name": keys.SLURM_GATE}]
 
     await world.allocate(job_id, "node2", gpus=(1, 3))
 
     pod = world.pod("p")
-    assert [w[0] for w in world.pod_writes("p")] == ["patch"]
+    assert world.pod_writes() == ["patch"]
     assert not pod["spec"].get("schedulingGates")
     assert _node_terms(pod) == [{"matchFields": [
         {"key": "metadata.name", "operator": "In", "values": ["node2"]}]}]
@@ -120,15 +120,19 @@ def test_the_release_narrows_every_term_and_keeps_other_gates() -> None:
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
         ]}}}).build()
     assert pod.metadata is not None
-    pod.metadata.resourceVersion = "7"
-    patch = release_patch(pod, "node9", {keys.JOB_ID: "5"})
-    assert patch["metadata"] == {"resourceVersion": "7", "annotations": {keys.JOB_ID: "5"}}
-    assert patch["spec"]["schedulingGates"] == [{"name": "user/hold"}]
-    terms = patch["spec"]["affinity"]["nodeAffinity"][
+    pod.metadata.uid = "u"
+    stored = pod.to_dict()
+    released = jsonpatch.apply_patch(stored, release_patch(pod, "node9", {keys.JOB_ID: "5"}))
+    assert released["metadata"]["annotations"][keys.JOB_ID] == "5"
+    assert released["spec"]["schedulingGates"] == [{"name": "user/hold"}]
+    terms = released["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     on_node = {"key": "metadata.name", "operator": "In", "values": ["node9"]}
     assert [t["matchFields"] for t in terms] == [[on_node], [on_node]]
     assert [t["matchExpressions"][0]["values"] for t in terms] == [["a"], ["b"]]
+    # The precondition: once a release lifted the bridge's gate, a second one fails.
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(released, release_patch(pod, "node8", {keys.JOB_ID: "6"}))
 
 
 async def test_a_group_is_released_member_by_rank_to_slurms_nodes(world: World) -> None:
@@ -150,16 +154,22 @@ async def test_a_group_is_released_member_by_rank_to_slurms_nodes(world: World) 
     assert leases == []  # no group claim: the leader alone submitted
 
 
-async def test_a_release_that_meets_a_changed_pod_reads_it_again(world: World) -> None:
+async def test_a_status_write_meanwhile_does_not_cost_the_release_a_second_try(
+    world: World,
+) -> None:
+    """The copy intake holds is older than the pod (its pending status was written since):
+    the release's precondition is the gates, not the resourceVersion."""
     world.kube.add(PodBuilder("p", "ns").gated().build())
     await _until(lambda: len(world.slurm.submitted) == 1)
     [job_id] = world.slurm.jobs
-    world.bridge.intake._handled.clear()
-    await world.kube.patch(Pod, "p", {"metadata": {"labels": {"x": "y"}}}, namespace="ns",
-                           patch_type=PatchType.MERGE)
+    stored = world.pod("p")  # the status written, and the watch not delivered it yet
+    stored["status"] = {"conditions": [
+        {"type": keys.POD_CONDITION_SLURM, "status": "False", "reason": "Priority"}]}
+    stored["metadata"]["resourceVersion"] = str(int(stored["metadata"]["resourceVersion"]) + 1)
+    before = len(world.kube.written)
     await world.allocate(job_id, "node1")
     assert not world.pod("p")["spec"].get("schedulingGates")
-    assert world.pod("p")["metadata"]["labels"]["x"] == "y"
+    assert [w[0] for w in world.kube.written[before:] if w[1] == "Pod"] == ["patch"]
 
 
 async def test_a_refused_gated_pod_is_told_why(world: World) -> None:
