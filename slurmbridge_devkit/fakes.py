@@ -9,6 +9,7 @@ integration and e2e tests.
 """
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import itertools
@@ -381,6 +382,19 @@ def _merge(target: Obj, patch: Obj, *, strategic: bool) -> None:
             target[key] = kept + copy.deepcopy(value)
         else:
             target[key] = copy.deepcopy(value)
+
+
+@contextlib.asynccontextmanager
+async def intake_running(bridge: Bridge) -> AsyncIterator[None]:
+    """The leader's intake (with its releases) running over the fakes; stopped, and the
+    notifier's writes drained, on the way out."""
+    task = asyncio.create_task(bridge.intake.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await bridge.notifier.drain()
 
 
 TENANCY = "namespaces:\n  ns: {account: research, user: alice}\n"

@@ -11,7 +11,7 @@ from lightkube.types import PatchType
 from bridge import keys
 from bridge.runtime import Bridge
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes
+from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes, intake_running
 
 
 class World:
@@ -28,11 +28,8 @@ class World:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     world = World(tmp_path)
-    intake = asyncio.create_task(world.bridge.intake.run())
-    yield world
-    intake.cancel()
-    await asyncio.gather(intake, return_exceptions=True)
-    await world.bridge.notifier.drain()
+    async with intake_running(world.bridge):
+        yield world
 
 
 async def _until(condition: Callable[[], bool], seconds: float = 2.0) -> None:

@@ -15,13 +15,14 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from bridge import keys
-from bridge.jobs.owner import PodOwner
+from bridge.jobs.owner import Owner, PodOwner
 from bridge.link.release import release_patch
 from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from extender.app import create_app
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes
+from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes, intake_running
+from slurmbridge_devkit.kube import wait_for
 
 
 class World:
@@ -38,6 +39,19 @@ class World:
         """The verbs of writes to pods (patches and Bindings), not Events or Leases."""
         return [verb for verb, kind, _ in self.kube.written if kind == "Pod"]
 
+    async def gang(self, size: int) -> tuple[int, Owner]:
+        """Members w0.. of group g, ranked and gated as the webhook leaves them; their one
+        job (submitted, not started) and its owner, once intake has seen every member."""
+        for rank in reversed(range(size)):
+            self.kube.add(PodBuilder(f"w{rank}", "ns").group("g", size)
+                          .label(keys.GROUP_RANK, str(rank)).gated().build())
+        await _until(lambda: len(self.slurm.submitted) == 1)
+        [job_id] = self.slurm.jobs
+        owner = self.slurm.jobs[job_id].owner
+        assert owner is not None
+        await _until(lambda: len(self.bridge.pods.pods_of(owner)) == size)
+        return job_id, owner
+
     async def allocate(self, job_id: int, *nodes: str, gpus: tuple[int, ...] = ()) -> None:
         self.slurm.start(job_id, *nodes, gpus=gpus)
         await self.bridge.poller.poll_once()
@@ -47,17 +61,12 @@ class World:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     world = World(tmp_path)
-    intake = asyncio.create_task(world.bridge.intake.run())
-    yield world
-    intake.cancel()
-    await asyncio.gather(intake, return_exceptions=True)
-    await world.bridge.notifier.drain()
+    async with intake_running(world.bridge):
+        yield world
 
 
-async def _until(condition: Callable[[], bool], seconds: float = 2.0) -> None:
-    async with asyncio.timeout(seconds):
-        while not condition():
-            await asyncio.sleep(0.01)
+async def _until(condition: Callable[[], bool]) -> None:
+    await wait_for(condition, 2, interval=0.01)
 
 
 def _node_terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
@@ -136,14 +145,7 @@ def test_the_release_narrows_every_term_and_keeps_other_gates() -> None:
 
 
 async def test_a_group_is_released_member_by_rank_to_slurms_nodes(world: World) -> None:
-    for rank in (2, 0, 1):
-        world.kube.add(PodBuilder(f"w{rank}", "ns").group("g", 3)
-                       .label(keys.GROUP_RANK, str(rank)).gated().build())
-    await _until(lambda: len(world.slurm.submitted) == 1)
-    [job_id] = world.slurm.jobs
-    owner = world.slurm.jobs[job_id].owner
-    assert owner is not None
-    await _until(lambda: len(world.bridge.pods.pods_of(owner)) == 3)
+    job_id, _ = await world.gang(3)
     await world.allocate(job_id, "node3", "node1", "node2")
     nodes = {f"w{r}": world.pod(f"w{r}")["metadata"]["annotations"][keys.SLURM_NODE]
              for r in range(3)}
@@ -225,14 +227,7 @@ async def test_a_released_pod_passes_filter_and_bind_without_a_read(world: World
 async def test_a_group_whose_job_ended_before_it_ran_is_submitted_again(world: World) -> None:
     """A suspended gang Job's new pods (or a cancel before Slurm started it): the gated
     members record no job, so they wait on the group's next one, not forever."""
-    for rank in (0, 1):
-        world.kube.add(PodBuilder(f"w{rank}", "ns").group("g", 2)
-                       .label(keys.GROUP_RANK, str(rank)).gated().build())
-    await _until(lambda: len(world.slurm.submitted) == 1)
-    [first] = world.slurm.jobs
-    owner = world.slurm.jobs[first].owner
-    assert owner is not None
-    await _until(lambda: len(world.bridge.pods.pods_of(owner)) == 2)
+    first, _ = await world.gang(2)
     world.slurm.end(first, JobState.CANCELLED)
     await world.bridge.poller.poll_once()
     await _until(lambda: len(world.slurm.submitted) == 2)
