@@ -174,8 +174,12 @@ class Poller:
         async with self._fetch_slots:
             try:
                 allocation = await self._client.job_allocation(before.job_id)
-            except (SlurmJobNotFound, SlurmProtocolError):
-                allocation = None
+            except SlurmJobNotFound:
+                allocation = None  # the whole job's read counts the miss
+            except SlurmProtocolError as exc:  # this job's answer only: the others go on
+                metrics.POLL_ERRORS.labels("unreadable").inc()
+                log.warning("poller.job_unreadable", job_id=before.job_id, error=str(exc))
+                return
         if allocation is None or not allocation.nodes:
             await self._refresh(before)
             return

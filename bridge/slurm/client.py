@@ -135,7 +135,12 @@ class SlurmClient:
             )
         except SlurmRejected:  # "Job is not running" (any more): the whole job says what now
             return None
-        return convert.allocation(resp) if resp.nodes else None
+        try:
+            return convert.allocation(resp) if resp.nodes else None
+        except ValueError as exc:
+            raise SlurmProtocolError(
+                f"slurmrestd: the allocation of job {job_id} cannot be read: {exc}"
+            ) from exc
 
     async def list_jobs(self) -> list[SlurmJob]:
         """Every job with its allocation (the big answer, tens of kB a running job): only

@@ -499,7 +499,8 @@ async def _requeue_and_suspend(
 class _CorruptingSlurm:
     """A broken component between the bridge and slurmrestd: a transparent proxy on
     127.0.0.1 that, once armed, garbles every answer about the next job submitted for
-    ``seconds`` (its ``gres_detail`` gets an unbalanced parenthesis, as no parser expects)."""
+    ``seconds`` (its ``gres_detail`` gets an unbalanced parenthesis, its allocation's GPU
+    index list an open range, as no parser expects)."""
 
     def __init__(self, upstream: str, seconds: float = 5.0) -> None:
         self.upstream = upstream
@@ -545,11 +546,13 @@ class _CorruptingSlurm:
             self.armed = False
             self._target = (int(json.loads(body)["job_id"]), time.monotonic() + self._seconds)
         elif self._target is not None and time.monotonic() < self._target[1] and re.fullmatch(
-            rf"/slurm/v[0-9.]+/job/{self._target[0]}", path
+            rf"/slurm/v[0-9.]+/(job|resources)/{self._target[0]}", path
         ):
             doc = json.loads(body)
-            for job in doc.get("jobs", []):
+            for job in doc.get("jobs", []):  # the whole job
                 job["gres_detail"] = ["gpu:1(IDX:0-1"]
+            for node in doc.get("nodes", []):  # its allocation alone (v0.0.44+)
+                node["gres"] = [{"name": "gpu", "count": 1, "index": "0-"}]
             self.corrupted.append(path)
             body = json.dumps(doc).encode()
         return Response(body, status_code=answer.status_code,

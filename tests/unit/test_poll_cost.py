@@ -12,8 +12,8 @@ from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
 from bridge.placement.poller import Poller
 from bridge.slurm.client import IDS_PER_REQUEST, SlurmClient
-from bridge.slurm.errors import SlurmUnavailable
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.errors import SlurmProtocolError, SlurmUnavailable
+from bridge.slurm.types import Allocation, JobState, SlurmJob
 from bridge.slurm.wire.base import PingResponse
 from slurmbridge_devkit.fakes import FakeSlurm
 
@@ -157,3 +157,23 @@ async def test_a_job_that_started_is_read_through_its_allocation_alone() -> None
     [after] = changes
     assert after.state is JobState.RUNNING and after.owner == PodOwner("uid-p")
     assert after.allocation is not None and after.allocation.gpu_ids == {"node1": (2,)}
+
+
+async def test_an_unreadable_allocation_skips_that_job_for_the_cycle_only() -> None:
+    slurm = FakeSlurm(("node1",))
+    index = JobIndex(slurm)
+    jobs = [await index.ensure(JobRequest(name=f"k8s:ns/p{i}", owner=PodOwner(f"uid-{i}")))
+            for i in range(2)]
+    for job in jobs:
+        slurm.start(job.job_id, "node1")
+    answer = slurm.job_allocation
+
+    async def garbled(job_id: int) -> Allocation | None:
+        if job_id == jobs[0].job_id:
+            raise SlurmProtocolError(f"the allocation of job {job_id} cannot be read")
+        return await answer(job_id)
+
+    slurm.job_allocation = garbled  # type: ignore[method-assign]
+    await Poller(slurm, index, _noop).poll_once()
+    assert [index.by_id(j.job_id).state for j in jobs] == [  # type: ignore[union-attr]
+        JobState.PENDING, JobState.RUNNING]

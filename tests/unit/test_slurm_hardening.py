@@ -206,3 +206,19 @@ async def test_a_started_jobs_allocation_is_the_small_answer_where_slurm_has_it(
 
     async with SlurmClient(settings, transport=httpx.MockTransport(older)) as client:
         assert await client.job_allocation(1) is None  # no such endpoint before v0.0.44
+
+
+async def test_an_allocation_the_bridge_cannot_read_names_the_job() -> None:
+    """A garbled GPU index list is Slurm's protocol error about that job, never a bare
+    ValueError that would end the poller's cycle for every other job."""
+
+    def garbled(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/resources/1"):
+            return httpx.Response(200, json={"nodes": [{"node": "node2", "gres": [
+                {"name": "gpu", "count": 1, "index": "0-"}]}], "errors": []})
+        return _resources(request)
+
+    settings = SlurmSettings(user=BRIDGE_USER, token="t", retries=0)
+    async with SlurmClient(settings, transport=httpx.MockTransport(garbled)) as client:
+        with pytest.raises(SlurmProtocolError, match="job 1"):
+            await client.job_allocation(1)
