@@ -50,13 +50,16 @@ class Releaser:
         self._cuda = cuda_numbering
         self._retry = retry_seconds
         self._waiting: dict[Owner, dict[str, Pod]] = {}  # gated pods by owner, by uid
+        self._owner_of: dict[str, Owner] = {}  # uid → owner of each pod in _waiting
         self._releasing: set[Owner] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     def track(self, pod: Pod, job: SlurmJob) -> None:
         """``pod`` (gated) waits on ``job``: released as soon as the job runs."""
         assert pod.metadata is not None and pod.metadata.uid
-        self._waiting.setdefault(owner_key(pod), {})[pod.metadata.uid] = pod
+        owner = owner_key(pod)
+        self._waiting.setdefault(owner, {})[pod.metadata.uid] = pod
+        self._owner_of[pod.metadata.uid] = owner
         self.job_changed(self._index.by_id(job.job_id) or job)  # as the poller knows it now
 
     def refresh(self, pod: Pod) -> None:
@@ -69,10 +72,14 @@ class Releaser:
             pods[meta.uid] = pod
 
     def forget(self, pod_uid: str) -> None:
-        """The pod was deleted or bound."""
-        for owner, pods in list(self._waiting.items()):
-            if pods.pop(pod_uid, None) is not None and not pods:
-                del self._waiting[owner]
+        """The pod was deleted or bound (a lookup: every bound pod's watch event calls it)."""
+        owner = self._owner_of.pop(pod_uid, None)
+        if owner is None:
+            return
+        pods = self._waiting.get(owner, {})
+        pods.pop(pod_uid, None)
+        if not pods:
+            self._waiting.pop(owner, None)
 
     def job_changed(self, job: SlurmJob) -> None:
         owner = job.owner
@@ -94,13 +101,17 @@ class Releaser:
         lifecycle controller evicts the pod instead."""
         if job.state.is_live or not isinstance(job.owner, GroupOwner):
             return []
-        return list(self._waiting.pop(job.owner, {}).values())
+        pods = list(self._waiting.pop(job.owner, {}).values())
+        for pod in pods:
+            self._owner_of.pop(_uid(pod), None)
+        return pods
 
     def clear(self) -> None:
         """This replica no longer leads: the next leader releases what is left."""
         for task in self._tasks:
             task.cancel()
         self._waiting.clear()
+        self._owner_of.clear()
         self._releasing.clear()
 
     async def drain(self) -> None:
