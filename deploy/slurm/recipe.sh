@@ -90,6 +90,11 @@ MpiDefault=none
 MaxJobCount=100000
 DefMemPerCPU=1024
 CONF
+  # slurmctld's own /metrics (Slurm >= 25.11, here 26.05; 24.11 has no metrics plugin): served on
+  # SlurmctldPort, e.g. http://127.0.0.1:BASE/metrics/jobs (also /nodes, /partitions, /scheduler).
+  if ls /usr/lib/*/slurm-wlm/metrics_openmetrics.so >/dev/null 2>&1; then
+    echo "MetricsType=metrics/openmetrics" >> /etc/slurm/slurm.conf
+  fi
   k=1; while [ "$k" -le "$nodes" ]; do
     echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 10 + k)) CPUs=$cpus RealMemory=$mem Gres=gpu:$gpus State=UNKNOWN" >> /etc/slurm/slurm.conf
     k=$((k + 1))
