@@ -32,6 +32,8 @@ POLL_ERRORS = Counter(
     "refusing), unreadable (an answer the bridge cannot parse), bug (anything else)",
     ["kind"],
 )
+for _kind in ("unavailable", "unreadable", "bug"):  # exported at 0 from the start: the
+    POLL_ERRORS.labels(_kind)  # dashboard's poll-errors panel shows "none", not "no data"
 PODS_RELEASED = Counter(
     "slurmbridge_pods_released_total",
     "gated pods handed to kube-scheduler with the node Slurm allocated",
