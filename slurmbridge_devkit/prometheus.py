@@ -1,4 +1,5 @@
-"""A real Prometheus server (Debian's package) scraping the bridge, for observability tests.
+"""A real Prometheus server (Debian's package) scraping the bridge and slurmctld, for the
+monitoring tests.
 
 The package is unpacked into the cache, not installed: installing it would start a system
 service listening on every address.  The server here listens on 127.0.0.1 only, scrapes
@@ -80,18 +81,35 @@ class Prometheus:
         return any(not math.isnan(v) for v in self.values(expr))
 
 
+SLURMCTLD_METRICS = ("jobs", "nodes", "partitions", "scheduler")  # slurmctld's /metrics/<name>
+
+
+def scrape_job(name: str, targets: list[str], metrics_path: str) -> dict[str, Any]:
+    """A scrape job of ``targets`` (host:port) at one path."""
+    return {"job_name": name, "metrics_path": metrics_path,
+            "static_configs": [{"targets": targets}]}
+
+
+def slurmctld_scrape_job(target: str, name: str = "slurmctld") -> dict[str, Any]:
+    """slurmctld's own metrics (Slurm >= 25.11, ``MetricsType=metrics/openmetrics``), served
+    on its SlurmctldPort at one path per set: one target group per path, labelled
+    ``endpoint`` (as docs/operations.md, "Monitoring", shows it)."""
+    return {"job_name": name, "static_configs": [
+        {"targets": [target], "labels": {"__metrics_path__": f"/metrics/{path}",
+                                         "endpoint": path}}
+        for path in SLURMCTLD_METRICS
+    ]}
+
+
 @contextlib.contextmanager
-def run_prometheus(targets: list[str], metrics_path: str, work: Path) -> Iterator[Prometheus]:
-    """Prometheus on 127.0.0.1 scraping ``targets`` (host:port) every second; stopped after."""
+def run_prometheus(scrape_configs: list[dict[str, Any]], work: Path) -> Iterator[Prometheus]:
+    """Prometheus on 127.0.0.1 scraping every second; stopped after."""
     binary = prometheus_binary()
     port = free_port()
     config = work / "prometheus.yml"
     config.write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{
-            "job_name": "slurmbridge", "metrics_path": metrics_path,
-            "static_configs": [{"targets": targets}],
-        }],
+        "scrape_configs": scrape_configs,
     }))
     log_file = work / "prometheus.log"
     with log_file.open("ab") as log:

@@ -1,15 +1,9 @@
-"""Observability checked for real: Debian's Prometheus scrapes the running bridge and every
-PromQL expression of the Grafana dashboard returns data; ``slurmbridge status`` run against
-the stack shows single pods, a group and an ended job, as a table and as JSON."""
+"""``slurmbridge status`` run against the stack shows single pods, a group and an ended job,
+as a table and as JSON.  (The dashboard over Prometheus: test_monitoring.py.)"""
 
-import asyncio
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 from lightkube import AsyncClient
@@ -18,63 +12,11 @@ from lightkube.resources.core_v1 import Pod
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import create_pod, slurm_idle, wait_bound
-from slurmbridge_devkit.kube import REPO, set_pod_phase, wait_for
-from slurmbridge_devkit.prometheus import Prometheus, run_prometheus
+from slurmbridge_devkit.kube import set_pod_phase, wait_for
 from slurmbridge_devkit.scontrol import show_job
 from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 
 pytestmark = pytest.mark.e2e
-
-DASHBOARD = REPO / "deploy" / "grafana" / "slurmbridge-dashboard.json"
-
-
-def dashboard_queries() -> list[str]:
-    """Every PromQL expression of the dashboard's panels (nested rows included)."""
-    def panels(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        for panel in node.get("panels", []):
-            yield panel
-            yield from panels(panel)
-
-    found = [t["expr"] for p in panels(json.loads(DASHBOARD.read_text()))
-             for t in p.get("targets", []) if t.get("expr")]
-    assert found, f"no PromQL expressions in {DASHBOARD}"
-    return found
-
-
-@pytest.fixture
-def prometheus(bridge_stack: BridgeStack, tmp_path: Path) -> Iterator[Prometheus]:
-    target = f"127.0.0.1:{bridge_stack.health_port}"
-    with run_prometheus([target], "/metrics/", tmp_path) as server:
-        yield server
-
-
-async def test_every_dashboard_query_returns_data(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
-    prometheus: Prometheus,
-) -> None:
-    await wait_for(lambda: prometheus.values('up{job="slurmbridge"}') == [1.0], 30,
-                   what="Prometheus scraping the bridge's /metrics")
-    await slurm_idle(bridge_stack.slurm)
-    ns = await e2e_namespace("observed")
-    # What an operator's dashboard shows on a normal day: pods bound (latency histogram,
-    # filter answers, slurmrestd calls), a pod Slurm refuses (a slurmrestd error), a pod
-    # deleted while its job runs (the leader's controllers cancel the job).
-    for i in range(2):
-        await create_pod(kube, ns, PodBuilder(f"gpu-{i}").gpus(1).build())
-    await create_pod(kube, ns, PodBuilder("nowhere").annotate(keys.PARTITION, "no-such").build())
-    for i in range(2):
-        await wait_bound(kube, ns, f"gpu-{i}")
-    await kube.delete(Pod, "gpu-0", namespace=ns, grace_period=0)
-
-    queries = dashboard_queries()
-
-    def missing() -> list[str]:
-        return [q for q in queries if not prometheus.has_numbers(q)]
-
-    deadline = time.monotonic() + 90
-    while missing() and time.monotonic() < deadline:
-        await asyncio.sleep(2)
-    assert missing() == [], f"queries without data (Prometheus log: {prometheus.log_file})"
 
 
 async def test_status_shows_pods_a_group_and_an_ended_job(
