@@ -72,8 +72,9 @@ class Bridge:
         self.releaser = Releaser(
             self.kube, self.placer, self.index, cuda_numbering=p.cuda_visible_devices
         )
+        self.pod_cache = PodCache(self.kube)
         self.intake = Intake(
-            self.kube, self.placer, self.releaser, workers=p.submit_workers,
+            self.kube, self.pod_cache, self.placer, self.releaser, workers=p.submit_workers,
             on_refused=self.notifier.submit_refused, ungated=p.submit_on_create,
         )
         self.poller = Poller(
@@ -86,7 +87,6 @@ class Bridge:
             on_recovered=self.notifier.slurm_recovered,
             watch_running=lambda job: self.grace.preemptable(job.qos),
         )
-        self.pod_cache = PodCache(self.kube)
         self.lifecycle = Lifecycle(
             self.kube, self.slurm, self.index, self.pods, self.pod_cache,
             orphan_grace=c.orphan_grace_seconds, claims=self.claims,

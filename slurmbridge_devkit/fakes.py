@@ -294,6 +294,10 @@ class FakeKube:
     def writes(self) -> int:
         return len(self.written)
 
+    @property
+    def watches_open(self) -> int:
+        return len(self._watchers)
+
     async def _io(self, write: tuple[str, str, Obj] | None = None) -> None:
         """A request: other tasks run meanwhile (as during a real round trip)."""
         if write is not None:
@@ -386,14 +390,16 @@ def _merge(target: Obj, patch: Obj, *, strategic: bool) -> None:
 
 @contextlib.asynccontextmanager
 async def intake_running(bridge: Bridge) -> AsyncIterator[None]:
-    """The leader's intake (with its releases) running over the fakes; stopped, and the
-    notifier's writes drained, on the way out."""
-    task = asyncio.create_task(bridge.intake.run())
+    """The pod cache and the leader's intake it feeds (with its releases) running over the
+    fakes; stopped, and the notifier's writes drained, on the way out."""
+    tasks = [asyncio.create_task(bridge.pod_cache.run()),
+             asyncio.create_task(bridge.intake.run())]
     try:
         yield
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await bridge.notifier.drain()
 
 

@@ -6,11 +6,13 @@ or answered 410 Gone for a resourceVersion it no longer holds); a relist drops t
 that went away meanwhile.  It holds a ``PodView`` per pod (views.py), not the Pod, and
 serves the readers that used to list or fetch: the lifecycle controller (no LIST of every
 pod each round) and the extender's filter (no GET per call, when the view is at least as
-new as the pod the call names).
+new as the pod the call names).  Followers (the leader's intake) get each event's whole Pod as it
+passes, and a word before each relisting, so no reader needs a watch of its own.
 """
 
 import asyncio
 import time
+from typing import Protocol
 
 import structlog
 from lightkube.models.core_v1 import Pod as PodModel
@@ -30,9 +32,20 @@ OURS: dict[str, str | BinaryOperator | SequenceOperator] = {
 }
 
 
+class PodFollower(Protocol):
+    """Told every change the cache sees, with the whole Pod, while it follows."""
+
+    def relisted(self) -> None:
+        """The watch starts over: every pod comes again (as ADDED), the gone ones do not."""
+        ...
+
+    def pod_changed(self, event: str, pod: PodModel) -> None: ...
+
+
 class PodCache:
     def __init__(self, kube: KubePort) -> None:
         self._kube = kube
+        self._followers: list[PodFollower] = []
         self._by_uid: dict[str, PodView] = {}
         # uid → monotonic time its DELETED event came: "gone" only once the watch said so.
         self._deleted: dict[str, float] = {}
@@ -44,6 +57,13 @@ class PodCache:
     def deleted(self, uid: str) -> bool:
         """The watch reported this pod deleted (within the last ``DELETED_MEMORY_SECONDS``)."""
         return uid in self._deleted
+
+    def follow(self, follower: PodFollower) -> None:
+        self._followers.append(follower)
+
+    def unfollow(self, follower: PodFollower) -> None:
+        if follower in self._followers:
+            self._followers.remove(follower)
 
     def views(self) -> list[PodView]:
         return list(self._by_uid.values())
@@ -74,8 +94,15 @@ class PodCache:
     async def _watch(self) -> None:
         """List, then watch from the listing's resourceVersion: no change is missed between
         the two, and the pods that went away while no watch ran drop out with the relist."""
+        for follower in list(self._followers):
+            follower.relisted()
         listing = self._kube.list(Pod, namespace="*", fields=OURS)
-        self._by_uid = {v.uid: v async for p in listing if (v := _view(p)) is not None}
+        by_uid: dict[str, PodView] = {}
+        async for pod in listing:
+            self._tell("ADDED", pod)
+            if (view := _view(pod)) is not None:
+                by_uid[view.uid] = view
+        self._by_uid = by_uid
         self._synced.set()
         async for event, pod in self._kube.watch(
             Pod, namespace="*", fields=OURS,
@@ -85,6 +112,7 @@ class PodCache:
 
     def apply(self, event: str, pod: PodModel) -> None:
         """One watch event; an older copy than the one held changes nothing."""
+        self._tell(event, pod)
         view = _view(pod)
         if view is None:
             return
@@ -101,6 +129,13 @@ class PodCache:
         known = self._by_uid.get(view.uid)
         if known is None or known.resource_version <= view.resource_version:
             self._by_uid[view.uid] = view
+
+    def _tell(self, event: str, pod: PodModel) -> None:
+        for follower in list(self._followers):
+            try:
+                follower.pod_changed(event, pod)
+            except Exception:  # one follower's bug must not stop the cache nor the others
+                log.exception("podcache.follower_failed", follower=type(follower).__name__)
 
 
 def _view(pod: PodModel) -> PodView | None:

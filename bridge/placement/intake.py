@@ -5,11 +5,12 @@ started yet fails its cycle (a status write and an event, paced by the
 scheduler's client rate limit) and waits to be requeued.  Watching unbound
 pods and submitting their jobs in parallel lets Slurm allocate while the pods
 still queue in kube-scheduler, so most pass filter on their first attempt; the
-researcher also sees the job in ``squeue`` at once.  Only the leader runs
-this.  A pod the webhook gated is submitted here only, and handed to the releaser
-(release.py), which lifts the gate once Slurm runs the job; for a pod that came without the
-gate, filter still submits anything intake misses (same code path, so a pod's job is
-submitted once either way).
+researcher also sees the job in ``squeue`` at once.  Only the leader runs this, fed
+by the pod cache's watch (bridge/link/podcache.py), which every replica keeps anyway: no
+watch of its own.  A pod the webhook gated is submitted here only, and handed to the
+releaser (release.py), which lifts the gate once Slurm runs the job; for a pod that came
+without the gate, filter still submits anything intake misses (same code path, so a pod's
+job is submitted once either way).
 """
 
 import asyncio
@@ -22,7 +23,9 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.link.owner import pod_ref
+from bridge.link.podcache import PodCache
 from bridge.link.release import gated, other_gates
+from bridge.link.views import resource_version
 from bridge.placement.outcomes import ClaimedElsewhere, PlacementError, Refused
 from bridge.placement.placer import Placer
 from bridge.placement.release import Releaser
@@ -58,53 +61,70 @@ def ready_to_submit(pod: Pod) -> bool:
 
 class Intake:
     def __init__(
-        self, kube: KubePort, placer: Placer, releaser: Releaser, *, workers: int,
+        self, kube: KubePort, cache: PodCache, placer: Placer, releaser: Releaser, *,
+        workers: int,
         on_refused: OnRefused | None = None, ungated: bool = True,
     ) -> None:
         """``ungated``: submit early for pods without the bridge's gate too (else filter
         submits theirs); a gated pod's job is submitted here whatever it says."""
         self._kube = kube
+        self._cache = cache
         self._placer = placer
         self._releaser = releaser
         self._on_refused = on_refused  # a gated pod's refusal: nobody else would say it
         self._workers = workers
         self._ungated = ungated
         self._queue: asyncio.Queue[Pod] = asyncio.Queue()
-        self._handled: set[str] = set()  # pod UIDs queued once; dropped when they leave the watch
+        # uid → resourceVersion of each pod queued once, while unbound and not deleted.
+        self._seen: dict[str, int] = {}
         self._retries: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
-        """Watch forever (restarting after errors); submit with ``workers`` in parallel."""
+        """Follow the pod cache, and list the unbound pods once (the cache keeps views, not
+        Pods); submit with ``workers`` in parallel until cancelled."""
+        self._cache.follow(self)
         try:
             async with asyncio.TaskGroup() as tasks:
                 for _ in range(self._workers):
                     tasks.create_task(self._work())
-                while True:
-                    try:
-                        await self._watch()
-                    except Exception as exc:  # apiserver away or watch expired: start over
-                        log.warning("intake.watch_failed", error=repr(exc),
-                                    retry_in=RETRY_SECONDS)
-                    self._handled.clear()  # the next listing shows every pod again
-                    await asyncio.sleep(RETRY_SECONDS)
+                await self._catch_up()
         finally:
+            self._cache.unfollow(self)
             self._releaser.clear()
 
-    async def _watch(self) -> None:
-        async for event, pod in self._kube.watch(
-            PodResource, namespace="*", fields=UNBOUND
-        ):
-            uid = pod.metadata.uid if pod.metadata else None
-            if uid is None:
-                continue
-            if event == "DELETED":  # deleted, or bound (it left the field selector)
-                self._handled.discard(uid)
-                self._releaser.forget(uid)
-            elif uid in self._handled:
+    async def _catch_up(self) -> None:
+        """The pods that came before this replica led: the watch only shows changes."""
+        while True:
+            try:
+                async for pod in self._kube.list(PodResource, namespace="*", fields=UNBOUND):
+                    self.pod_changed("ADDED", pod)
+                return
+            except Exception as exc:  # the apiserver away: its watch restarts with a relist
+                log.warning("intake.list_failed", error=repr(exc), retry_in=RETRY_SECONDS)
+                await asyncio.sleep(RETRY_SECONDS)
+
+    def relisted(self) -> None:
+        self._seen.clear()  # the relisting shows every pod again
+
+    def pod_changed(self, event: str, pod: Pod) -> None:
+        """One pod as the cache saw it; a copy older than one already seen changes nothing
+        (the catch-up listing and the watch overlap)."""
+        uid = pod.metadata.uid if pod.metadata else None
+        if uid is None:
+            return
+        if event == "DELETED" or (pod.spec is not None and pod.spec.nodeName):
+            self._seen.pop(uid, None)
+            self._releaser.forget(uid)
+            return
+        version = resource_version(pod)
+        seen = self._seen.get(uid)
+        if seen is not None:
+            if seen < version:
+                self._seen[uid] = version
                 self._releaser.refresh(pod)
-            elif ready_to_submit(pod) and (self._ungated or gated(pod)):
-                self._handled.add(uid)
-                self._queue.put_nowait(pod)
+        elif ready_to_submit(pod) and (self._ungated or gated(pod)):
+            self._seen[uid] = version
+            self._queue.put_nowait(pod)
 
     def job_changed(self, job: SlurmJob) -> None:
         """The poller saw ``job`` change: release its pods if it runs, or submit again for

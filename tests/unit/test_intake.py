@@ -71,3 +71,30 @@ async def test_a_pod_that_has_a_job_already_is_not_submitted_again(world: World)
     world.kube.add(PodBuilder("q", "ns").scheduler("default-scheduler").build())
     await asyncio.sleep(0.1)
     assert world.slurm.submitted == []
+
+
+async def test_intake_rides_the_pod_caches_watch(world: World) -> None:
+    """One pod watch per replica: the leader's intake follows the cache's, it opens none."""
+    world.kube.add(PodBuilder("p", "ns").build())
+    await _until(lambda: len(world.slurm.submitted) == 1)
+    assert world.kube.watches_open == 1
+
+
+async def test_pods_from_before_the_lead_are_submitted_once(tmp_path: Path) -> None:
+    """A new leader's intake lists the waiting pods once (the cache's watch only shows
+    changes to them), and the overlap with the watch submits nothing twice."""
+    world = World(tmp_path)
+    for i in range(5):
+        world.kube.add(PodBuilder(f"p{i}", "ns").build())
+    cache = asyncio.create_task(world.bridge.pod_cache.run())
+    await world.bridge.pod_cache.wait_synced()
+    intake = asyncio.create_task(world.bridge.intake.run())
+    try:
+        await _until(lambda: len(world.slurm.submitted) == 5)
+        await asyncio.sleep(0.1)
+    finally:
+        for task in (intake, cache):
+            task.cancel()
+        await asyncio.gather(intake, cache, return_exceptions=True)
+        await world.bridge.notifier.drain()
+    assert sorted(r.name for r in world.slurm.submitted) == [f"k8s:ns/p{i}" for i in range(5)]
