@@ -32,8 +32,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from bridge import keys
 from bridge.config import CONFIG_FILE_ENV, Settings
 from bridge.policy.tenancy import TenancySource, Tenant
-from slurmbridge_devkit.helm import Manifest, render
+from slurmbridge_devkit.helm import CHART, Manifest, helm_bin, render, service_monitor_crd
 from slurmbridge_devkit.kube import BUILD, ControlPlane
+from slurmbridge_devkit.prometheus import SLURMCTLD_METRICS
 
 pytestmark = pytest.mark.e2e
 
@@ -277,6 +278,69 @@ def test_render_cert_manager() -> None:
         "name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
 
 
+SERVICE_MONITOR = "monitoring.coreos.com/v1/ServiceMonitor"  # the Prometheus Operator's CRD
+SLURMCTLD = ("--api-versions", SERVICE_MONITOR, "--set", "monitoring.slurmctld.enabled=true",
+             "--set", "monitoring.slurmctld.address=10.1.2.3",
+             "--set", "monitoring.slurmctld.port=7817")
+
+
+def _scrape_annotations(docs: list[Manifest]) -> dict[str, str]:
+    template = find(docs, "Deployment", "-extender")["spec"]["template"]
+    return {k: v for k, v in template["metadata"]["annotations"].items()
+            if k.startswith("prometheus.io/")}
+
+
+def test_render_monitoring() -> None:
+    """Without the Prometheus Operator, scrape annotations on the extender pods; with its CRD,
+    a ServiceMonitor on the extender's health port instead, and on request one for
+    slurmctld's four metric sets (the ones the dashboard's Slurm row reads)."""
+    release, namespace = release_name(), "sb-render"
+    docs = render(release, namespace)
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
+    extender = find(docs, "Deployment", "-extender")["spec"]["template"]["spec"]
+    health = next(p["containerPort"] for p in extender["containers"][0]["ports"]
+                  if p["name"] == "health")
+    annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(health),
+                   "prometheus.io/path": "/metrics/"}
+    assert _scrape_annotations(docs) == annotations
+    docs = render(release, namespace, "--api-versions", SERVICE_MONITOR,
+                  "--set", "monitoring.serviceMonitor.enabled=false")
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
+    assert _scrape_annotations(docs) == annotations
+
+    docs = render(release, namespace, "--api-versions", SERVICE_MONITOR,
+                  "--set-json", 'monitoring.serviceMonitor.labels={"release":"kps"}')
+    assert _scrape_annotations(docs) == {}
+    monitor, service = find(docs, "ServiceMonitor"), find(docs, "Service", "-extender")
+    assert monitor["metadata"]["labels"]["release"] == "kps"  # what a Prometheus selects
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [namespace]}
+    endpoints = [(e["port"], e["path"]) for e in monitor["spec"]["endpoints"]]
+    assert endpoints == [("health", "/metrics/")]
+    assert {"name": "health", "port": health, "targetPort": "health", "protocol": "TCP"} \
+        in service["spec"]["ports"]
+
+    docs = render(release, namespace, *SLURMCTLD)
+    ctld = find(docs, "ServiceMonitor", "-slurmctld")
+    assert [(e["port"], e["path"], e["relabelings"]) for e in ctld["spec"]["endpoints"]] == [
+        ("metrics", f"/metrics/{name}", [{"targetLabel": "endpoint", "replacement": name}])
+        for name in SLURMCTLD_METRICS]
+    service = find(docs, "Service", "-slurmctld")
+    assert "selector" not in service["spec"]  # slurmctld runs outside: its address is given
+    assert ctld["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert find(docs, "Endpoints", "-slurmctld")["subsets"] == [{
+        "addresses": [{"ip": "10.1.2.3"}],
+        "ports": [{"name": "metrics", "port": 7817, "protocol": "TCP"}]}]
+
+    # slurmctld without the operator's CRD: refused, saying what to do instead.
+    proc = subprocess.run(
+        [str(helm_bin()), "template", release, str(CHART), "--namespace", namespace,
+         *SLURMCTLD[2:]], capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode != 0
+    assert "static config of docs/operations.md" in proc.stderr, proc.stderr
+
+
 def test_rendered_settings_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The settings file the chart writes is one the bridge accepts, with what values said."""
     values = tmp_path / "values.yaml"
@@ -447,6 +511,27 @@ def test_server_side_dry_run(control_plane: ControlPlane, namespace: str) -> Non
         assert "error" not in proc.stderr.lower(), proc.stderr
         applied_lines = [ln for ln in proc.stdout.splitlines() if "(server dry run)" in ln]
         assert len(applied_lines) == len(docs), proc.stdout
+
+
+def test_monitoring_objects_accepted(control_plane: ControlPlane, namespace: str,
+                                    applied: list[list[Manifest]]) -> None:
+    """The ServiceMonitors, slurmctld's Service and Endpoints pass the API server's validation
+    against the Prometheus Operator's own CRD (installed for real, removed after)."""
+    crd = yaml.safe_load(service_monitor_crd().read_text())
+    applied.append([crd])
+    kubectl(control_plane, "apply", "--server-side", "--field-manager=slurmbridge-helm-test",
+            "-f", "-", stdin=dump([crd]))
+    kubectl(control_plane, "wait", "--for=condition=Established", "--timeout=60s",
+            f"crd/{crd['metadata']['name']}")
+    docs = [d for d in render(release_name(), namespace, *SLURMCTLD)
+            if d["kind"] in ("ServiceMonitor", "Service", "Endpoints")]
+    assert sorted(d["kind"] for d in docs) == [
+        "Endpoints", "Service", "Service", "Service", "ServiceMonitor", "ServiceMonitor"]
+    proc = kubectl(control_plane, "apply", "--server-side", "--dry-run=server",
+                   "--field-manager=slurmbridge-helm-test", "-f", "-", stdin=dump(docs),
+                   check=False)
+    assert proc.returncode == 0, f"dry-run apply failed:\n{proc.stderr}"
+    assert len([ln for ln in proc.stdout.splitlines() if "(server dry run)" in ln]) == len(docs)
 
 
 def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,

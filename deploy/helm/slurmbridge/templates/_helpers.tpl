@@ -178,3 +178,10 @@ change reaches the running processes without a rollout. */}}
 {{- if not (kindIs "invalid" .Values.tenancy.default) }}{{ $_ := set $tenancy "default" .Values.tenancy.default }}{{ end -}}
 {{- toYaml $tenancy -}}
 {{- end -}}
+
+{{/* "true" when the chart renders Prometheus Operator ServiceMonitors: asked for, and the
+cluster has the CRD (helm template: --api-versions monitoring.coreos.com/v1/ServiceMonitor). */}}
+{{- define "slurmbridge.serviceMonitors" -}}
+{{- if and .Values.monitoring.serviceMonitor.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor") -}}true{{- end -}}
+{{- end -}}
+{{- define "slurmbridge.slurmctld.name" -}}{{ include "slurmbridge.fullname" . }}-slurmctld{{- end -}}
