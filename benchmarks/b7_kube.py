@@ -67,7 +67,8 @@ KUBE_LABELS = {
     "event": "apiserver Event POST",
     "watch": "apiserver watch event (one pod line)",
 }
-KUBE_STACKS = ("lightkube (httpx2)", "aiohttp", "aiohttp + struct", "kubernetes_asyncio (raw)")
+KUBE_STACKS = ("lightkube (httpx2)", "lightkube (aiohttp)", "aiohttp", "aiohttp + struct",
+               "kubernetes_asyncio (raw)")
 KUBE_DECODERS = ("decoding, lightkube model", "decoding, msgspec struct")
 SERVED = ("filter", "bind")
 SIDES = ("bridge", "bare")
@@ -289,14 +290,16 @@ class _Ref:
 
 
 @contextlib.asynccontextmanager
-async def _lightkube(url: str, ca_pem: bytes) -> AsyncIterator[Exchange]:
+async def _lightkube(url: str, ca_pem: bytes, *, bridge: bool) -> AsyncIterator[Exchange]:
+    """``bridge``: the client as the bridge builds it (lightkube over aiohttp), else
+    lightkube on httpx2's own transport."""
     from lightkube import AsyncClient  # noqa: PLC0415
     from lightkube import KubeConfig as LkConfig  # noqa: PLC0415
     from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
 
     from bridge import keys  # noqa: PLC0415
     from bridge.kube import pods  # noqa: PLC0415
-    from bridge.kube.client import FIELD_MANAGER  # noqa: PLC0415
+    from bridge.kube.client import FIELD_MANAGER, client_for  # noqa: PLC0415
 
     config = LkConfig.from_dict({
         "apiVersion": "v1", "kind": "Config", "current-context": "b7",
@@ -306,7 +309,8 @@ async def _lightkube(url: str, ca_pem: bytes) -> AsyncIterator[Exchange]:
         "users": [{"name": "b7", "user": {"token": TOKEN}}],
         "contexts": [{"name": "b7", "context": {"cluster": "b7", "user": "b7"}}],
     })
-    client = AsyncClient(config=config, field_manager=FIELD_MANAGER)
+    client = client_for(config) if bridge else AsyncClient(
+        config=config, field_manager=FIELD_MANAGER)
     watch = cast(AsyncGenerator[tuple[str, Pod], None], client.watch(Pod, namespace=NS))
     try:
         async def exchange(kind: str) -> int:
@@ -437,7 +441,8 @@ async def _kubernetes_asyncio(url: str, ca: str) -> AsyncIterator[Exchange]:
 
 def _kube_stacks(url: str, ca: str) -> dict[str, Any]:
     return {
-        "lightkube (httpx2)": _lightkube(url, Path(ca).read_bytes()),
+        "lightkube (httpx2)": _lightkube(url, Path(ca).read_bytes(), bridge=False),
+        "lightkube (aiohttp)": _lightkube(url, Path(ca).read_bytes(), bridge=True),
         "aiohttp": _aiohttp_kube(url, ca, decode=False),
         "aiohttp + struct": _aiohttp_kube(url, ca, decode=True),
         "kubernetes_asyncio (raw)": _kubernetes_asyncio(url, ca),
@@ -676,7 +681,8 @@ def figures(samples: list[dict[str, float]]) -> list[Figure]:
     for kind in KUBE_KINDS:
         label = KUBE_LABELS[kind]
         out += [fig(f"{label}: {name}", "µs", f"{name}|{kind}") for name in KUBE_STACKS]
-        for other, what in (("aiohttp + struct", "aiohttp + a struct of the fields read"),
+        for other, what in (("lightkube (aiohttp)", "lightkube over aiohttp"),
+                            ("aiohttp + struct", "aiohttp + a struct of the fields read"),
                             ("kubernetes_asyncio (raw)", "kubernetes_asyncio, raw")):
             out.append(ratio(f"{label}: {lk} / {other}", f"{lk}|{kind}", f"{other}|{kind}",
                              f">= {ADOPT:g}x: adopt {what}"))
@@ -711,8 +717,10 @@ def notes(cfg: KubeConfig) -> list[str]:
         f"{WATCH_EVENTS} event lines {WATCH_PACE_S * 1000:g} ms apart (chunked) and ends, "
         "so a watch figure is per event line with 1/50 of a request in it (lightkube's "
         "watch re-requests on its own; the others issue the next request).",
-        "`lightkube (httpx2)` is the bridge's path: `AsyncClient(config, field_manager)` as "
-        "`bridge/kube/client.py` builds it, `client.get(Pod)`, `bridge.kube.pods.annotate` "
+        "`lightkube (aiohttp)` is the bridge's path: lightkube's `AsyncClient` over the "
+        "aiohttp transport, as `bridge/kube/client.py` builds it (adopted on this "
+        "benchmark's ratio); `lightkube (httpx2)` the same client on httpx2's own transport "
+        "(the bridge's path before): `client.get(Pod)`, `bridge.kube.pods.annotate` "
         "(merge PATCH), `pods.bind` (the Status answer fails lightkube's decoder, which "
         "`bind` swallows: that cost is in the figure), `pods.record_event` (an Event "
         "model built and encoded), `client.watch(Pod)` (each line decoded to a Pod). No "

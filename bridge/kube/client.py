@@ -12,10 +12,14 @@ FIELD_MANAGER = "slurmbridge"
 
 def kube_client(kubeconfig: Path | None) -> AsyncClient:
     """From a kubeconfig file when given, else in-cluster / $KUBECONFIG as kubectl does."""
-    config = (KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()).get()
+    return client_for(KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env())
+
+
+def client_for(kubeconfig: KubeConfig) -> AsyncClient:
+    config = kubeconfig.get()
     if config is None or config.user is None:
-        raise ValueError(f"kubeconfig {kubeconfig or '(from the environment)'} names no "
-                         "current context with a user: set one (kubectl config use-context)")
+        raise ValueError("the kubeconfig names no current context with a user: set one "
+                         "(kubectl config use-context)")
     # The same TLS lightkube would set up: the cluster's CA (or none), the user's certificate.
     tls = verify_cluster(config.cluster, config.user, config.abs_file)
     return AsyncClient(
