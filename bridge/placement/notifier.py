@@ -7,7 +7,10 @@ later pending reasons of a shown job at once; its allocation, and that of a
 pod kube-scheduler parked after a "waiting" filter, is the condition alone
 (for a parked pod the write is what requeues it; an allocation event would
 only repeat kube-scheduler's "Scheduled").  kube-scheduler's own FailedScheduling events
-already carry filter's "waiting for Slurm job N (reason)" message.
+already carry filter's "waiting for Slurm job N (reason)" message.  A pod the bridge's gate
+holds is told by events alone: kube-scheduler has nothing to requeue, an event costs the
+apiserver less than a pod status write (sent to every pod watcher), and nothing stale is
+left on the pod to correct when its release lifts the gate.
 """
 
 import asyncio
@@ -59,6 +62,7 @@ class PodNotifier:
         self._latest: dict[str, SlurmJob] = {}  # pod uid -> that job, until first shown
         self._shown: dict[str, Status] = {}  # pod uid -> status written on the pod
         self._refusals: dict[str, str] = {}  # pod uid -> Slurm's last submit refusal shown
+        self._gated: set[str] = set()  # pod uids held by the bridge's gate: events alone
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def job_known(self, pod: Pod, job: SlurmJob) -> None:
@@ -67,7 +71,9 @@ class PodNotifier:
         assert meta.uid and meta.namespace and meta.name
         key = PodKey(meta.namespace, meta.name, meta.uid)
         # A gated pod's job is recorded by its release (placement/release.py), in one write.
-        recorded = key.uid in self._seen or gated(pod)
+        if gated(pod):
+            self._gated.add(key.uid)
+        recorded = key.uid in self._seen or key.uid in self._gated
         changes = {} if recorded else annotations.record_changes(pod, job)
         if changes:
             self._spawn(kpods.annotate(self._kube, key.namespace, key.name, changes))
@@ -94,6 +100,8 @@ class PodNotifier:
         if not _allocated(job):
             if shown:
                 self._spawn(self._show(key, job))
+        elif self._events_only(key.uid):
+            return  # its release lifts the gate; kube-scheduler's "Scheduled" follows
         elif shown or self._registry.parked(key.uid):
             # The condition alone: kube-scheduler's "Scheduled" event follows at once.
             if shown:
@@ -114,6 +122,7 @@ class PodNotifier:
         for memory in (self._seen, self._shown, self._latest, self._refusals):
             for uid in [u for u in memory if self._registry.owner_of(u) is None]:
                 del memory[uid]
+        self._gated = {u for u in self._gated if self._registry.owner_of(u) is not None}
 
     async def slurm_recovered(self) -> None:
         """slurmrestd answers again: nudge the pods it turned away, instead of their backoff."""
@@ -155,13 +164,19 @@ class PodNotifier:
             else keys.EventReason.ALLOCATED,
             describe(job),
         )
-        await self._nudge(key, job)
+        if not self._events_only(key.uid):
+            await self._nudge(key, job)
+
+    def _events_only(self, uid: str) -> bool:
+        """Gated, and no condition of the bridge's on the pod (a refusal's) to correct."""
+        return uid in self._gated and uid not in self._refusals
 
     async def _nudge(self, key: kpods.PodRef, job: SlurmJob) -> None:
         """The condition alone; its change makes kube-scheduler requeue a parked pod."""
         allocated = _allocated(job)
         if allocated:
             self._registry.unpark(key.uid)
+        self._refusals.pop(key.uid, None)  # the condition no longer says it
         await kpods.set_slurm_condition(
             self._kube, key.namespace, key.name,
             allocated=allocated,

@@ -1,17 +1,26 @@
-"""Events as ``why`` shows them: a pod's own, and the refusals of the controller behind it."""
+"""Events as ``why`` shows them: a pod's own, and the refusals of the controller behind it;
+and the bridge's words about a pod's job, from its events or its condition."""
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from lightkube.core.client import FieldSelector
 from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import PodCondition
 from lightkube.resources.core_v1 import Event
 
 from bridge.ports import KubePort
-from slurmbridge_cli.kubeviews.pods import age, iso
+from slurmbridge_cli.kubeviews.clock import age, iso
 
 NEVER = datetime.min.replace(tzinfo=UTC)
+# The bridge's words about a job (bridge/placement/reasons.py waiting_message, placer.py,
+# lifecycle.py): "Slurm job 7 (PENDING, reason R)", "Slurm job 7 ended (CANCELLED, reason R)".
+_JOB_STATUS = re.compile(
+    r"Slurm job (?P<job>\d+)(?: [a-z]+)* \((?P<state>[A-Z_]+), reason (?P<reason>[^)]*)\)"
+)
+_JOB_ALLOCATED = re.compile(r"Slurm job (?P<job>\d+) allocated \S+")  # notifier.describe
 FAILED_CREATE = "FailedCreate"  # the reason controllers give a pod creation the API refused
 
 
@@ -79,3 +88,32 @@ async def refusals(
     """Pod creations the API server refused to the controllers related to ``name``."""
     failed = await read_events(kube, namespace, {"reason": FAILED_CREATE}) or []
     return [event_line(e, now) for e in failed if related(name, e.involvedObject.name or "")]
+
+
+def bridge_words(text: str) -> str:
+    """The bridge's sentence inside kube-scheduler's FailedScheduling message."""
+    start = text.find("waiting for Slurm job")
+    start = start if start >= 0 else max(text.find("Slurm job"), 0)
+    return text[start:].split(". preemption:", maxsplit=1)[0].rstrip(".")
+
+
+def newest_word(
+    condition: PodCondition | None, events: Sequence[Event], now: datetime
+) -> tuple[str, str, str, str]:
+    """(Slurm state, reason, sentence, age) from the newest of the bridge's condition and
+    the events that carry its words about the job; empty when none does."""
+    said: list[tuple[datetime | None, str]] = [
+        (event_time(e), bridge_words(e.message or "")) for e in events
+        if _JOB_STATUS.search(e.message or "") or _JOB_ALLOCATED.search(e.message or "")
+    ]
+    if condition is not None and condition.message:
+        said.append((condition.lastTransitionTime, condition.message))
+    if not said:
+        return "", "", "", ""
+    when, words = max(said, key=lambda s: s[0] or NEVER)
+    status = _JOB_STATUS.search(words)
+    if status is not None:
+        return status["state"], status["reason"], words, age(when, now)
+    if _JOB_ALLOCATED.search(words):
+        return "RUNNING", "", words, age(when, now)
+    return "", "", words, age(when, now)

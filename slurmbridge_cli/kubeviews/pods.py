@@ -1,33 +1,21 @@
 """The bridge's pods as ``status`` lists them: job id, state, Slurm's reason, node, GPUs."""
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
 from lightkube.models.core_v1 import PodCondition
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Event, Pod
 
 from bridge import keys
+from bridge.kube.pods import COMPONENT
 from bridge.ports import KubePort
+from slurmbridge_cli.kubeviews.clock import age, iso
+from slurmbridge_cli.kubeviews.events import newest_word, read_events
 
 State = Literal["pending", "refused", "bound", "running", "finished", "terminating"]
 _JOB_ID = re.compile(r"Slurm job (?P<job>\d+)")
-
-
-def age(since: datetime | None, now: datetime) -> str:
-    """``kubectl get``'s AGE: the largest whole unit (``3m``, ``2h``), ``?`` when unknown."""
-    if since is None:
-        return "?"
-    seconds = max(0, int((now - since).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def iso(when: datetime | None) -> str | None:
-    return when.isoformat().replace("+00:00", "Z") if when else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +88,26 @@ def pod_row(pod: Pod, now: datetime) -> PodRow:
 
 
 async def read_status(kube: KubePort, namespace: str, now: datetime) -> list[PodRow]:
-    """The bridge's pods of ``namespace`` (``*``: all), sorted by namespace and name."""
-    rows = [
-        pod_row(pod, now)
-        async for pod in kube.list(
-            Pod, namespace=namespace, fields={"spec.schedulerName": keys.SCHEDULER_NAME}
-        )
-    ]
+    """The bridge's pods of ``namespace`` (``*``: all), sorted by namespace and name.  A pod
+    the bridge's gate holds carries no condition while its job pends (bridge/placement/
+    notifier.py): its reason comes from the bridge's events, read once for all of them."""
+    pods = [pod async for pod in kube.list(
+        Pod, namespace=namespace, fields={"spec.schedulerName": keys.SCHEDULER_NAME})]
+    rows = [pod_row(pod, now) for pod in pods]
+    untold = {pod.metadata.uid: i for i, (pod, row) in enumerate(zip(pods, rows, strict=True))
+              if pod.metadata and pod.metadata.uid and row.state == "pending" and not row.reason}
+    if untold:
+        told: dict[str, list[Event]] = {}
+        for event in await read_events(kube, namespace, {"reportingComponent": COMPONENT}) or ():
+            told.setdefault(event.involvedObject.uid or "", []).append(event)
+        for uid, i in untold.items():
+            rows[i] = _told(rows[i], told.get(uid, []), now)
     return sorted(rows, key=lambda r: (r.namespace, r.pod))
+
+
+def _told(row: PodRow, events: list[Event], now: datetime) -> PodRow:
+    """``row`` with the reason and sentence of the newest event about its job."""
+    _, reason, words, _ = newest_word(None, events, now)
+    found = _JOB_ID.search(words)
+    return replace(row, reason=reason, message=words,
+                   job_id=row.job_id or (int(found["job"]) if found else None))

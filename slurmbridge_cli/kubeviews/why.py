@@ -2,38 +2,28 @@
 pod asked for, its last events, and what to do next (advice.py)."""
 
 import dataclasses
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import PodCondition
-from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from bridge.kube.status import is_not_found
 from bridge.ports import KubePort
 from slurmbridge_cli.kubeviews.advice import advice
 from slurmbridge_cli.kubeviews.events import (
-    NEVER,
     EventLine,
     event_line,
-    event_time,
+    newest_word,
     read_events,
     refusals,
 )
-from slurmbridge_cli.kubeviews.pods import PodRow, age, annotations, pod_row, slurm_condition
+from slurmbridge_cli.kubeviews.pods import PodRow, annotations, pod_row, slurm_condition
 
 EVENTS_SHOWN = 5
-# The bridge's words about a job (bridge/placement/reasons.py waiting_message, placer.py,
-# lifecycle.py): "Slurm job 7 (PENDING, reason R)", "Slurm job 7 ended (CANCELLED, reason R)".
-_JOB_STATUS = re.compile(
-    r"Slurm job (?P<job>\d+)(?: [a-z]+)* \((?P<state>[A-Z_]+), reason (?P<reason>[^)]*)\)"
-)
-_JOB_ALLOCATED = re.compile(r"Slurm job (?P<job>\d+) allocated \S+")  # notifier.describe
-
 
 @dataclass(frozen=True, slots=True)
 class Why:
@@ -74,35 +64,6 @@ class Why:
         return {**asdict(self), "bridge": self.bridge, "placed": self.placed}
 
 
-def _bridge_words(text: str) -> str:
-    """The bridge's sentence inside kube-scheduler's FailedScheduling message."""
-    start = text.find("waiting for Slurm job")
-    start = start if start >= 0 else max(text.find("Slurm job"), 0)
-    return text[start:].split(". preemption:", maxsplit=1)[0].rstrip(".")
-
-
-def _newest_word(
-    condition: PodCondition | None, events: Sequence[Event], now: datetime
-) -> tuple[str, str, str, str]:
-    """(Slurm state, reason, sentence, age) from the newest of the bridge's condition and
-    the events that carry its words about the job; empty when none does."""
-    said: list[tuple[datetime | None, str]] = [
-        (event_time(e), _bridge_words(e.message or "")) for e in events
-        if _JOB_STATUS.search(e.message or "") or _JOB_ALLOCATED.search(e.message or "")
-    ]
-    if condition is not None and condition.message:
-        said.append((condition.lastTransitionTime, condition.message))
-    if not said:
-        return "", "", "", ""
-    when, words = max(said, key=lambda s: s[0] or NEVER)
-    status = _JOB_STATUS.search(words)
-    if status is not None:
-        return status["state"], status["reason"], words, age(when, now)
-    if _JOB_ALLOCATED.search(words):
-        return "RUNNING", "", words, age(when, now)
-    return "", "", words, age(when, now)
-
-
 def _group(pod: Pod) -> str:
     labels: dict[str, str] = (pod.metadata.labels if pod.metadata else None) or {}
     name = labels.get(keys.GROUP)
@@ -135,7 +96,7 @@ async def read_why(
     mine = [e for e in events or () if e.involvedObject.uid in (None, "", uid)]
     ann = annotations(pod)
     row = pod_row(pod, now)
-    state, reason, said, said_age = _newest_word(slurm_condition(pod), mine, now)
+    state, reason, said, said_age = newest_word(slurm_condition(pod), mine, now)
     if row.state in ("bound", "running") and row.job_id is not None:
         state, reason = "RUNNING", ""  # a bound pod's job runs where it was bound (lifecycle)
     gates = [g.name for g in (pod.spec.schedulingGates if pod.spec else None) or []]

@@ -129,6 +129,12 @@ async def _world(workdir: Path) -> FakeKube:
                              f"Successfully assigned {NS}/train to node1",
                              uid="uid-train", warning=False))
     await kube.patch(Pod.Status, "train", {"status": {"phase": "Running"}}, namespace=NS)
+    # A pod the webhook gated: its job pends, and only the bridge's event says why.
+    kube.add(PodBuilder("held", NS).scheduler(keys.SCHEDULER_NAME).gated()
+             .annotations(tenancy).build())
+    await bridge.placer.prepare(await kube.get(Pod, "held", namespace=NS))
+    await bridge.poller.poll_once()
+    await asyncio.sleep(0.3)  # the notifier's quiet period (0.1 s over the fakes)
     await bridge.notifier.drain()
     # A Job whose pods the webhook refuses: the Job controller's event is all that is left.
     await kube.create(_event("trainer", "Job", "FailedCreate", ADMISSION_REFUSAL,
@@ -177,6 +183,7 @@ def test_status_is_the_pod_job_table_of_the_bridges_pods(world: FakeKube) -> Non
     assert _lines(result.output) == [
         "POD          JOB   STATE     REASON             NODE    GPUS   AGE",
         "ns/badpart   -     refused   InvalidPartition   -       -      5m",
+        "ns/held      102   pending   Priority           -       -      5m",
         "ns/train     101   running   -                  node1   4,5    5m",
         "ns/waits     100   pending   Priority           -       -      5m",
     ]
@@ -195,6 +202,8 @@ def test_status_as_json_and_yaml_carries_the_bridges_words(world: FakeKube) -> N
         "waiting for Slurm job 100 (PENDING, reason Priority): other jobs come first (fair "
         "share, QOS priority); the pod starts when Slurm gets to it")
     assert rows["badpart"]["job_id"] is None
+    # No condition on a gated pod: its reason and job come from the bridge's event.
+    assert rows["held"]["message"].startswith("waiting for Slurm job 102 (PENDING, reason ")
     assert "web" not in rows  # not scheduled by slurmbridge
     as_yaml = run(world, "status", "-o", "yaml")
     assert as_yaml.exit_code == 0 and yaml.safe_load(as_yaml.output) == json.loads(result.output)
@@ -204,7 +213,7 @@ def test_status_of_a_namespace_without_the_bridges_pods_says_so(world: FakeKube)
     result = run(world, "status", "-n", "other")
     assert (result.exit_code, result.output) == (0, "No pods of slurmbridge in namespace other.\n")
     assert json.loads(run(world, "status", "-n", "other", "-o", "json").output) == []
-    assert len(json.loads(run(world, "status", "-A", "-o", "json").output)) == 3
+    assert len(json.loads(run(world, "status", "-A", "-o", "json").output)) == 4
 
 
 # --- why -------------------------------------------------------------------------------------

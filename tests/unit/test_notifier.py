@@ -32,10 +32,14 @@ def writes(kube: FakeKube) -> list[tuple[str, str]]:
     return seen
 
 
-def _pod(uid: str = "uid-1", annotations: dict[str, str] | None = None) -> Pod:
+def _pod(
+    uid: str = "uid-1", annotations: dict[str, str] | None = None, *, gated: bool = False
+) -> Pod:
     return cast(Pod, Pod.from_dict({
         "metadata": {"name": "p", "namespace": "ns", "uid": uid,
                      "annotations": annotations or {}},
+        "spec": {"containers": [],
+                 "schedulingGates": [{"name": keys.SLURM_GATE}] if gated else None},
     }))
 
 
@@ -106,6 +110,37 @@ async def test_a_shown_job_whose_reason_changes_gets_an_event_and_the_condition(
     await notifier.job_changed(dataclasses.replace(PENDING, reason="QOSGrpGRES"))
     await notifier.drain()
     assert writes(kube)[2:] == [("event", "SlurmPending"), ("condition", "False")]
+
+
+async def test_a_gated_pod_that_keeps_pending_costs_one_write_the_event() -> None:
+    """kube-scheduler does not hold a gated pod: no condition is needed to requeue it, and
+    an event (in ``kubectl describe``) costs the apiserver less than a pod status write,
+    which every pod watcher is sent.  Nothing stale is left to correct at allocation."""
+    notifier, kube, registry = _notifier()
+    pod = _pod(gated=True)
+    registry.remember(linked_pod(pod))
+    await notifier.job_known(pod, PENDING)
+    await _settle(notifier)
+    assert writes(kube) == [("event", "SlurmPending")]
+    await notifier.job_changed(dataclasses.replace(PENDING, reason="QOSGrpGRES"))
+    await notifier.job_changed(RUNNING)  # released with its allocation: nothing to correct
+    await _settle(notifier)
+    assert writes(kube) == [("event", "SlurmPending"), ("event", "SlurmPending")]
+
+
+async def test_a_gated_pods_refusal_is_corrected_once_its_job_is_accepted() -> None:
+    """The refusal's condition must not outlive it: the next status replaces it, once."""
+    notifier, kube, registry = _notifier()
+    pod = _pod(gated=True)
+    registry.remember(linked_pod(pod))
+    await notifier.submit_refused(pod, keys.REASON_CANNOT_SUBMIT, "no such partition")
+    await notifier.drain()
+    await notifier.job_known(pod, PENDING)  # the admin fixed it: submitted, pending
+    await _settle(notifier)
+    await notifier.job_changed(RUNNING)
+    await _settle(notifier)
+    assert writes(kube) == [("event", "SlurmSubmitRefused"), ("condition", "False"),
+                            ("event", "SlurmPending"), ("condition", "False")]
 
 
 async def test_pods_whose_jobs_are_long_gone_are_forgotten() -> None:
