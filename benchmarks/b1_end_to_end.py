@@ -19,6 +19,9 @@ in flight, identically for (b) and (c); they carry the managed-taint toleration 
 the webhook is not in the timed path.  Nodes: the 4 ``kube-node<k>`` of ``start_stack``,
 resized to hold the largest size; Slurm is restarted with as many CPUs and as much memory
 per node if it has fewer (and put back afterwards).
+
+Then B1-full (b1_full.py), at the last client limit: pods created while Slurm is full, their
+cost while they wait and the time from the release of capacity until all are bound.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from pathlib import Path
 from lightkube import AsyncClient
 
 from benchmarks import b1_report, live, pyspy
+from benchmarks.b1_full import FullRun, pods_bound_when_full
+from benchmarks.b1_full import summary as full_summary
 from benchmarks.b1_measure import (
     Limits,
     SystemRun,
@@ -71,6 +76,8 @@ class Config:
     cpus_per_node: int = 128
     timeout: float = 1800
     profile: bool = True  # one extra bridge round under py-spy, after the measured ones
+    full_pods: int = 500  # B1-full: pods created while a native job holds every node
+    full_hold: float = 60  # seconds they wait before the holder is cancelled (0: no B1-full)
 
     def repeats_for(self, index: int) -> int:
         return self.repeats_per_size[index] if self.repeats_per_size else self.repeats
@@ -98,6 +105,7 @@ class Runs:
 
     by: dict[tuple[int, float], dict[str, list[SystemRun]]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    full: list[FullRun] = field(default_factory=list)  # B1-full, one per repeat
     profile: str = ""  # where the extender's CPU went (pyspy.summary)
 
     def add(self, pods: int, qps: float, system: str, run: SystemRun) -> None:
@@ -149,6 +157,8 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, shape: Shape) 
                             for q, _ in cfg.limits if system == "a" else [(qps, burst)]:
                                 runs.add(pods, q, system, one)
                         _log(pods, qps, rep, cfg.repeats_for(index), got)
+            if cfg.full_hold > 0:
+                await _full(cfg, slurm, cp, kube, stack=stack, limits=limits, runs=runs)
             if cfg.profile:
                 runs.profile = await _profiled(
                     cfg, slurm, cp, kube, stack=stack, limits=limits, runs=runs
@@ -158,6 +168,27 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, shape: Shape) 
             await asyncio.to_thread(stop_scheduler, default)
         await kube.close()
     return runs
+
+
+async def _full(
+    cfg: Config, slurm: SlurmTarget, cp: ControlPlane, kube: AsyncClient,
+    *, stack: BridgeStack, limits: Limits, runs: Runs,
+) -> None:
+    """B1-full at the last client limit set, as many repeats as the first size."""
+    for rep in range(cfg.repeats_for(0)):
+        try:
+            one = await pods_bound_when_full(
+                kube, slurm, cp, cfg.full_pods, hold=cfg.full_hold,
+                metrics_port=stack.health_port, lim=limits,
+            )
+        except (TimeoutError, OSError, RuntimeError) as exc:
+            runs.errors.append(f"B1-full repeat {rep + 1}: {type(exc).__name__}: "
+                               f"{str(exc)[:300]}")
+            print(f"  B1-full round failed: {runs.errors[-1]}", flush=True)
+            continue
+        runs.full.append(one)
+        print(f"  B1-full {cfg.full_pods} pods, repeat {rep + 1}: {full_summary(one)}",
+              flush=True)
 
 
 async def _profiled(

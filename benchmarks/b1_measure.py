@@ -229,7 +229,7 @@ async def pods_bound(
     ns = unique_name(f"bench-b1-{'bridge' if scheduler == keys.SCHEDULER_NAME else 'dflt'}")
     await create_namespace(kube, ns)
     bound: dict[str, float] = {}
-    watcher = asyncio.create_task(_watch_binds(kube, ns, n, bound))
+    watcher = asyncio.create_task(watch_binds(kube, ns, n, bound))
     try:
         pods = [live.bench_pod(f"p{i:05d}", scheduler, "bench-b1") for i in range(n)]
         await asyncio.sleep(1)  # the watch is open before the first create
@@ -237,7 +237,7 @@ async def pods_bound(
         await asyncio.to_thread(_sdiag, slurm, "--reset")
         cpu0 = live.cpu_seconds()
         t0 = time.perf_counter()
-        sent = await _create(kube, ns, pods, lim.create_parallel)
+        sent = await create_pods(kube, ns, pods, lim.create_parallel)
         print(f"  B1 {scheduler}: {n} pods created in {time.perf_counter() - t0:.1f} s",
               flush=True)
         try:
@@ -262,7 +262,9 @@ async def pods_bound(
             await live.wait_slurm_quiet(slurm)
 
 
-async def _create(kube: AsyncClient, ns: str, pods: list[Pod], parallel: int) -> dict[str, float]:
+async def create_pods(
+    kube: AsyncClient, ns: str, pods: list[Pod], parallel: int
+) -> dict[str, float]:
     slots = asyncio.Semaphore(parallel)
     sent: dict[str, float] = {}
 
@@ -276,7 +278,7 @@ async def _create(kube: AsyncClient, ns: str, pods: list[Pod], parallel: int) ->
     return sent
 
 
-async def _watch_binds(kube: AsyncClient, ns: str, n: int, bound: dict[str, float]) -> None:
+async def watch_binds(kube: AsyncClient, ns: str, n: int, bound: dict[str, float]) -> None:
     """Fill ``bound`` (pod name -> perf_counter of the first event with a node) up to n."""
     async for _, pod in kube.watch(Pod, namespace=ns):
         if pod.spec is not None and pod.spec.nodeName and pod.metadata is not None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from benchmarks import live
+from benchmarks.b1_full import FullRun
 from benchmarks.b1_measure import SystemRun
 from benchmarks.common import Figure, Outcome, at_least, at_most, fmt
 
@@ -24,6 +26,9 @@ def outcome(cfg: Config, runs: Runs, slurm: SlurmTarget, shape: Shape) -> Outcom
         if {"a", "b", "bridge"} <= by.keys():
             figures += combo_figures(pods, qps, by)
             notes += combo_notes(pods, qps, by)
+    if runs.full:
+        figures += full_figures(runs.full)
+        notes += full_notes(runs.full)
     notes += [f"Round FAILED (not in the figures): {e}" for e in runs.errors]
     repeats = ", ".join(f"{p} pods: {cfg.repeats_for(i)}" for i, p in enumerate(cfg.pods))
     notes.insert(0, f"Repeats per size: {repeats}; every figure is the median over them.")
@@ -89,6 +94,58 @@ def combo_notes(pods: int, qps: float, by: dict[str, list[SystemRun]]) -> list[s
                          f"{live.format_counts(calls)}")
     notes.append(f"{tag} what the bridge did (its /metrics, last repeat): {by['bridge'][-1].work}")
     return notes
+
+
+def full_figures(full: list[FullRun]) -> list[Figure]:
+    """B1-full: what a pending pod costs while it waits, and the release to bound time."""
+    tag = f"[B1-full, {full[0].pods} pods]"
+
+    def per_pod(name: str, unit: str, value: Callable[[FullRun], float]) -> Figure:
+        return Figure(f"{tag} {name}", unit, samples=[value(r) / r.pods for r in full])
+
+    out = [
+        Figure(f"{tag} release of capacity -> all bound", "s",
+               samples=[r.release_to_bound for r in full]),
+        Figure(f"{tag} release of capacity -> bound p50", "ms",
+               samples=[r.latency_ms(50) for r in full]),
+        Figure(f"{tag} release of capacity -> bound p99", "ms",
+               samples=[r.latency_ms(99) for r in full]),
+    ]
+    filters = per_pod("filter calls per pod while its job pended", "calls",
+                      lambda r: r.waiting.filter_calls)
+    at_most(filters, 0, "0")
+    writes = per_pod("apiserver writes per pod while its job pended", "writes",
+                     lambda r: r.waiting.writes)
+    at_most(writes, 1, "<= 1 (the pending-reason status)")
+    out += [filters, writes,
+            per_pod("slurmrestd requests per pod while its job pended", "requests",
+                    lambda r: r.waiting.slurm_requests),
+            per_pod("filter calls per pod after allocation", "calls",
+                    lambda r: r.after.filter_calls),
+            per_pod("apiserver writes per pod after allocation", "writes",
+                    lambda r: r.after.writes),
+            per_pod("slurmrestd requests per pod after allocation", "requests",
+                    lambda r: r.after.slurm_requests)]
+    return out
+
+
+def full_notes(full: list[FullRun]) -> list[str]:
+    r = full[0]
+    return [
+        f"B1-full: a native job of root (`sbatch --exclusive` on every node) holds Slurm; "
+        f"{r.pods} bridge pods are created (50 in flight) and wait {r.hold:.0f} s while their "
+        "jobs pend; then the holder is cancelled and the clock runs until every pod is bound "
+        "(latency per pod from that cancel). Costs are split at the cancel: \"while its job "
+        "pended\" from the first create to the cancel, \"after allocation\" from the cancel "
+        "to the last bind; filter calls and slurmrestd requests from the extender's /metrics, "
+        "apiserver writes from apiserver_request_total (every client; the benchmark's own "
+        "pod creates left out). Pods bound while Slurm was full (must be 0): "
+        + ", ".join(str(x.bound_while_full) for x in full) + ".",
+        "[B1-full] per repeat: " + " | ".join(
+            f"waiting: {x.waiting.events:.0f} events, {x.waiting.status_writes:.0f} status "
+            f"writes, {x.waiting.writes:.0f} writes in all; after: {x.after.writes:.0f} "
+            "writes" for x in full),
+    ]
 
 
 def _median_counts(samples: list[dict[str, float]]) -> dict[str, float]:

@@ -85,6 +85,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="clientConnection.burst for each --kube-qps, comma-separated")
     g.add_argument("--cpus-per-node", type=int, default=128,
                    help="Slurm CPUs per node if Slurm is too small for --pods")
+    g.add_argument("--b1-full-pods", type=int, default=500,
+                   help="B1-full: pods created while a native job holds every node")
+    g.add_argument("--b1-full-hold", type=float, default=60,
+                   help="B1-full: seconds they wait before the holder ends (0: no B1-full)")
     g = p.add_argument_group("B5 (poll cost, B2 merged in)")
     g.add_argument("--other-jobs", default="100,1000,10000",
                    help="other (native) jobs in Slurm, comma-separated, ascending")
@@ -122,6 +126,7 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
             repeats_per_size=tuple(int(x) for x in args.b1_repeats.split(",") if x),
             slurm_version=args.slurm_version, limits=tuple(zip(qps, burst, strict=True)),
             cpus_per_node=args.cpus_per_node, profile=args.profile != "never",
+            full_pods=args.b1_full_pods, full_hold=args.b1_full_hold,
         ))
 
     def b3() -> Outcome:

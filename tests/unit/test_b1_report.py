@@ -1,7 +1,8 @@
 """B1's per-pod cost and verdicts (issue 15): what is counted, what is left out, each target."""
 
+from benchmarks.b1_full import FullRun, costs
 from benchmarks.b1_measure import SystemRun, scheduler_cycles
-from benchmarks.b1_report import combo_figures
+from benchmarks.b1_report import combo_figures, full_figures
 
 
 def run(seconds: float, cpu: dict[str, float], requests: dict[str, float],
@@ -73,3 +74,26 @@ def test_scheduler_cycles_read_from_sdiag_main_and_backfill_in_ms() -> None:
         "main: 31 cycles, mean 8.5 ms, max 45.0 ms; backfill: 4 cycles, mean 5.0 ms, max 9.0 ms"
     )
     assert scheduler_cycles("sdiag: error: slurmctld not responding") == ""
+
+
+def test_b1_full_splits_the_cost_at_the_release_and_judges_the_waiting_pods() -> None:
+    """While waiting: the pending status (an event each) but the benchmark's creates left
+    out; one status write more per pod misses the target, a filter call misses it too."""
+    bridge_work = {"slurmbridge_filter_seconds_count{}": 0.0,
+                   "slurmbridge_slurm_request_seconds_count{operation=submit}": 100.0,
+                   "slurmbridge_slurm_request_seconds_count{operation=get_job}": 20.0}
+    waiting = costs({"POST pods": 100, "POST events": 100}, bridge_work, created=100)
+    assert (waiting.writes, waiting.slurm_requests, waiting.events) == (100, 120, 100)
+    after = costs({"PATCH pods": 100, "POST pods/binding": 100, "POST events": 100},
+                   {"slurmbridge_filter_seconds_count{}": 100.0}, created=0)
+    good = FullRun(100, 60, 4.0, [1.0] * 100, waiting, after, bound_while_full=0)
+    figures = {f.name.split("] ")[1]: f for f in full_figures([good])}
+    assert figures["apiserver writes per pod while its job pended"].met is True
+    assert figures["filter calls per pod while its job pended"].met is True
+    assert figures["apiserver writes per pod after allocation"].median == 3
+    chatty = costs({"POST pods": 100, "POST events": 100, "PATCH pods/status": 100},
+                    {"slurmbridge_filter_seconds_count{}": 5.0}, created=100)
+    bad = FullRun(100, 60, 4.0, [1.0] * 100, chatty, after, bound_while_full=0)
+    figures = {f.name.split("] ")[1]: f for f in full_figures([bad])}
+    assert figures["apiserver writes per pod while its job pended"].met is False  # 2 > 1
+    assert figures["filter calls per pod while its job pended"].met is False
