@@ -97,15 +97,15 @@ async def read_status(kube: KubePort, namespace: str, now: datetime) -> list[Pod
     untold = {pod.metadata.uid: i for i, (pod, row) in enumerate(zip(pods, rows, strict=True))
               if pod.metadata and pod.metadata.uid and row.state == "pending" and not row.reason}
     if untold:
-        told: dict[str, list[Event]] = {}
+        said: dict[str, list[Event]] = {}
         for event in await read_events(kube, namespace, {"reportingComponent": COMPONENT}) or ():
-            told.setdefault(event.involvedObject.uid or "", []).append(event)
+            said.setdefault(event.involvedObject.uid or "", []).append(event)
         for uid, i in untold.items():
-            rows[i] = _told(rows[i], told.get(uid, []), now)
+            rows[i] = told(rows[i], said.get(uid, []), now)
     return sorted(rows, key=lambda r: (r.namespace, r.pod))
 
 
-def _told(row: PodRow, events: list[Event], now: datetime) -> PodRow:
+def told(row: PodRow, events: list[Event], now: datetime) -> PodRow:
     """``row`` with the reason and sentence of the newest event about its job."""
     _, reason, words, _ = newest_word(None, events, now)
     found = _JOB_ID.search(words)

@@ -21,7 +21,13 @@ from slurmbridge_cli.kubeviews.events import (
     read_events,
     refusals,
 )
-from slurmbridge_cli.kubeviews.pods import PodRow, annotations, pod_row, slurm_condition
+from slurmbridge_cli.kubeviews.pods import (
+    PodRow,
+    annotations,
+    pod_row,
+    slurm_condition,
+    told,
+)
 
 EVENTS_SHOWN = 5
 
@@ -96,6 +102,8 @@ async def read_why(
     mine = [e for e in events or () if e.involvedObject.uid in (None, "", uid)]
     ann = annotations(pod)
     row = pod_row(pod, now)
+    if row.state == "pending" and not row.reason:  # gated: only the events say it
+        row = told(row, mine, now)
     state, reason, said, said_age = newest_word(slurm_condition(pod), mine, now)
     if row.state in ("bound", "running") and row.job_id is not None:
         state, reason = "RUNNING", ""  # a bound pod's job runs where it was bound (lifecycle)

@@ -483,3 +483,12 @@ def test_why_a_gated_group_member_and_a_preempted_pod(world: FakeKube) -> None:
     assert evicted.exit_code == 1
     assert "State:      terminating (PreemptedBySlurm)" in _lines(evicted.output)
     assert "Next:       Slurm ended or preempted Slurm job 7 (above)" in evicted.output
+
+
+def test_why_a_gated_pending_pod_takes_its_job_from_the_bridges_event(world: FakeKube) -> None:
+    """No condition and no job annotation before its release: the event names the job."""
+    result = run(world, "why", "held", "-o", "json")
+    assert result.exit_code == 1, result.output  # waiting
+    why = json.loads(result.output)
+    assert (why["status"]["job_id"], why["slurm_state"]) == (102, "PENDING")
+    assert why["gates"] == [keys.SLURM_GATE]
