@@ -69,14 +69,18 @@ def costs(
 
 async def _holder(slurm: SlurmTarget, timeout: float = 120) -> str:  # noqa: ASYNC109
     """Every node held by one native job, RUNNING before the pods come."""
-    nodes = len(slurm.admin("sinfo", "-h", "-N", "-o", "%N").split())
+    await live.wait_slurm_quiet(slurm)  # the last round's placeholders are gone
+    # sinfo -N lists a node once per partition it is in
+    nodes = len(set(slurm.admin("sinfo", "-h", "-N", "-o", "%N").split()))
     job = slurm.admin("sbatch", "--parsable", "--exclusive", f"--nodes={nodes}",
                       f"--job-name={HOLDER}", "-o", "/dev/null", "--wrap", "sleep 3600").strip()
     deadline = time.monotonic() + timeout
     while slurm.admin("squeue", "-h", "-j", job, "-o", "%T", check=False).strip() != "RUNNING":
         if time.monotonic() > deadline:
+            why = slurm.admin("squeue", "-h", "-j", job, "-o", "%T %r", check=False).strip()
             slurm.admin("scancel", job, check=False)
-            raise TimeoutError(f"B1-full: the holder job {job} did not start in {timeout:.0f} s")
+            raise TimeoutError(f"B1-full: the holder job {job} ({nodes} nodes, exclusive) did "
+                               f"not start in {timeout:.0f} s: {why}")
         await asyncio.sleep(0.5)
     return job
 

@@ -2,8 +2,9 @@
 
 Writes happen in background tasks so the extender's filter answers at once.
 Every write costs the apiserver, so a pod is written to only when it matters:
-a job still pending after ``quiet_seconds`` is shown (event and condition),
-later pending reasons of a shown job at once; its allocation, and that of a
+a job still pending after ``quiet_seconds`` is shown (event and condition) as soon as
+its reason has been read (a burst's jobs are re-read a few per poll), later pending
+reasons of a shown job at once; its allocation, and that of a
 pod kube-scheduler parked after a "waiting" filter, is the condition alone
 (for a parked pod the write is what requeues it; an allocation event would
 only repeat kube-scheduler's "Scheduled").  kube-scheduler's own FailedScheduling events
@@ -41,6 +42,7 @@ def describe(job: SlurmJob) -> str:
 
 
 Status = tuple[int, JobState, str]
+UNREAD = "None"  # a pending job's reason before Slurm's answer to a read of it says more
 
 
 def _status(job: SlurmJob) -> Status:
@@ -63,6 +65,7 @@ class PodNotifier:
         self._shown: dict[str, Status] = {}  # pod uid -> status written on the pod
         self._refusals: dict[str, str] = {}  # pod uid -> Slurm's last submit refusal shown
         self._gated: set[str] = set()  # pod uids held by the bridge's gate: events alone
+        self._unread: set[str] = set()  # quiet period over, Slurm's reason not read yet
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def job_known(self, pod: Pod, job: SlurmJob) -> None:
@@ -98,7 +101,8 @@ class PodNotifier:
             self._latest[key.uid] = job
         shown = key.uid in self._shown
         if not _allocated(job):
-            if shown:
+            if shown or (key.uid in self._unread and job.reason != UNREAD):
+                self._unread.discard(key.uid)
                 self._spawn(self._show(key, job))
         elif self._events_only(key.uid):
             return  # its release lifts the gate; kube-scheduler's "Scheduled" follows
@@ -115,6 +119,9 @@ class PodNotifier:
             return
         if _allocated(job):
             return  # kube-scheduler has the pod queued (or bound it, or was nudged)
+        if job.reason == UNREAD:  # shown once the poller's reason refresh reads it
+            self._unread.add(key.uid)
+            return
         await self._show(key, job)
 
     def prune(self) -> None:
@@ -122,7 +129,8 @@ class PodNotifier:
         for memory in (self._seen, self._shown, self._latest, self._refusals):
             for uid in [u for u in memory if self._registry.owner_of(u) is None]:
                 del memory[uid]
-        self._gated = {u for u in self._gated if self._registry.owner_of(u) is not None}
+        for uids in (self._gated, self._unread):
+            uids.intersection_update(u for u in uids if self._registry.owner_of(u) is not None)
 
     async def slurm_recovered(self) -> None:
         """slurmrestd answers again: nudge the pods it turned away, instead of their backoff."""

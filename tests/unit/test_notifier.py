@@ -143,6 +143,20 @@ async def test_a_gated_pods_refusal_is_corrected_once_its_job_is_accepted() -> N
                             ("event", "SlurmPending"), ("condition", "False")]
 
 
+async def test_a_job_slurm_has_not_been_read_about_is_shown_once_its_reason_is_known() -> None:
+    """After the quiet period a burst's jobs may not have been re-read yet (reason "None"):
+    saying "Slurm has not looked at it" would be wrong, and a second event would follow."""
+    notifier, kube, registry = _notifier()
+    pod = _pod(gated=True)
+    registry.remember(linked_pod(pod))
+    await notifier.job_known(pod, dataclasses.replace(PENDING, reason="None"))
+    await _settle(notifier)
+    assert writes(kube) == []
+    await notifier.job_changed(PENDING)  # the poller's reason refresh read "Resources"
+    await notifier.drain()
+    assert writes(kube) == [("event", "SlurmPending")]
+
+
 async def test_pods_whose_jobs_are_long_gone_are_forgotten() -> None:
     """A bridge that runs for months must not grow with every pod it ever saw."""
     notifier, _, registry = _notifier()
