@@ -181,7 +181,7 @@ async def _full(
                 kube, slurm, cp, cfg.full_pods, hold=cfg.full_hold,
                 metrics_port=stack.health_port, lim=limits,
             )
-        except (TimeoutError, OSError, RuntimeError) as exc:
+        except (TimeoutError, OSError, RuntimeError, AssertionError) as exc:  # admin commands
             runs.errors.append(f"B1-full repeat {rep + 1}: {type(exc).__name__}: "
                                f"{str(exc)[:300]}")
             print(f"  B1-full round failed: {runs.errors[-1]}", flush=True)

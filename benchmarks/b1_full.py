@@ -72,7 +72,8 @@ async def _holder(slurm: SlurmTarget, timeout: float = 120) -> str:  # noqa: ASY
     await live.wait_slurm_quiet(slurm)  # the last round's placeholders are gone
     # sinfo -N lists a node once per partition it is in
     nodes = len(set(slurm.admin("sinfo", "-h", "-N", "-o", "%N").split()))
-    job = slurm.admin("sbatch", "--parsable", "--exclusive", f"--nodes={nodes}",
+    # --mem=0: all of each node's memory (a default per CPU times every CPU may exceed it)
+    job = slurm.admin("sbatch", "--parsable", "--exclusive", f"--nodes={nodes}", "--mem=0",
                       f"--job-name={HOLDER}", "-o", "/dev/null", "--wrap", "sleep 3600").strip()
     deadline = time.monotonic() + timeout
     while slurm.admin("squeue", "-h", "-j", job, "-o", "%T", check=False).strip() != "RUNNING":

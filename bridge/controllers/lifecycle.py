@@ -15,6 +15,7 @@ poller does not scan Slurm's queue for them.  A job whose pod was deleted before
 listing here saw its id waits for the next full resync, then the orphan grace.
 """
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -167,10 +168,11 @@ class Lifecycle:
         self._orphan_since.pop(job.job_id, None)
         if job.owner:
             self._registry.forget_owner(job.owner)
-        try:
-            self._index.record(await self._slurm.get_job(job.job_id))
-        except SlurmJobNotFound:
-            self._index.forget(job.job_id)
+        # Slurm accepted the cancel: the job is over for the bridge, which knows why.  Not
+        # read back (nor re-read by the poller, which follows live jobs only): a burst of
+        # deleted pods would otherwise cost two full job reads each.
+        self._index.record(dataclasses.replace(
+            job, state=JobState.CANCELLED, reason=f"cancelled by slurmbridge: {why}"))
 
     async def _evict_stranded(self, job: SlurmJob, members: list[PodView]) -> None:
         """``members``: the pods owned by ``job``'s owner (read once, in the listing)."""

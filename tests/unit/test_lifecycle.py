@@ -80,6 +80,22 @@ async def test_a_deleted_pods_job_is_cancelled() -> None:
     assert world.slurm.jobs[JOB].state is JobState.CANCELLED
 
 
+async def test_a_job_cancelled_by_the_bridge_is_not_read_back() -> None:
+    """The bridge knows why the job ends: no read after the cancel, and the index no
+    longer counts it live, so the poller does not read it again either (after a burst of
+    5,000 deleted pods, 2,627 such reads slowed B1's next round)."""
+    world = World()
+    world.job(JobState.PENDING, "Priority")
+    await world.lifecycle.reconcile_once()  # no pod: an orphan, cancelled after the grace
+    world.now += 31
+    world.slurm.requests.clear()
+    await world.lifecycle.reconcile_once()
+    assert world.cancelled()
+    assert world.slurm.requests["get_job"] == 0, world.slurm.requests
+    job = world.index.by_id(JOB)
+    assert job is not None and job.state is JobState.CANCELLED and not job.state.is_live
+
+
 async def test_a_finished_pods_job_is_cancelled() -> None:
     world = World()
     world.job()
