@@ -20,6 +20,10 @@ _DROPPED = frozenset({b"host", b"content-length", b"accept-encoding", b"transfer
 CONNECTIONS = 100  # httpx2's default pool size, which lightkube used
 
 
+def _sum(*limits: float | None) -> float | None:
+    return None if any(x is None for x in limits) else sum(x for x in limits if x is not None)
+
+
 class _Body(httpx2.AsyncByteStream):
     """The answer's bytes as they come (a watch streams for minutes)."""
 
@@ -56,8 +60,12 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         limits = request.extensions.get("timeout", {})
+        # httpx2's four limits; its "pool" bounds the wait for a free connection, which
+        # aiohttp's "connect" covers (with the connect itself): without it a request waits
+        # for a connection forever.
         timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=limits.get("connect"), sock_read=limits.get("read")
+            total=None, connect=_sum(limits.get("pool"), limits.get("connect")),
+            sock_connect=limits.get("connect"), sock_read=limits.get("read"),
         )
         headers = [(k.decode("latin-1"), v.decode("latin-1"))
                    for k, v in request.headers.raw if k.lower() not in _DROPPED]

@@ -146,3 +146,24 @@ async def test_an_apiserver_that_is_away_is_a_connect_error(tmp_path: Path) -> N
             await client.get(Pod, "p", namespace="ns")
     finally:
         await client.close()
+
+
+async def test_a_request_waits_for_a_free_connection_no_longer_than_the_pool_timeout(
+    apiserver: tuple[StandIn, AsyncClient], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpx2's pool timeout holds over aiohttp too: every connection busy (here: the one
+    allowed, held by an open watch) is an error after the wait, never a request that hangs."""
+    from bridge.kube import transport  # noqa: PLC0415
+
+    monkeypatch.setattr(transport, "CONNECTIONS", 1)
+    stand_in, client = apiserver
+    watch = client.watch(Pod, namespace="ns")
+    await anext(aiter(watch))  # the only connection now streams the watch
+    client._client._client.timeout = httpx2.Timeout(0.5)  # lightkube's httpx2 client
+    try:
+        async with asyncio.timeout(10):
+            with pytest.raises(httpx2.TimeoutException):
+                await client.get(Pod, "p", namespace="ns")
+    finally:
+        stand_in.more_events.set()  # the stand-in's watch ends
+        await watch.aclose()  # type: ignore[attr-defined]
