@@ -24,7 +24,7 @@ from bridge.jobs.owner import Owner
 from bridge.jobs.request import JobRequest
 from bridge.ports import SlurmPort
 from bridge.slurm.errors import SlurmJobNotFound, SlurmProtocolError
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
 
@@ -116,7 +116,7 @@ class JobIndex:
             # Not read back: slurmctld schedules after it answers, so a read now would say
             # PENDING anyway; the poller reads the job when its state changes.
             job = SlurmJob(
-                job_id, req.name, JobState.PENDING, "None", req.owner, None,
+                job_id, req.name, JobState.PENDING, NO_REASON, req.owner, None,
                 partition=req.placement.partition or "", account=req.placement.account or "",
                 qos=req.placement.qos or "",
             )

@@ -30,7 +30,7 @@ from bridge.link.release import gated
 from bridge.placement.pods import PodKey, PodRegistry
 from bridge.placement.reasons import waiting_message
 from bridge.ports import KubePort
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +42,6 @@ def describe(job: SlurmJob) -> str:
 
 
 Status = tuple[int, JobState, str]
-UNREAD = "None"  # a pending job's reason before Slurm's answer to a read of it says more
 
 
 def _status(job: SlurmJob) -> Status:
@@ -101,7 +100,7 @@ class PodNotifier:
             self._latest[key.uid] = job
         shown = key.uid in self._shown
         if not _allocated(job):
-            if shown or (key.uid in self._unread and job.reason != UNREAD):
+            if shown or (key.uid in self._unread and job.reason != NO_REASON):
                 self._unread.discard(key.uid)
                 self._spawn(self._show(key, job))
         elif self._events_only(key.uid):
@@ -119,7 +118,7 @@ class PodNotifier:
             return
         if _allocated(job):
             return  # kube-scheduler has the pod queued (or bound it, or was nudged)
-        if job.reason == UNREAD:  # shown once the poller's reason refresh reads it
+        if job.reason == NO_REASON:  # shown once the poller's reason refresh reads it
             self._unread.add(key.uid)
             return
         await self._show(key, job)

@@ -37,7 +37,7 @@ from bridge import metrics
 from bridge.placement.index import JobIndex
 from bridge.ports import SlurmPort
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound, SlurmProtocolError
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
 
@@ -129,7 +129,7 @@ class Poller:
         if not self._reason_queue:
             self._reason_queue.extend(i for i, j in tracked.items() if j.state is JobState.PENDING)
         # Jobs Slurm has not evaluated yet (reason "None") first: users wait for that one.
-        batch = [j for j in tracked.values() if j.reason == "None" and due(j)]
+        batch = [j for j in tracked.values() if j.reason == NO_REASON and due(j)]
         batch = batch[: self._reasons_per_cycle]
         skip = skip | {j.job_id for j in batch}
         while self._reason_queue and len(batch) < self._reasons_per_cycle:
@@ -184,7 +184,7 @@ class Poller:
             await self._refresh(before)
             return
         self._misses.pop(before.job_id, None)
-        after = dataclasses.replace(before, state=JobState.RUNNING, reason="None",
+        after = dataclasses.replace(before, state=JobState.RUNNING, reason=NO_REASON,
                                     allocation=allocation, preempting=False)
         self._index.record(after)
         await self._on_change(before, after)

@@ -3,7 +3,15 @@
 from bridge import keys
 from bridge.jobs.owner import Owner, owner_text, parse_owner
 from bridge.slurm.allocation import allocation_from, index_list
-from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, SlurmNode, SlurmQos
+from bridge.slurm.types import (
+    NO_REASON,
+    Accounting,
+    Allocation,
+    JobState,
+    SlurmJob,
+    SlurmNode,
+    SlurmQos,
+)
 from bridge.slurm.wire.base import JobInfo, NodeInfo, ResourcesResponse
 from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
 
@@ -55,7 +63,7 @@ def slurm_job(info: JobInfo, *, owned: bool) -> SlurmJob:
         job_id=info.job_id,
         name=info.name,
         state=state,
-        reason=info.state_reason or "None",
+        reason=info.state_reason or NO_REASON,
         owner=owner,
         allocation=allocation_from(info.nodes, info.gres_detail) if allocated else None,
         partition=info.partition,

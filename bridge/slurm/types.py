@@ -5,6 +5,9 @@ from enum import StrEnum
 
 from bridge.jobs.owner import Owner
 
+# Slurm's reason for a job it has not looked at yet (and the bridge's before reading one).
+NO_REASON = "None"
+
 
 class JobState(StrEnum):
     PENDING = "PENDING"
