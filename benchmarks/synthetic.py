@@ -160,12 +160,10 @@ def load(bridge: Bridge, kube: FakeKube, jobs: int, nodes: int, *, pods: bool) -
     """Index ``jobs`` allocated placeholder jobs, map the nodes, and let the notifier see
     each pod's job once (steady state: nothing left to write).  ``pods``: the fake
     apiserver holds the pods too, so filter reads them as it reads the real one."""
-    bridge.nodes.update([
-        Node(metadata=ObjectMeta(
+    for k in range(1, nodes + 1):
+        bridge.nodes.apply("ADDED", Node(metadata=ObjectMeta(
             name=kube_node(k), labels={keys.SLURM_NODE: slurm_node(k)}
-        ))
-        for k in range(1, nodes + 1)
-    ])
+        )))
 
     async def seed() -> None:
         for i in range(jobs):

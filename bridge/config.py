@@ -69,7 +69,6 @@ class PlacementSettings(BaseModel):
     reason_refresh_seconds: float = Field(
         10.0, ge=0, description="a pending job's Slurm reason is re-read at most this often"
     )
-    node_refresh_seconds: float = Field(15.0, gt=0, description="Kubernetes Node list refresh")
     notify_quiet_seconds: float = Field(
         10.0, ge=0,
         description="a pod's Slurm status (event, condition) is first shown after this: "

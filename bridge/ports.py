@@ -98,6 +98,13 @@ class KubePort(Protocol):
         labels: LabelSelector | None = None, fields: FieldSelector | None = None,
     ) -> AsyncIterable[NamespacedResource]: ...
 
+    @overload
+    def watch(
+        self, res: type[GlobalResource], *,
+        labels: LabelSelector | None = None, fields: FieldSelector | None = None,
+        resource_version: str | None = None,
+    ) -> AsyncIterable[tuple[str, GlobalResource]]: ...
+    @overload
     def watch(
         self, res: type[NamespacedResource], *, namespace: str | None = None,
         labels: LabelSelector | None = None, fields: FieldSelector | None = None,

@@ -5,7 +5,6 @@ import contextlib
 
 import structlog
 from lightkube.models.core_v1 import Pod as PodModel
-from lightkube.resources.core_v1 import Node, Pod
 
 from bridge import keys, metrics
 from bridge.binding.binder import Binder
@@ -13,14 +12,13 @@ from bridge.config import Settings
 from bridge.controllers.leader import LeaderElector
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
+from bridge.kube.nodes import NodeCache
 from bridge.kube.pods import set_slurm_condition
 from bridge.link.claims import Claims
 from bridge.link.podcache import PodCache
-from bridge.link.release import gated
 from bridge.placement.grace import GraceWarnings
 from bridge.placement.index import JobIndex
-from bridge.placement.intake import UNBOUND, Intake
-from bridge.placement.nodes import NodeMap
+from bridge.placement.intake import Intake
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.outcomes import Refused
 from bridge.placement.placer import Placer
@@ -37,6 +35,7 @@ log = structlog.get_logger(__name__)
 
 REQUEUE_DELAY_SECONDS = 2.0
 IDLE_OWNER_SECONDS = 600.0  # a pod not seen for this long, whose job left Slurm, is forgotten
+PRUNE_SECONDS = 15.0
 
 
 class Bridge:
@@ -51,7 +50,7 @@ class Bridge:
         self.slurm = slurm
         self.kube = kube
         self.index = JobIndex(self.slurm)
-        self.nodes = NodeMap()
+        self.nodes = NodeCache(self.kube)
         self.pods = PodRegistry()
         self.grace = GraceWarnings(self.kube, self.slurm)
         self.notifier = PodNotifier(
@@ -106,12 +105,14 @@ class Bridge:
         await self.notifier.job_changed(after)
 
     async def start(self) -> None:
-        await self._refresh_nodes()
+        """Serve once the Nodes are known: until then no Slurm node maps to its Node."""
         self._tasks = [
-            asyncio.create_task(self.poller.run(), name="poller"),
-            asyncio.create_task(self._node_loop(), name="nodes"),
+            asyncio.create_task(self.nodes.run(), name="nodes"),
             asyncio.create_task(self.pod_cache.run(), name="pods"),
+            asyncio.create_task(self.poller.run(), name="poller"),
+            asyncio.create_task(self._prune_loop(), name="prune"),
         ]
+        await self.nodes.wait_synced()
         self._tasks.append(asyncio.create_task(self._requeue_waiting(), name="requeue"))
         if self.settings.controllers.enabled:
             self._tasks.append(asyncio.create_task(self.elector.run(self._lead), name="leader"))
@@ -123,16 +124,11 @@ class Bridge:
         """
         await asyncio.sleep(REQUEUE_DELAY_SECONDS)
         try:
-            async for pod in self.kube.list(
-                Pod, namespace="*",
-                fields=UNBOUND,
-            ):
-                meta = pod.metadata
-                if gated(pod):  # not in kube-scheduler's queue: the leader releases it
-                    continue
-                if meta and meta.name and meta.namespace and not meta.deletionTimestamp:
+            for pod in await self.pod_cache.current():
+                # a gated pod is not in kube-scheduler's queue: the leader releases it
+                if not (pod.node_name or pod.gated or pod.deleting):
                     await set_slurm_condition(
-                        self.kube, meta.namespace, meta.name, allocated=False,
+                        self.kube, pod.namespace, pod.name, allocated=False,
                         reason=keys.REASON_BRIDGE_STARTED,
                         message="slurmbridge (re)started: scheduling again",
                     )
@@ -191,20 +187,13 @@ class Bridge:
     def slurm_reachable(self) -> bool:
         return self.poller.healthy
 
-    async def _refresh_nodes(self) -> None:
-        self.nodes.update([n async for n in self.kube.list(Node)])
-
-    async def _node_loop(self) -> None:
-        """Refresh the node map; forget pods whose jobs are long gone (memory stays flat)."""
+    async def _prune_loop(self) -> None:
+        """Forget pods whose jobs are long gone (memory stays flat)."""
         while True:
-            await asyncio.sleep(self.settings.placement.node_refresh_seconds)
+            await asyncio.sleep(PRUNE_SECONDS)
             forgotten = self.pods.prune(
                 lambda owner: self.index.by_owner(owner) is not None, IDLE_OWNER_SECONDS
             )
             self.notifier.prune()
             if forgotten:
                 log.info("placement.pruned", owners=forgotten)
-            try:
-                await self._refresh_nodes()
-            except Exception as exc:  # the apiserver may be briefly away; keep the old map
-                log.warning("nodes.refresh_failed", error=str(exc))

@@ -177,6 +177,7 @@ class FakeKube:
         self._versions = itertools.count(1)
         self._version = 0  # the latest resourceVersion given out
         self._watchers: list[asyncio.Queue[tuple[str, Obj]]] = []
+        self.lists: Counter[str] = Counter()  # LIST requests by kind
 
     # -- what a test arranges and reads ----------------------------------------------------
 
@@ -202,6 +203,7 @@ class FakeKube:
     def list(self, res: Any, *, namespace: str | None = None, labels: Any = None,
              fields: Any = None) -> AsyncIterable[Any]:
         self._check_up()
+        self.lists[_kind(res)] += 1
         found = [copy.deepcopy(o) for (kind, ns, _), o in self.objects.items()
                  if kind == _kind(res) and namespace in (None, "*", ns)
                  and _selected(o, labels, fields)]

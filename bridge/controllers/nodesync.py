@@ -15,7 +15,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from bridge import keys, metrics
-from bridge.placement.nodes import NodeMap
+from bridge.kube.nodes import NodeCache, NodeView, Taint
 from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.types import SlurmNode
 
@@ -25,13 +25,11 @@ CORDONED = f"{keys.DRAIN_REASON_PREFIX} cordoned in Kubernetes"
 NOT_READY = f"{keys.DRAIN_REASON_PREFIX} Kubernetes node NotReady"
 
 
-def kube_trouble(node: Node) -> str | None:
+def kube_trouble(node: NodeView) -> str | None:
     """Why Slurm should stop placing work here, or None when the node is fine."""
-    if node.spec and node.spec.unschedulable:
+    if node.unschedulable:
         return CORDONED
-    conditions = (node.status.conditions if node.status else None) or []
-    ready = next((c for c in conditions if c.type == "Ready"), None)
-    if ready is None or ready.status != "True":
+    if not node.ready:
         return NOT_READY
     return None
 
@@ -41,24 +39,21 @@ def ours(reason: str) -> bool:
 
 
 class NodeSync:
-    def __init__(self, kube: KubePort, slurm: SlurmPort, nodes: NodeMap) -> None:
+    def __init__(self, kube: KubePort, slurm: SlurmPort, nodes: NodeCache) -> None:
         self._kube = kube
         self._slurm = slurm
         self._nodes = nodes
 
     async def reconcile_once(self) -> None:
         slurm_nodes = {n.name: n for n in await self._slurm.list_nodes()}
-        kube_nodes = [n async for n in self._kube.list(Node)]
-        self._nodes.update(kube_nodes)
-        for node in kube_nodes:
-            assert node.metadata is not None and node.metadata.name
-            slurm_node = slurm_nodes.get(self._nodes.slurm_name(node.metadata.name))
+        for node in await self._nodes.current():
+            slurm_node = slurm_nodes.get(node.slurm_name)
             if slurm_node is None:
                 continue  # not a Slurm node: not ours to manage
             slurm_node = await self._kube_to_slurm(node, slurm_node)
             await self._slurm_to_kube(node, slurm_node)
 
-    async def _kube_to_slurm(self, node: Node, sn: SlurmNode) -> SlurmNode:
+    async def _kube_to_slurm(self, node: NodeView, sn: SlurmNode) -> SlurmNode:
         trouble = kube_trouble(node)
         drained = "DRAIN" in sn.states
         if trouble and not drained:
@@ -72,10 +67,9 @@ class NodeSync:
         refreshed = {n.name: n for n in await self._slurm.list_nodes()}
         return refreshed.get(sn.name, sn)
 
-    async def _slurm_to_kube(self, node: Node, sn: SlurmNode) -> None:
-        assert node.metadata is not None and node.metadata.name
+    async def _slurm_to_kube(self, node: NodeView, sn: SlurmNode) -> None:
         unavailable = sn.unavailable
-        taints = [t.to_dict() for t in (node.spec.taints if node.spec else None) or []]
+        taints = [_taint(t) for t in node.taints]
         wanted = [t for t in taints if t["key"] != keys.UNAVAILABLE_TAINT]
         if not any(t["key"] == keys.MANAGED_TAINT for t in wanted):
             wanted.append({"key": keys.MANAGED_TAINT, "effect": "NoSchedule"})
@@ -84,25 +78,20 @@ class NodeSync:
                            "value": _taint_value(sn)})
         if _taint_set(wanted) != _taint_set(taints):
             patch: dict[str, Any] = {
-                "metadata": {"resourceVersion": node.metadata.resourceVersion},
+                "metadata": {"resourceVersion": str(node.resource_version)},
                 "spec": {"taints": wanted},
             }
-            await self._kube.patch(Node, node.metadata.name, patch, patch_type=PatchType.MERGE)
+            await self._kube.patch(Node, node.name, patch, patch_type=PatchType.MERGE)
             metrics.CONTROLLER_ACTIONS.labels("taint").inc()
-            log.info("nodesync.taints", node=node.metadata.name, unavailable=unavailable,
+            log.info("nodesync.taints", node=node.name, unavailable=unavailable,
                      reason=sn.reason)
         await self._condition(node, sn)
 
-    async def _condition(self, node: Node, sn: SlurmNode) -> None:
-        assert node.metadata is not None and node.metadata.name
+    async def _condition(self, node: NodeView, sn: SlurmNode) -> None:
         status = "False" if sn.unavailable else "True"
         message = (f"Slurm node {sn.name} is {'+'.join(sorted(sn.states))}"
                    + (f": {sn.reason}" if sn.reason else ""))
-        current = next(
-            (c for c in ((node.status.conditions if node.status else None) or [])
-             if c.type == keys.NODE_CONDITION_SLURM), None,
-        )
-        if current is not None and (current.status, current.message) == (status, message):
+        if node.slurm_condition == (status, message):
             return
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         condition = {
@@ -113,9 +102,15 @@ class NodeSync:
             "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now,
         }
         await self._kube.patch(
-            Node.Status, node.metadata.name, {"status": {"conditions": [condition]}},
+            Node.Status, node.name, {"status": {"conditions": [condition]}},
             patch_type=PatchType.STRATEGIC,
         )
+
+
+def _taint(taint: Taint) -> dict[str, Any]:
+    key, value, effect, added = taint
+    return {"key": key, "effect": effect} | ({"value": value} if value else {}) | (
+        {"timeAdded": added} if added else {})
 
 
 def _taint_value(sn: SlurmNode) -> str:

@@ -12,6 +12,7 @@ from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import Owner
+from bridge.kube.watchcache import resource_version
 from bridge.link.owner import owner_key
 from bridge.link.release import gated, other_gates
 
@@ -41,6 +42,10 @@ class PodView:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def key(self) -> str:
+        return self.uid
+
+    @property
     def finished(self) -> bool:
         return self.phase in _FINISHED
 
@@ -57,13 +62,6 @@ class PodView:
     def job_id(self) -> int | None:
         text = self.recorded.get(keys.JOB_ID, "")
         return int(text) if text.isdigit() else None
-
-
-def resource_version(pod: Pod) -> int:
-    """An object's resourceVersion as a number (0 when absent): etcd's revision, so later
-    writes compare greater, which the cache relies on to tell a stale copy."""
-    text = (pod.metadata.resourceVersion if pod.metadata else None) or ""
-    return int(text) if text.isdigit() else 0
 
 
 def view_of(pod: Pod) -> PodView:

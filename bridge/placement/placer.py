@@ -15,12 +15,12 @@ from bridge import keys, metrics
 from bridge.jobs.annotations import pod_group
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
+from bridge.kube.nodes import NodeCache
 from bridge.link.claims import Claims, member_slot
 from bridge.link.owner import LinkedPod, linked_pod, recorded_job_id, tied_to
 from bridge.link.release import released_node
 from bridge.link.views import PodView
 from bridge.placement.index import JobIndex
-from bridge.placement.nodes import NodeMap
 from bridge.placement.outcomes import (
     Outcome,
     Pending,
@@ -45,7 +45,7 @@ class Placer:
     def __init__(
         self,
         index: JobIndex,
-        nodes: NodeMap,
+        nodes: NodeCache,
         pods: PodRegistry,
         on_job_known: OnJobKnown | None = None,
         *,

@@ -5,9 +5,9 @@ import asyncio
 import pytest
 from lightkube import AsyncClient
 
+from bridge.kube.nodes import NodeCache
 from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
-from bridge.placement.nodes import NodeMap
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.client import SlurmClient
@@ -34,7 +34,7 @@ async def test_two_replicas_racing_on_one_pod_submit_one_job(
     async with SlurmClient(slurm.settings()) as one, SlurmClient(slurm.settings()) as two:
         replicas = [
             Placer(
-                JobIndex(client), NodeMap(), PodRegistry(),
+                JobIndex(client), NodeCache(kube), PodRegistry(),
                 claims=Claims(kube, name, namespace=ns),
             )
             for name, client in (("replica-a", one), ("replica-b", two))

@@ -11,10 +11,10 @@ from bridge.controllers.lifecycle import Lifecycle
 from bridge.doctor import Check, _tenant_check
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
+from bridge.kube.nodes import NodeCache
 from bridge.link.podcache import PodCache
 from bridge.placement.grace import grace_warning
 from bridge.placement.index import JobIndex
-from bridge.placement.nodes import NodeMap
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer
@@ -116,7 +116,7 @@ async def test_a_refused_submit_reaches_the_pod_once_without_a_retry_storm() -> 
     async def on_refused(pod: Pod, reason: str, message: str) -> None:
         told.append((reason, message))
 
-    placer = Placer(JobIndex(slurm), NodeMap(), PodRegistry(),
+    placer = Placer(JobIndex(slurm), NodeCache(FakeKube()), PodRegistry(),
                     hooks=SubmitHooks(on_refused=on_refused))
     verdicts = [await placer.filter(_pod(), ["node1"]) for _ in range(5)]
     assert slurm.submits == 1  # kube-scheduler retries; Slurm is asked once per backoff

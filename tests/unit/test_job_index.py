@@ -10,9 +10,9 @@ from prometheus_client import REGISTRY
 from bridge import keys
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
+from bridge.kube.nodes import NodeCache
 from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
-from bridge.placement.nodes import NodeMap
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
@@ -94,7 +94,7 @@ async def test_a_change_seen_only_by_a_resync_is_reported() -> None:
 async def test_intake_and_filter_racing_on_one_pod_claim_and_submit_once() -> None:
     fake, kube = FakeSlurm(), FakeKube()
     claims = Claims(kube, "replica-a", namespace="slurmbridge")
-    placer = Placer(_index(fake), NodeMap(), PodRegistry(), claims=claims)
+    placer = Placer(_index(fake), NodeCache(FakeKube()), PodRegistry(), claims=claims)
     pod = cast(PodResource, PodResource.from_dict({
         "metadata": {"name": "p", "namespace": "ns", "uid": "uid-9"},
         "spec": {"schedulerName": "slurmbridge", "containers": [
@@ -124,7 +124,7 @@ async def test_a_group_created_again_after_its_job_ended_gets_a_new_job() -> Non
     the group's earlier run must not hold them ("will not resubmit: recreate the pod")."""
     fake = FakeSlurm()
     index = _index(fake)
-    placer = Placer(index, NodeMap(), PodRegistry())
+    placer = Placer(index, NodeCache(FakeKube()), PodRegistry())
     first = await placer.prepare(_member("a"))
     index.record(SlurmJob(first.job_id, first.name, JobState.CANCELLED, "None", first.owner,
                           None))

@@ -26,8 +26,8 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from bridge import keys
 from bridge.controllers.nodesync import NodeSync
 from bridge.jobs.request import JobRequest
+from bridge.kube.nodes import NodeCache
 from bridge.kube.pods import set_slurm_condition
-from bridge.placement.nodes import NodeMap
 from bridge.slurm.errors import SlurmRejected
 from slurmbridge_cli import kubectl
 from slurmbridge_cli.kubectl import Session, Target
@@ -145,7 +145,7 @@ async def _world(workdir: Path) -> FakeKube:
         _node("login", taints=[Taint(key="dedicated", value="login", effect="NoSchedule")]),
     ):
         kube.add(node)
-    await NodeSync(kube, slurm, NodeMap()).reconcile_once()
+    await NodeSync(kube, slurm, NodeCache(kube)).reconcile_once()
     _freeze(kube)
     return kube
 

@@ -1,5 +1,7 @@
 """Node health both ways (NodeSync), against the in-memory fakes of Slurm and the apiserver."""
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from lightkube.models.core_v1 import NodeCondition, NodeSpec, NodeStatus, Taint
@@ -9,7 +11,7 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.controllers.nodesync import NodeSync
-from bridge.placement.nodes import NodeMap
+from bridge.kube.nodes import NodeCache
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, idle_node
 
 
@@ -29,7 +31,7 @@ def _world(*nodes: Node) -> tuple[NodeSync, FakeKube, FakeSlurm]:
     kube, fake_slurm = FakeKube(), FakeSlurm(("node1",))
     for node in nodes:
         kube.add(node)
-    return NodeSync(kube, fake_slurm, NodeMap()), kube, fake_slurm
+    return NodeSync(kube, fake_slurm, NodeCache(kube)), kube, fake_slurm
 
 
 def _taints(kube: FakeKube, name: str) -> dict[str, str]:
@@ -106,3 +108,52 @@ async def test_other_taints_on_the_node_are_kept() -> None:
     assert _taints(kube, "node1") == {
         "gpu-vendor": "x", keys.MANAGED_TAINT: "", keys.UNAVAILABLE_TAINT: "drain",
     }
+
+
+async def _watched(kube: FakeKube) -> tuple[NodeCache, asyncio.Task[None]]:
+    cache = NodeCache(kube)
+    task = asyncio.create_task(cache.run())
+    await asyncio.wait_for(cache.wait_synced(), 2)
+    return cache, task
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(2):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def test_node_sync_reads_the_watched_nodes_instead_of_listing_them_each_round() -> None:
+    kube, slurm = FakeKube(), FakeSlurm(("node1",))
+    kube.add(_node("node1"))
+    cache, task = await _watched(kube)
+    try:
+        sync = NodeSync(kube, slurm, cache)
+        listed = kube.lists["Node"]
+        await sync.reconcile_once()
+        assert _taints(kube, "node1") == {keys.MANAGED_TAINT: ""}
+        await kube.patch(Node, "node1", {"spec": {"unschedulable": True}},
+                         patch_type=PatchType.MERGE)  # a cordon, seen through the watch
+        await _until(lambda: (v := cache.get("node1")) is not None and v.unschedulable)
+        await sync.reconcile_once()
+        assert "DRAIN" in slurm.nodes["node1"].states
+        assert kube.lists["Node"] == listed
+    finally:
+        task.cancel()
+
+
+async def test_a_relabelled_or_deleted_node_maps_to_its_new_slurm_node_at_once() -> None:
+    kube = FakeKube()
+    kube.add(_node("kube-a", slurm_name="node1"))
+    cache, task = await _watched(kube)
+    try:
+        assert (cache.kube_name("node1"), cache.slurm_name("kube-a")) == ("kube-a", "node1")
+        await kube.patch(Node, "kube-a", {"metadata": {"labels": {keys.SLURM_NODE: "node2"}}},
+                         patch_type=PatchType.MERGE)
+        await _until(lambda: cache.kube_name("node2") == "kube-a")
+        assert (cache.kube_name("node1"), cache.slurm_name("kube-a")) == ("node1", "node2")
+        await kube.delete(Node, "kube-a")
+        await _until(lambda: cache.get("kube-a") is None)
+        assert (cache.kube_name("node2"), cache.slurm_name("kube-a")) == ("node2", "kube-a")
+    finally:
+        task.cancel()

@@ -10,9 +10,9 @@ from prometheus_client import REGISTRY
 
 from bridge import keys
 from bridge.jobs.request import JobRequest
+from bridge.kube.nodes import NodeCache
 from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
-from bridge.placement.nodes import NodeMap
 from bridge.placement.outcomes import Outcome
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
@@ -48,7 +48,7 @@ def _pod(**annotations: str) -> PodResource:
 
 
 def _placer(slurm: OneJobSlurm, claims: Claims) -> Placer:
-    return Placer(JobIndex(slurm), NodeMap(), PodRegistry(), claims=claims)
+    return Placer(JobIndex(slurm), NodeCache(FakeKube()), PodRegistry(), claims=claims)
 
 
 def _count(label: str) -> float:
@@ -88,7 +88,7 @@ async def test_a_pod_not_placed_gets_a_typed_outcome_and_todays_message(
 async def test_a_running_job_places_the_pod_on_its_node() -> None:
     slurm = OneJobSlurm(JobState.RUNNING)
     index = JobIndex(slurm)
-    placer = Placer(index, NodeMap(), PodRegistry())
+    placer = Placer(index, NodeCache(FakeKube()), PodRegistry())
     await placer.filter(_pod(), ["node1"])  # submits; the job is not read back
     index.record(await slurm.get_job(7))  # what the poller does when the job starts
     before = _count("allocated")

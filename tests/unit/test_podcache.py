@@ -3,7 +3,6 @@ lifecycle reading it instead of listing every pod each round (over the fakes).""
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import pytest
 from lightkube.resources.core_v1 import Pod
@@ -22,21 +21,9 @@ from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
 
 
-class CountingKube(FakeKube):
-    """The fake apiserver, counting LIST requests."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lists = 0
-
-    def list(self, res: Any, **kw: Any) -> Any:
-        self.lists += 1
-        return super().list(res, **kw)
-
-
 @pytest.fixture
-async def cached() -> AsyncIterator[tuple[CountingKube, PodCache]]:
-    kube = CountingKube()
+async def cached() -> AsyncIterator[tuple[FakeKube, PodCache]]:
+    kube = FakeKube()
     cache = PodCache(kube)
     task = asyncio.create_task(cache.run())
     await asyncio.wait_for(cache.wait_synced(), 2)
@@ -52,7 +39,7 @@ async def _until(condition: Callable[[], bool], seconds: float = 2.0) -> None:
 
 
 async def test_the_cache_follows_adds_changes_and_deletes(
-    cached: tuple[CountingKube, PodCache],
+    cached: tuple[FakeKube, PodCache],
 ) -> None:
     kube, cache = cached
     kube.add(PodBuilder("p", "ns").gated().build())
@@ -70,7 +57,7 @@ async def test_the_cache_follows_adds_changes_and_deletes(
 
 
 async def test_a_broken_watch_relists_and_forgets_pods_deleted_meanwhile(
-    cached: tuple[CountingKube, PodCache],
+    cached: tuple[FakeKube, PodCache],
 ) -> None:
     kube, cache = cached
     kube.add(PodBuilder("gone", "ns").build())
@@ -98,7 +85,7 @@ def test_a_view_is_small_and_says_what_the_readers_ask() -> None:
 
 
 async def test_the_leaders_rounds_read_the_cache_not_the_apiserver(
-    cached: tuple[CountingKube, PodCache],
+    cached: tuple[FakeKube, PodCache],
 ) -> None:
     kube, cache = cached
     slurm = FakeSlurm(("node1",))
@@ -106,14 +93,14 @@ async def test_the_leaders_rounds_read_the_cache_not_the_apiserver(
     for i in range(3):
         kube.add(PodBuilder(f"p{i}", "ns").build())
     await _until(lambda: len(cache.views()) == 3)
-    before = kube.lists
+    before = kube.lists["Pod"]
     for _ in range(5):
         await lifecycle.reconcile_once()
-    assert kube.lists == before
+    assert kube.lists["Pod"] == before
 
 
 async def test_a_pending_pod_deleted_at_once_has_its_job_cancelled_at_once(
-    cached: tuple[CountingKube, PodCache],
+    cached: tuple[FakeKube, PodCache],
 ) -> None:
     """Between two rounds: the watch's DELETED says so; a pod merely absent from a lagging
     cache (intake has just seen it) is not taken for deleted."""

@@ -16,16 +16,16 @@ from bridge import keys
 from bridge.config import SlurmSettings
 from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.jobs.request import JobRequest
+from bridge.kube.nodes import NodeCache
 from bridge.link.owner import owner_key
 from bridge.placement.index import JobIndex
-from bridge.placement.nodes import NodeMap
 from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import Allocation, JobState, SlurmJob
-from slurmbridge_devkit.fakes import FakeSlurm
+from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
 
 BRIDGE_USER = "slurm"
 
@@ -161,7 +161,7 @@ async def test_known_placement_is_none_until_the_job_runs() -> None:
     """prioritize and bind ask from memory: a pending job is "no preference", not an error."""
     fake = BrokenOnce()
     index = JobIndex(fake)
-    placer = Placer(index, NodeMap(), PodRegistry())
+    placer = Placer(index, NodeCache(FakeKube()), PodRegistry())
     pod = cast(Pod, Pod.from_dict({
         "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
         "spec": {"schedulerName": "slurmbridge", "containers": [{"name": "c", "image": "x"}]},
