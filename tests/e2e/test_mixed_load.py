@@ -49,6 +49,10 @@ async def test_mixed_load_never_shares_a_gpu_and_pending_pods_say_why(
         for _ in range(CPU_JOBS)
     ]
     try:
+        async def natives_run() -> bool:  # else a pod could take a GPU a native job waits for
+            return all(slurm_job_view(slurm, j)["state"] == "RUNNING" for j in native)
+
+        await wait_for(natives_run, 60, interval=0.5, what="the native jobs to run")
         # 32 GPUs in all: native jobs take 20, so only 6 of the 10 two-GPU pods fit
         # (CPUs are plentiful: GPUs are the only thing that runs out).
         for i in range(GPU_PODS):
