@@ -513,6 +513,7 @@ SNIFFIO = "sniffio lookups per httpx request"
 
 def _decoders() -> dict[str, dict[str, Callable[[bytes], object]]]:
     from bridge.slurm.wire.base import (  # noqa: PLC0415
+        Envelope,
         JobsResponse,
         JobStatesResponse,
         SubmitResponse,
@@ -520,8 +521,9 @@ def _decoders() -> dict[str, dict[str, Callable[[bytes], object]]]:
 
     structs: dict[str, type[msgspec.Struct]] = {
         "submit": _Submitted, "read28": _Jobs, "read375": _Jobs, "poll": _States}
-    models = {"submit": SubmitResponse, "read28": JobsResponse, "read375": JobsResponse,
-              "poll": JobStatesResponse}
+    models: dict[str, type[Envelope]] = {
+        "submit": SubmitResponse, "read28": JobsResponse, "read375": JobsResponse,
+        "poll": JobStatesResponse}
     return {
         "decoding, pydantic": {k: m.model_validate_json for k, m in models.items()},
         "decoding, msgspec struct": {k: msgspec.json.Decoder(s).decode

@@ -69,6 +69,12 @@ class PlacementSettings(BaseModel):
     reason_refresh_seconds: float = Field(
         10.0, ge=0, description="a pending job's Slurm reason is re-read at most this often"
     )
+    expected_start_moves_seconds: float = Field(
+        120.0, ge=0,
+        description="a pending pod is told Slurm's expected start again (event; condition "
+        "when ungated) once the backfill's estimate moved by more than this; it is read with "
+        "the reason, so at most once per reason_refresh_seconds",
+    )
     notify_quiet_seconds: float = Field(
         10.0, ge=0,
         description="a pod's Slurm status (event, condition) is first shown after this: "

@@ -54,8 +54,8 @@ class Bridge:
         self.pods = PodRegistry()
         self.grace = GraceWarnings(self.kube, self.slurm)
         self.notifier = PodNotifier(
-            self.kube, self.pods, quiet_seconds=settings.placement.notify_quiet_seconds
-        )
+            self.kube, self.pods, quiet_seconds=settings.placement.notify_quiet_seconds,
+            estimate_moves_seconds=settings.placement.expected_start_moves_seconds)
         c = settings.controllers
         self.elector = LeaderElector(
             self.kube, namespace=c.lease_namespace, name=c.lease_name,

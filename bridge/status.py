@@ -9,6 +9,7 @@ from lightkube.resources.core_v1 import Pod
 from bridge import keys
 from bridge.jobs.owner import Owner
 from bridge.link.owner import owner_key
+from bridge.placement.reasons import clock
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import SlurmJob
 
@@ -25,6 +26,7 @@ class Row:
     account: str = ""
     user: str = ""
     qos: str = ""
+    expected_start: str | None = None  # Slurm's backfill estimate for a pending job (ISO)
 
 
 def _age(created: datetime | None) -> str:
@@ -53,6 +55,7 @@ def _row(pod: Pod, job: SlurmJob | None) -> Row:
         account=(job.account if job else "") or ann.get(keys.ACCOUNT, ""),
         user=(job.user if job else "") or ann.get(keys.SLURM_USER, ""),
         qos=(job.qos if job else "") or ann.get(keys.QOS, ""),
+        expected_start=job.expected_start.isoformat() if job and job.expected_start else None,
     )
 
 
@@ -70,11 +73,17 @@ async def collect(kube: AsyncClient, slurm: SlurmClient) -> list[Row]:
     return sorted(rows, key=lambda r: r.pod)
 
 
+def _expected(row: Row, now: datetime) -> str:
+    return clock(datetime.fromisoformat(row.expected_start), now) if row.expected_start else "-"
+
+
 def render_table(rows: list[Row]) -> str:
-    header = ("POD", "JOB", "STATE", "REASON", "ACCOUNT", "USER", "QOS", "NODE", "GPUS", "AGE")
+    header = ("POD", "JOB", "STATE", "REASON", "EXPECTED", "ACCOUNT", "USER", "QOS", "NODE",
+              "GPUS", "AGE")
+    now = datetime.now(UTC)
     cells = [header] + [
-        (r.pod, str(r.job_id or "-"), r.state, r.reason, r.account or "-", r.user or "-",
-         r.qos or "-", r.node or "-", r.gpus or "-", r.age)
+        (r.pod, str(r.job_id or "-"), r.state, r.reason, _expected(r, now), r.account or "-",
+         r.user or "-", r.qos or "-", r.node or "-", r.gpus or "-", r.age)
         for r in rows
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]

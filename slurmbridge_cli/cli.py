@@ -73,7 +73,8 @@ def webhook(config: Path | None) -> None:
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
 @click.pass_obj
 def status(config: Path | None, output: str) -> None:
-    """Bridged pods and their Slurm jobs: state, reason, account, user, QOS, node, GPUs, age."""
+    """Bridged pods and their Slurm jobs: state, reason, expected start, account, user, QOS,
+    node, GPUs, age."""
     settings = load_settings(config)
     try:  # placeholders run as the namespaces' users: the tenancy says which jobs are ours
         trust = placeholder_trust(TenancySource(settings.admission.tenancy_file))

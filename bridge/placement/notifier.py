@@ -12,10 +12,15 @@ already carry filter's "waiting for Slurm job N (reason)" message.  A pod the br
 holds is told by events alone: kube-scheduler has nothing to requeue, an event costs the
 apiserver less than a pod status write (sent to every pod watcher), and nothing stale is
 left on the pod to correct when its release lifts the gate.
+
+A pending job's words include when Slurm expects it to start (reasons.expected_start); the
+estimate is shown again when it moves by more than ``estimate_moves_seconds``, and the
+poller reads it with the reason, so at most once per ``placement.reason_refresh_seconds``.
 """
 
 import asyncio
 from collections.abc import Coroutine
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -28,7 +33,7 @@ from bridge.kube import pods as kpods
 from bridge.link import annotations
 from bridge.link.release import gated
 from bridge.placement.pods import PodKey, PodRegistry
-from bridge.placement.reasons import waiting_message
+from bridge.placement.reasons import expected_start, waiting_message
 from bridge.ports import KubePort
 from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
@@ -38,14 +43,25 @@ log = structlog.get_logger(__name__)
 def describe(job: SlurmJob) -> str:
     if job.allocation is not None and job.state is not JobState.PENDING:
         return f"Slurm job {job.job_id} allocated {','.join(job.allocation.nodes)}"
-    return waiting_message(job)
+    expected = expected_start(job, datetime.now(UTC))
+    return waiting_message(job) + (f"; {expected}" if expected else "")
 
 
-Status = tuple[int, JobState, str]
+Status = tuple[int, JobState, str, datetime | None]
 
 
 def _status(job: SlurmJob) -> Status:
-    return (job.job_id, job.state, job.reason)
+    return (job.job_id, job.state, job.reason, job.expected_start)
+
+
+def _same(before: Status | None, after: Status, moves: float) -> bool:
+    """Nothing to tell: the same job, state and reason, and an estimate that moved by no more
+    than ``moves`` seconds (compared with the last one acted on, so a drift adds up)."""
+    if before is None or before[:3] != after[:3]:
+        return False
+    if before[3] is None or after[3] is None:
+        return before[3] is after[3]
+    return abs((after[3] - before[3]).total_seconds()) <= moves
 
 
 def _allocated(job: SlurmJob) -> bool:
@@ -54,11 +70,13 @@ def _allocated(job: SlurmJob) -> bool:
 
 class PodNotifier:
     def __init__(
-        self, kube: KubePort, registry: PodRegistry, *, quiet_seconds: float = 10.0
+        self, kube: KubePort, registry: PodRegistry, *, quiet_seconds: float = 10.0,
+        estimate_moves_seconds: float = 120.0,
     ) -> None:
         self._kube = kube
         self._registry = registry
         self._quiet = quiet_seconds
+        self._moves = estimate_moves_seconds
         self._seen: dict[str, Status] = {}  # pod uid -> its job's last known status
         self._latest: dict[str, SlurmJob] = {}  # pod uid -> that job, until first shown
         self._shown: dict[str, Status] = {}  # pod uid -> status written on the pod
@@ -90,7 +108,7 @@ class PodNotifier:
 
     def _update(self, key: kpods.PodRef, job: SlurmJob) -> None:
         status = _status(job)
-        if self._seen.get(key.uid) == status:
+        if _same(self._seen.get(key.uid), status, self._moves):
             return
         first = key.uid not in self._seen
         self._seen[key.uid] = status

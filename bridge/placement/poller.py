@@ -6,11 +6,12 @@ one ``GET /job/<id>`` per tracked job whose state changed (for one that started,
 /resources/<id>`` where slurmrestd has it: its nodes and GPUs, ~600 bytes instead of every
 core of each node; the rest of the job is as the index knew it), plus up to ``reasons_per_cycle``
 pending jobs whose reason is refreshed round-robin, each at most every ``reason_interval``
-(so an idle cycle with a few pending jobs stays about one request), and as many running
-jobs of a preemptable QOS, round-robin (their preemption changes no state).  With nothing
-tracked the cycle is one ``GET /ping/``, so /readyz and the controllers still learn whether
-Slurm answers.  Nothing in a cycle grows with Slurm's queue: B5 in benchmarks/RESULTS.md
-measures it with 100 to 10,000 other jobs.
+(so an idle cycle with a few pending jobs stays about one request; the same answer brings
+Slurm's expected start, so a pod is told of a moving estimate at most that often), and as
+many running jobs of a preemptable QOS, round-robin (their preemption changes no state).
+With nothing tracked the cycle is one ``GET /ping/``, so /readyz and the controllers still
+learn whether Slurm answers.  Nothing in a cycle grows with Slurm's queue: B5 in
+benchmarks/RESULTS.md measures it with 100 to 10,000 other jobs.
 Cycles come every ``interval``, or every ``fast_interval`` for ``fast_window`` after a
 submit.  The full listing runs only at start, every ``resync_interval`` and when this replica takes
 the lease (it rebuilds the index and cancels duplicates).
@@ -185,7 +186,8 @@ class Poller:
             return
         self._misses.pop(before.job_id, None)
         after = dataclasses.replace(before, state=JobState.RUNNING, reason=NO_REASON,
-                                    allocation=allocation, preempting=False)
+                                    allocation=allocation, preempting=False,
+                                    expected_start=None, backfill_at=None)
         self._index.record(after)
         await self._on_change(before, after)
 
@@ -275,6 +277,9 @@ def _kind(exc: SlurmError) -> str:
 
 
 def _changed(before: SlurmJob, after: SlurmJob) -> bool:
-    return (after.state, after.reason, after.allocation, after.preempting) != (
+    """What a pod is told of changed; a new backfill time alone is not news."""
+    return (after.state, after.reason, after.allocation, after.preempting,
+            after.expected_start) != (
         before.state, before.reason, before.allocation, before.preempting,
+        before.expected_start,
     )

@@ -5,6 +5,9 @@ only wrote a pod.  The code stays in the condition's reason (tools and admins ke
 the sentence goes into the event and the condition's message.
 """
 
+import re
+from datetime import datetime
+
 from bridge.slurm.types import JobState, SlurmJob
 
 _WAIT = "the pod starts when jobs already running under it end"
@@ -70,6 +73,43 @@ def waiting_message(job: SlurmJob) -> str:
     """What filter, the event and the condition say about a job that does not run (yet)."""
     head = f"waiting for Slurm job {job.job_id} ({job.state}, reason {job.reason})"
     return f"{head}: {explain(job)}" if job.state is JobState.PENDING else head
+
+
+EXPECTED = "expected to start at "
+_SAID_EXPECTED = re.compile(re.escape(EXPECTED) + r"(?P<at>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d UTC)")
+
+
+def clock(at: datetime, now: datetime) -> str:
+    """``14:05 UTC``; with the date when it is not today's."""
+    return f"{at:%H:%M} UTC" if at.date() == now.date() else f"{at:%Y-%m-%d %H:%M} UTC"
+
+
+def _in_about(seconds: float) -> str:
+    if seconds < 30:
+        return "any moment now"
+    unit, size = (("day", 86400) if seconds >= 48 * 3600
+                  else ("hour", 3600) if seconds >= 90 * 60 else ("minute", 60))
+    n = max(round(seconds / size), 1)
+    return f"in about {n} {unit}{'s' if n != 1 else ''}"
+
+
+def expected_start(job: SlurmJob, now: datetime) -> str:
+    """When Slurm's backfill expects the job to start, in words; "" without an estimate.
+    The words age ("in about 12 minutes"), so filter's answer, which kube-scheduler repeats
+    in events keyed by their message, never carries them."""
+    if job.expected_start is None:
+        return ""
+    words = (f"{EXPECTED}{clock(job.expected_start, now)}, "
+             f"{_in_about((job.expected_start - now).total_seconds())}")
+    if job.backfill_at is not None:
+        words += f", by Slurm's backfill at {job.backfill_at:%H:%M}"
+    return words
+
+
+def said_expected(message: str) -> str:
+    """The expected start a message of the bridge's names (``14:05 UTC``); "" if none."""
+    found = _SAID_EXPECTED.search(message)
+    return found["at"] if found else ""
 
 
 def explain(job: SlurmJob) -> str:

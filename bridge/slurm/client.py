@@ -45,6 +45,7 @@ from bridge.slurm.wire.base import (
     JobStatesResponse,
     NodesResponse,
     NodeUpdate,
+    NoVal,
     PingResponse,
     ResourcesResponse,
     SubmitResponse,
@@ -121,7 +122,7 @@ class SlurmClient:
         resp = await self.rest.call("GET", f"/job/{job_id}", "get_job", JobsResponse, job_id=job_id)
         if not resp.jobs:
             raise SlurmJobNotFound(job_id)
-        return self._job(resp.jobs[0])
+        return self._job(resp.jobs[0], resp.last_backfill)
 
     async def job_allocation(self, job_id: int) -> Allocation | None:
         """A running job's nodes and GPU indices from ``GET /resources/{job_id}`` (~600 bytes;
@@ -148,7 +149,8 @@ class SlurmClient:
         rebuilds its index from ``every_job_state`` (placement/index.py).  Not
         ``?update_time=``: Slurm answers it with every job as soon as any changed."""
         resp = await self.rest.call("GET", "/jobs/", "list_jobs", JobsResponse)
-        return [job for info in resp.jobs if (job := self._listed(info)) is not None]
+        return [job for info in resp.jobs
+                if (job := self._listed(info, resp.last_backfill)) is not None]
 
     async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
         """States of the jobs ``ids`` (about 80 bytes a job), ``IDS_PER_REQUEST`` per request:
@@ -223,7 +225,7 @@ class SlurmClient:
         user's, or one submitted as the user the tenancy maps its namespace to (``trust``)."""
         return user == self._settings.user or self.trust(user, job_name)
 
-    def _job(self, info: JobInfo) -> SlurmJob:
+    def _job(self, info: JobInfo, last_backfill: NoVal) -> SlurmJob:
         """One job in the core's types; an answer the bridge cannot read is a protocol error
         naming the job, never a bare exception from deep inside the parser."""
         owned = self.owns(info.user_name, info.name)
@@ -237,18 +239,18 @@ class SlurmClient:
                 "bridge's (slurm.user) nor the one the tenancy maps its namespace to",
             )
         try:
-            return convert.slurm_job(info, owned=owned)
+            return convert.slurm_job(info, owned=owned, last_backfill=last_backfill)
         except ValueError as exc:
             raise SlurmProtocolError(
                 f"slurmrestd: job {info.job_id} of user {info.user_name!r} cannot be read: "
                 f"{exc}"
             ) from exc
 
-    def _listed(self, info: JobInfo) -> SlurmJob | None:
+    def _listed(self, info: JobInfo, last_backfill: NoVal) -> SlurmJob | None:
         """A job of a listing; another user's job the bridge cannot read is left out (it is
         none of the bridge's business), one of its own placeholders is an error."""
         try:
-            return self._job(info)
+            return self._job(info, last_backfill)
         except SlurmProtocolError as exc:
             if self.owns(info.user_name, info.name):
                 raise

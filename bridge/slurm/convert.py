@@ -1,5 +1,7 @@
 """Wire models → the core's Slurm types (the only place that reads wire fields)."""
 
+from datetime import UTC, datetime, timedelta
+
 from bridge import keys
 from bridge.jobs.owner import Owner, owner_text, parse_owner
 from bridge.slurm.allocation import allocation_from, index_list
@@ -12,7 +14,7 @@ from bridge.slurm.types import (
     SlurmNode,
     SlurmQos,
 )
-from bridge.slurm.wire.base import JobInfo, NodeInfo, ResourcesResponse
+from bridge.slurm.wire.base import JobInfo, NodeInfo, NoVal, ResourcesResponse
 from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
 
 
@@ -47,18 +49,36 @@ def allocation(resources: ResourcesResponse) -> Allocation:
     )
 
 
-def slurm_job(info: JobInfo, *, owned: bool) -> SlurmJob:
+# A pending job Slurm cannot plan (what blocks it never ends: no time limits) gets a start a
+# year ahead (24.11: its evaluation + 365 days; ``squeue --start`` shows it): no estimate.
+# The backfill plans at most bf_window ahead, 30 days at most.
+NO_PLAN_AHEAD = timedelta(days=300)
+
+
+def _time(value: NoVal) -> datetime | None:
+    """A Slurm timestamp; None where Slurm has none (unset, infinite or 0)."""
+    if not value.set or value.infinite or value.number <= 0:
+        return None
+    return datetime.fromtimestamp(value.number, UTC)
+
+
+def slurm_job(info: JobInfo, *, owned: bool, last_backfill: NoVal | None = None) -> SlurmJob:
     """The core's view of one job.
 
     A job is a placeholder only if it is ``owned``: submitted by the bridge's own Slurm user,
     or as the user the tenancy maps its namespace to (``SlurmClient.owns``).  Any Slurm user
     can write the comment marker, and a forged one must neither be bound into nor cancelled
     as a duplicate.  Other jobs are not the bridge's business, so their allocation (and
-    whatever odd GPU detail a native job carries) is never parsed.
+    whatever odd GPU detail a native job carries) is never parsed.  A pending job's
+    ``start_time`` is the backfill scheduler's estimate, dated by the answer's
+    ``last_backfill`` (``squeue --start`` shows the same field).
     """
     owner = owner_from_comment(info.comment) if owned else None
     state = job_state(info.job_state)
     allocated = owner is not None and state is not JobState.PENDING and info.nodes
+    expected = _time(info.start_time) if state is JobState.PENDING else None
+    if expected is not None and expected - datetime.now(UTC) > NO_PLAN_AHEAD:
+        expected = None
     return SlurmJob(
         job_id=info.job_id,
         name=info.name,
@@ -71,6 +91,8 @@ def slurm_job(info: JobInfo, *, owned: bool) -> SlurmJob:
         account=info.account,
         qos=info.qos,
         preempting=info.preempt_time.set and info.preempt_time.number > 0,
+        expected_start=expected,
+        backfill_at=_time(last_backfill) if expected and last_backfill else None,
     )
 
 

@@ -1,6 +1,7 @@
 """The core's view of Slurm objects, independent of the data-parser version."""
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 from bridge.jobs.owner import Owner
@@ -56,6 +57,11 @@ class SlurmJob:
     # Slurm signalled preemption (QOS preemption with a GraceTime): the job still runs for
     # the grace time, then ends PREEMPTED; the pod must stop within it.
     preempting: bool = False
+    # A pending job's start as Slurm's backfill expects it (its start_time), and when that
+    # backfill cycle ran (the answer's last_backfill): what a waiting pod is told besides
+    # the reason.  None when Slurm has no estimate.
+    expected_start: datetime | None = None
+    backfill_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""The bridge's pods as ``status`` lists them: job id, state, Slurm's reason, node, GPUs."""
+"""The bridge's pods as ``status`` lists them: job id, state, Slurm's reason and expected
+start (as the bridge's words say them), node, GPUs."""
 
 import re
 from dataclasses import dataclass, replace
@@ -10,6 +11,7 @@ from lightkube.resources.core_v1 import Event, Pod
 
 from bridge import keys
 from bridge.kube.pods import COMPONENT
+from bridge.placement.reasons import said_expected
 from bridge.ports import KubePort
 from slurmbridge_cli.kubeviews.clock import age, iso
 from slurmbridge_cli.kubeviews.events import newest_word, read_events
@@ -28,6 +30,7 @@ class PodRow:
     state: State
     reason: str  # Slurm's reason code while pending, the refusal's, the phase once finished
     message: str  # the bridge's sentence behind the reason
+    expected: str  # while pending: when Slurm's backfill expects the job to start, as said
     node: str
     slurm_node: str
     gpus: str  # Slurm's GPU indices on the node (bound pods)
@@ -78,6 +81,7 @@ def pod_row(pod: Pod, now: datetime) -> PodRow:
         state=state,
         reason=reason,
         message=message,
+        expected=said_expected(message) if state == "pending" else "",
         node=(pod.spec.nodeName if pod.spec else None) or "",
         slurm_node=ann.get(keys.SLURM_NODE, ""),
         gpus=ann.get(keys.GPU_IDS, ""),
@@ -109,5 +113,5 @@ def told(row: PodRow, events: list[Event], now: datetime) -> PodRow:
     """``row`` with the reason and sentence of the newest event about its job."""
     _, reason, words, _ = newest_word(None, events, now)
     found = _JOB_ID.search(words)
-    return replace(row, reason=reason, message=words,
+    return replace(row, reason=reason, message=words, expected=said_expected(words),
                    job_id=row.job_id or (int(found["job"]) if found else None))

@@ -21,9 +21,9 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 def status_table(rows: Sequence[PodRow]) -> str:
     return table(
-        ("POD", "JOB", "STATE", "REASON", "NODE", "GPUS", "AGE"),
-        ((f"{r.namespace}/{r.pod}", str(r.job_id or ""), r.state, r.reason, r.node, r.gpus,
-          r.age) for r in rows),
+        ("POD", "JOB", "STATE", "REASON", "EXPECTED", "NODE", "GPUS", "AGE"),
+        ((f"{r.namespace}/{r.pod}", str(r.job_id or ""), r.state, r.reason, r.expected, r.node,
+          r.gpus, r.age) for r in rows),
     )
 
 
@@ -63,6 +63,8 @@ def why_text(why: Why) -> str:
         lines.append(("Slurm job", job))
         if why.said:
             lines.append(("Slurm says", f"{why.said} ({why.said_age} ago)"))
+        if row.expected:
+            lines.append(("Expected", f"{row.expected} (Slurm's estimate, {why.said_age} ago)"))
         if row.node:
             lines.append(("Node", row.node + (f" (Slurm node {row.slurm_node})"
                                               if row.slurm_node else "")))

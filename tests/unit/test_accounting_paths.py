@@ -294,8 +294,8 @@ def test_status_shows_account_user_and_qos() -> None:
     waiting = status_row(pod, None)  # no job yet: what the tenancy asked for
     assert (waiting.account, waiting.user, waiting.qos) == ("team-b", "bob", "low")
     table = render_table([row])
-    assert table.splitlines()[0].split()[4:7] == ["ACCOUNT", "USER", "QOS"]
-    assert table.splitlines()[1].split()[4:7] == ["team-a", "alice", "high"]
+    assert table.splitlines()[0].split()[5:8] == ["ACCOUNT", "USER", "QOS"]
+    assert table.splitlines()[1].split()[4:8] == ["-", "team-a", "alice", "high"]
 
 
 class SignallingSlurm(FakeSlurm):

@@ -9,6 +9,7 @@ pod the webhook refused.  Every timestamp is then fixed, so the output is exact.
 """
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -28,6 +29,7 @@ from bridge.controllers.nodesync import NodeSync
 from bridge.jobs.request import JobRequest
 from bridge.kube.nodes import NodeCache
 from bridge.kube.pods import set_slurm_condition
+from bridge.placement.reasons import clock
 from bridge.slurm.errors import SlurmRejected
 from slurmbridge_cli import kubectl
 from slurmbridge_cli.kubectl import Session, Target
@@ -40,6 +42,13 @@ NOW = T0 + timedelta(minutes=5, seconds=30)
 # When each kind of event happened, in seconds after the pods were created.
 EVENT_AT = {"SlurmSubmitRefused": 1, "FailedScheduling": 2, "FailedCreate": 3,
             "SlurmPending": 12, "Scheduled": 15}
+# Slurm's backfill expects the job of pod "waits" to start 12.5 minutes after the world is
+# made (the bridge words it with the real clock), by the backfill 20 s before.
+MADE = datetime.now(UTC)
+ESTIMATE, BACKFILL = MADE + timedelta(minutes=12, seconds=30), MADE - timedelta(seconds=20)
+EXPECTED = clock(ESTIMATE, MADE)
+SAID_EXPECTED = (f"; expected to start at {EXPECTED}, in about 12 minutes, by Slurm's backfill "
+                 f"at {BACKFILL:%H:%M}")
 ADMISSION_REFUSAL = (
     'Error creating: admission webhook "validate.slurmbridge.io" denied the request: '
     "slurmbridge.io/gpu-ids may only be written by slurmbridge itself "
@@ -120,6 +129,8 @@ async def _world(workdir: Path) -> FakeKube:
         await kube.create(_event(name, "Pod", "FailedScheduling", _fit_error(verdict.reason),
                                  uid=f"uid-{name}"))
     [train_job] = [j for j in slurm.jobs.values() if j.name == f"k8s:{NS}/train"]
+    [waits_job] = [j for j in slurm.jobs.values() if j.name == f"k8s:{NS}/waits"]
+    slurm.put(dataclasses.replace(waits_job, expected_start=ESTIMATE, backfill_at=BACKFILL))
     slurm.start(train_job.job_id, "node1", gpus=(4, 5))
     await bridge.poller.poll_once()
     verdict = await bridge.placer.filter(await kube.get(Pod, "train", namespace=NS), ["node1"])
@@ -181,11 +192,15 @@ def test_status_is_the_pod_job_table_of_the_bridges_pods(world: FakeKube) -> Non
     result = run(world, "status")
     assert result.exit_code == 0, result.output
     assert _lines(result.output) == [
-        "POD          JOB   STATE     REASON             NODE    GPUS   AGE",
-        "ns/badpart   -     refused   InvalidPartition   -       -      5m",
-        "ns/held      102   pending   Priority           -       -      5m",
-        "ns/train     101   running   -                  node1   4,5    5m",
-        "ns/waits     100   pending   Priority           -       -      5m",
+        "POD          JOB   STATE     REASON             EXPECTED" + " " * (len(EXPECTED) - 5)
+        + "NODE    GPUS   AGE",
+        "ns/badpart   -     refused   InvalidPartition   -" + " " * (len(EXPECTED) + 2)
+        + "-       -      5m",
+        "ns/held      102   pending   Priority           -" + " " * (len(EXPECTED) + 2)
+        + "-       -      5m",
+        "ns/train     101   running   -                  -" + " " * (len(EXPECTED) + 2)
+        + "node1   4,5    5m",
+        f"ns/waits     100   pending   Priority           {EXPECTED}   -       -      5m",
     ]
 
 
@@ -195,12 +210,14 @@ def test_status_as_json_and_yaml_carries_the_bridges_words(world: FakeKube) -> N
     rows = {r["pod"]: r for r in json.loads(result.output)}
     assert rows["train"] == {
         "namespace": NS, "pod": "train", "job_id": 101, "state": "running", "reason": "",
-        "message": "Slurm job 101 allocated node1", "node": "node1", "slurm_node": "node1",
-        "gpus": "4,5", "gpus_requested": 2, "age": "5m", "created": "2026-11-30T13:00:00Z",
+        "message": "Slurm job 101 allocated node1", "expected": "", "node": "node1",
+        "slurm_node": "node1", "gpus": "4,5", "gpus_requested": 2, "age": "5m",
+        "created": "2026-11-30T13:00:00Z",
     }
     assert rows["waits"]["message"] == (
         "waiting for Slurm job 100 (PENDING, reason Priority): other jobs come first (fair "
-        "share, QOS priority); the pod starts when Slurm gets to it")
+        "share, QOS priority); the pod starts when Slurm gets to it" + SAID_EXPECTED)
+    assert rows["waits"]["expected"] == EXPECTED
     assert rows["badpart"]["job_id"] is None
     # No condition on a gated pod: its reason and job come from the bridge's event.
     assert rows["held"]["message"].startswith("waiting for Slurm job 102 (PENDING, reason ")
@@ -229,7 +246,9 @@ def test_why_a_pending_pod_gives_slurms_reason_its_events_and_says_to_wait(
         "State:      pending (Priority)",
         "Slurm job:  100 (PENDING, reason Priority)",
         "Slurm says: waiting for Slurm job 100 (PENDING, reason Priority): other jobs come "
-        "first (fair share, QOS priority); the pod starts when Slurm gets to it (5m ago)",
+        f"first (fair share, QOS priority); the pod starts when Slurm gets to it{SAID_EXPECTED} "
+        "(5m ago)",
+        f"Expected:   {EXPECTED} (Slurm's estimate, 5m ago)",
         "Age:        5m",
         "Asked:      account=research  gpus=2  qos=normal  slurm-user=alice",
         "Recorded:   job-id=100  owner=uid-waits",
@@ -240,7 +259,7 @@ def test_why_a_pending_pod_gives_slurms_reason_its_events_and_says_to_wait(
         "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
         "  5m    Normal    SlurmPending       slurmbridge   waiting for Slurm job 100 (PENDING, "
         "reason Priority): other jobs come first (fair share, QOS priority); the pod starts "
-        "when Slurm gets to it",
+        f"when Slurm gets to it{SAID_EXPECTED}",
         "Next:       Nothing to do: the pod starts as soon as Slurm job 100 starts; the reason "
         "above says what it waits for. Check again with `kubectl slurmbridge why`, or watch "
         "`kubectl get pod waits -n ns -w`.",

@@ -2,12 +2,13 @@
 
 import asyncio
 import dataclasses
+from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
-from bridge.jobs.owner import PodOwner
+from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.link.owner import linked_pod
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.pods import PodRegistry
@@ -173,3 +174,73 @@ async def test_pods_whose_jobs_are_long_gone_are_forgotten() -> None:
     assert registry.owner_of("uid-2") == PodOwner("uid-2")
     assert set(notifier._seen) == {"uid-2"}
     await notifier.drain()
+
+
+SOON = datetime.now(UTC) + timedelta(minutes=12, seconds=30)
+ESTIMATED = dataclasses.replace(PENDING, expected_start=SOON,
+                                backfill_at=datetime.now(UTC) - timedelta(seconds=20))
+
+
+def _messages(kube: FakeKube) -> list[tuple[str, str]]:
+    """(event reason or "condition", message) of each event and condition written."""
+    said = []
+    for verb, kind, body in kube.written:
+        if (verb, kind) == ("create", "Event"):
+            said.append((body.get("reason") or "", body["message"]))
+        elif (verb, kind) == ("patch", "PodStatus"):
+            said.append(("condition", body["status"]["conditions"][0]["message"]))
+    return said
+
+
+async def test_a_pending_pod_is_told_when_slurm_expects_its_job_to_start() -> None:
+    """Issue 26: Slurm's backfill estimate in the event and the condition, with the reason."""
+    notifier, kube, registry = _notifier()
+    pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
+    registry.remember(linked_pod(pod))
+    await notifier.job_known(pod, ESTIMATED)
+    await _settle(notifier)
+    said = _messages(kube)
+    assert [reason for reason, _ in said] == ["SlurmPending", "condition"]
+    expected = (f"; expected to start at {SOON:%H:%M} UTC, in about 12 minutes, "
+                f"by Slurm's backfill at {ESTIMATED.backfill_at:%H:%M}")
+    assert all(message.startswith("waiting for Slurm job 7 (PENDING, reason Resources): ")
+               and message.endswith(expected) for _, message in said), said
+
+
+async def test_an_estimate_is_shown_again_only_when_it_moves_by_more_than_the_setting() -> None:
+    notifier, kube, registry = _notifier()  # estimate_moves_seconds: 120
+    pod = _pod(gated=True)  # gated: the event alone says it
+    registry.remember(linked_pod(pod))
+    await notifier.job_known(pod, ESTIMATED)
+    await _settle(notifier)
+    for moved in (timedelta(seconds=90), timedelta(seconds=-100)):  # jitter: nothing written
+        await notifier.job_changed(dataclasses.replace(ESTIMATED, expected_start=SOON + moved))
+    await notifier.drain()
+    assert writes(kube) == [("event", "SlurmPending")]
+    later = SOON + timedelta(minutes=30)
+    await notifier.job_changed(dataclasses.replace(ESTIMATED, expected_start=later))
+    await notifier.job_changed(dataclasses.replace(ESTIMATED, expected_start=None))
+    await notifier.drain()
+    said = _messages(kube)
+    assert [reason for reason, _ in said] == ["SlurmPending"] * 3
+    assert f"expected to start at {later:%H:%M} UTC" in said[1][1]
+    assert "expected" not in said[2][1]  # Slurm no longer estimates it: the words say so
+
+
+async def test_every_member_of_a_group_is_told_its_groups_expected_start() -> None:
+    notifier, kube, registry = _notifier()
+    group = GroupOwner("ns", "allreduce")
+    job = dataclasses.replace(ESTIMATED, owner=group)
+    for i in range(2):
+        pod = _pod(f"uid-w{i}", gated=True)
+        assert pod.metadata is not None
+        pod.metadata.name, pod.metadata.labels = f"w{i}", {keys.GROUP: "allreduce"}
+        registry.remember(linked_pod(pod))
+        await notifier.job_known(pod, dataclasses.replace(job, reason="None"))
+    await _settle(notifier)
+    await notifier.job_changed(job)
+    await notifier.drain()
+    events = [(body["involvedObject"]["name"], body["message"])
+              for verb, kind, body in kube.written if kind == "Event"]
+    assert sorted(name for name, _ in events) == ["w0", "w1"]
+    assert all(f"expected to start at {SOON:%H:%M} UTC" in message for _, message in events)

@@ -2,6 +2,7 @@
 as a table and as JSON, read through the real clients from a fake apiserver and slurmrestd."""
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -10,6 +11,7 @@ from lightkube import AsyncClient, KubeConfig
 
 from bridge import keys
 from bridge.config import SlurmSettings
+from bridge.placement.reasons import clock
 from bridge.slurm.client import SlurmClient
 from bridge.status import as_dicts, collect, render_table
 from slurmbridge_devkit.builders import PodBuilder
@@ -26,13 +28,17 @@ def _job(job_id: int, owner: str, state: str, nodes: str = "", *, gres: list[str
     }
 
 
+# Slurm's backfill estimate for job 5: in an hour (a year ahead would be Slurm's "no plan").
+EXPECTED_AT = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+EXPECTED = int(EXPECTED_AT.timestamp())
 JOBS = [
     _job(1, "uid-solo", "RUNNING", "node1", gres=["gpu:2(IDX:4-5)"]),
     _job(2, f"group:{NS}/allreduce", "RUNNING", "node[1-2]", gres=["gpu:1(IDX:6)", "gpu:1(IDX:0)"]),
     _job(3, "uid-done", "COMPLETED", "node2"),
     # A requeued pod's first job ended; its second one waits: the live one is shown.
     _job(4, "uid-again", "CANCELLED", "node1"),
-    _job(5, "uid-again", "PENDING", reason="Priority"),
+    {**_job(5, "uid-again", "PENDING", reason="Priority"),
+     "start_time": {"set": True, "infinite": False, "number": EXPECTED}},
     _job(6, "uid-native", "RUNNING", "node1"),  # no pod of ours: not listed
 ]
 
@@ -63,7 +69,8 @@ def _slurm() -> SlurmClient:
         if request.url.path == "/openapi/v3":
             return httpx.Response(200, json={"paths": {"/slurm/v0.0.44/jobs/": {}}})
         assert request.url.path == "/slurm/v0.0.44/jobs/", request.url
-        return httpx.Response(200, json={"jobs": JOBS, "last_update": {"number": 1}})
+        return httpx.Response(200, json={"jobs": JOBS, "last_update": {"number": 1},
+                                         "last_backfill": {"set": True, "number": EXPECTED - 60}})
 
     settings = SlurmSettings(user="slurm", token="t", retries=0)
     return SlurmClient(settings, transport=httpx.MockTransport(rest))
@@ -107,13 +114,17 @@ async def test_json_joins_each_pod_with_its_job() -> None:
     assert (rows[f"{NS}/done"]["job_id"], rows[f"{NS}/done"]["state"]) == (3, "COMPLETED")
     again = rows[f"{NS}/again"]
     assert (again["job_id"], again["state"], again["reason"]) == (5, "PENDING", "Priority")
+    assert again["expected_start"] == EXPECTED_AT.isoformat()
+    assert solo["expected_start"] is None
     assert (rows[f"{NS}/new"]["job_id"], rows[f"{NS}/new"]["state"]) == (None, "NO JOB")
 
 
 async def test_table_has_a_header_and_one_line_per_pod() -> None:
     async with _slurm() as slurm:
         table = render_table(await collect(_kube(), slurm)).splitlines()
-    assert table[0].split()[:4] == ["POD", "JOB", "STATE", "REASON"]
+    assert table[0].split()[:5] == ["POD", "JOB", "STATE", "REASON", "EXPECTED"]
+    assert f"{NS}/again" in table[1]
+    assert f"Priority  {clock(EXPECTED_AT, datetime.now(UTC))}  " in table[1]
     lines = {line.split()[0]: line.split() for line in table[1:]}
     assert len(lines) == 6
     assert lines[f"{NS}/worker-1"][1:3] == ["2", "RUNNING"]

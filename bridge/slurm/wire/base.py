@@ -54,10 +54,12 @@ class JobInfo(WireModel):
     account: str = ""
     qos: str = ""
     preempt_time: NoVal = NoVal()  # set (non-zero) once Slurm signalled preemption
+    start_time: NoVal = NoVal()  # a pending job's: the backfill's estimate (0: none)
 
 
 class JobsResponse(Envelope):
     jobs: list[JobInfo] = Field(default_factory=list)
+    last_backfill: NoVal = NoVal()  # when the backfill scheduler last ran
     last_update: NoVal = NoVal()
 
 
