@@ -1,10 +1,11 @@
 """One kind of object kept current by list + watch: the base of the pod and node caches.
 
 List, then watch from the listing's resourceVersion (with bookmarks: kube/client.py), so
-no change is missed between the two; start over from a fresh listing whenever the watch breaks (the apiserver restarted, or
-answered 410 Gone for a resourceVersion it no longer holds), which also drops the objects
-that went away while no watch ran.  A subclass says which objects (kind, field selector)
-and what small view of each it keeps; an older copy than the one held changes nothing.
+no change is missed between the two; start over from a fresh listing whenever the watch
+breaks (the apiserver restarted, or answered 410 Gone for a resourceVersion it no longer
+holds), which also drops the objects that went away while no watch ran.  A subclass says
+which objects (kind, field selector) and what small view of each it keeps; an older copy
+than the one held changes nothing.
 """
 
 import asyncio
