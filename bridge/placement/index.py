@@ -15,7 +15,8 @@ never read again, the index's own jobs are re-read only when their state changed
 """
 
 import asyncio
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -38,8 +39,12 @@ def _keeper(jobs: list[SlurmJob], pinned: int | None = None) -> SlurmJob:
 
 
 class JobIndex:
-    def __init__(self, client: SlurmPort) -> None:
+    def __init__(self, client: SlurmPort, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
+        self.clock = clock
+        # job id → when Slurm last showed it as recorded: read whole, or its state seen
+        # unchanged by a poll that followed the one before closely (``confirm``).
+        self._seen_at: dict[int, float] = {}
         self._by_owner: dict[Owner, SlurmJob] = {}
         self._by_id: dict[int, SlurmJob] = {}
         self._locks: dict[Owner, asyncio.Lock] = {}
@@ -63,11 +68,17 @@ class JobIndex:
     def jobs(self) -> list[SlurmJob]:
         return list(self._by_id.values())
 
-    def record(self, job: SlurmJob) -> None:
-        """Remember a placeholder job (native jobs, without an owner, are ignored)."""
+    def record(self, job: SlurmJob, *, read: bool | None = None) -> None:
+        """Remember a placeholder job (native jobs, without an owner, are ignored).  ``read``:
+        it was just read from Slurm; by default, unless it is the very record held (a record
+        kept because its state looked unchanged is no new reading)."""
         if job.owner is None:
             return
+        if read is None:
+            read = self._by_id.get(job.job_id) is not job
         self._by_id[job.job_id] = job
+        if read or job.job_id not in self._seen_at:
+            self._seen_at[job.job_id] = self.clock()
         current = self._by_owner.get(job.owner)
         if current is None or current.job_id == job.job_id or not current.state.is_live:
             self._by_owner[job.owner] = job
@@ -77,7 +88,19 @@ class JobIndex:
         deposed leader's late submission never takes a released pod's job away)."""
         self._pinned[owner] = job_id
 
+    def seen_within(self, job_id: int, seconds: float) -> bool:
+        """Has Slurm shown this job as recorded in the last ``seconds``?"""
+        seen = self._seen_at.get(job_id)
+        return seen is not None and self.clock() - seen <= seconds
+
+    def confirm(self, job_id: int) -> None:
+        """A state read found the job as recorded, soon enough after the last one that it
+        cannot have left and come back unseen."""
+        if job_id in self._by_id:
+            self._seen_at[job_id] = self.clock()
+
     def forget(self, job_id: int) -> None:
+        self._seen_at.pop(job_id, None)
         job = self._by_id.pop(job_id, None)
         if job and job.owner and self._by_owner.get(job.owner) is job:
             del self._by_owner[job.owner]
@@ -133,11 +156,12 @@ class JobIndex:
         # Jobs submitted while the listing was under way may be missing from it: keep them.
         listed = {j.job_id for j in listing}
         newer = [self._by_id[i] for i in self._submitted - listed if i in self._by_id]
+        held = self._by_id.copy()
         self._submitted.clear()
         self._by_owner.clear()
         self._by_id.clear()
         for job in newer:
-            self.record(job)
+            self.record(job, read=False)
         cancelled = []
         for owner, jobs in _live_by_owner(listing).items():
             if len(jobs) > 1:
@@ -152,7 +176,8 @@ class JobIndex:
                         cancelled.append(extra.job_id)
         for job in listing:
             if job.job_id not in cancelled:
-                self.record(job)
+                self.record(job, read=held.get(job.job_id) is not job)
+        self._seen_at = {i: t for i, t in self._seen_at.items() if i in self._by_id}
         # Submit locks and pins of owners whose jobs left Slurm's listing: not kept forever.
         self._locks = {
             o: lock for o, lock in self._locks.items() if lock.locked() or o in self._by_owner

@@ -45,6 +45,12 @@ log = structlog.get_logger(__name__)
 OnChange = Callable[[SlurmJob, SlurmJob], Awaitable[None]]  # (before, after)
 
 MISSES_BEFORE_GONE = 3  # one missing observation is never acted on
+# A running job the state reads have not shown for this long is read again: it may have
+# been requeued and started elsewhere unseen (both reads say RUNNING).  Slurm holds a
+# requeued batch job for its credential's lifetime (BeginTime, 120 s by default) before it
+# may start again, so polls a few seconds apart always see it pending in between; a gap
+# this long means the bridge was blind (slurmrestd away, the poller stalled, a new process).
+RECHECK_AFTER_SECONDS = 30.0
 _FETCH_CONCURRENCY = 16
 
 
@@ -103,8 +109,14 @@ class Poller:
             await self._client.ping()
             states = {}
         stale = [j for i, j in tracked.items() if states.get(i) != j.state]
-        stale_ids = {j.job_id for j in stale}
         started = [j for j in stale if states.get(j.job_id) is JobState.RUNNING]
+        for job in tracked.values():
+            if job.state is JobState.RUNNING and states.get(job.job_id) is JobState.RUNNING:
+                if self._index.seen_within(job.job_id, RECHECK_AFTER_SECONDS):
+                    self._index.confirm(job.job_id)
+                else:
+                    started.append(job)  # where does it run now?
+        stale_ids = {j.job_id for j in stale + started}
         batch = [j for j in stale if j not in started] + self._reason_batch(tracked, stale_ids)
         batch += self._watch_batch(tracked, stale_ids | {j.job_id for j in batch})
         await asyncio.gather(*(self._refresh(j) for j in batch),
@@ -170,8 +182,8 @@ class Poller:
                 await self._on_change(old, new)
 
     async def _started(self, before: SlurmJob) -> None:
-        """The state list says RUNNING: where is all that changed (the small answer where
-        slurmrestd has it), else the whole job."""
+        """The state list says RUNNING (it started, or it ran unseen for a while): where is
+        all that changed (the small answer where slurmrestd has it), else the whole job."""
         async with self._fetch_slots:
             try:
                 allocation = await self._client.job_allocation(before.job_id)
@@ -185,6 +197,9 @@ class Poller:
             await self._refresh(before)
             return
         self._misses.pop(before.job_id, None)
+        if before.state is JobState.RUNNING and allocation == before.allocation:
+            self._index.confirm(before.job_id)  # re-read after a blind spell: still there
+            return
         after = dataclasses.replace(before, state=JobState.RUNNING, reason=NO_REASON,
                                     allocation=allocation, preempting=False,
                                     expected_start=None, backfill_at=None)
