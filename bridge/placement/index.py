@@ -88,10 +88,10 @@ class JobIndex:
         deposed leader's late submission never takes a released pod's job away)."""
         self._pinned[owner] = job_id
 
-    def seen_within(self, job_id: int, seconds: float) -> bool:
-        """Has Slurm shown this job as recorded in the last ``seconds``?"""
+    def unseen_for(self, job_id: int) -> float:
+        """Seconds since Slurm last showed this job as recorded (infinite: never)."""
         seen = self._seen_at.get(job_id)
-        return seen is not None and self.clock() - seen <= seconds
+        return float("inf") if seen is None else self.clock() - seen
 
     def confirm(self, job_id: int) -> None:
         """A state read found the job as recorded, soon enough after the last one that it

@@ -29,6 +29,7 @@ backoff.  ``read_within`` tells /readyz whether Slurm was read recently.
 
 import asyncio
 import dataclasses
+import heapq
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -48,9 +49,13 @@ MISSES_BEFORE_GONE = 3  # one missing observation is never acted on
 # A running job the state reads have not shown for this long is read again: it may have
 # been requeued and started elsewhere unseen (both reads say RUNNING).  Slurm holds a
 # requeued batch job for its credential's lifetime (BeginTime, 120 s by default) before it
-# may start again, so polls a few seconds apart always see it pending in between; a gap
-# this long means the bridge was blind (slurmrestd away, the poller stalled, a new process).
-RECHECK_AFTER_SECONDS = 30.0
+# may start again, so polls less than that apart always see it pending in between; a gap
+# of half of it means the bridge was blind (slurmrestd away, the poller stalled, a new
+# process).  At most RECHECKS_PER_CYCLE such reads a cycle, the longest unseen first: after
+# an outage with thousands of running jobs, or under a load that slows every cycle, the
+# re-reads add a bounded load instead of slowing the next cycle further.
+RECHECK_AFTER_SECONDS = 60.0
+RECHECKS_PER_CYCLE = 50
 _FETCH_CONCURRENCY = 16
 
 
@@ -110,12 +115,16 @@ class Poller:
             states = {}
         stale = [j for i, j in tracked.items() if states.get(i) != j.state]
         started = [j for j in stale if states.get(j.job_id) is JobState.RUNNING]
+        unseen = []
         for job in tracked.values():
             if job.state is JobState.RUNNING and states.get(job.job_id) is JobState.RUNNING:
-                if self._index.seen_within(job.job_id, RECHECK_AFTER_SECONDS):
+                if self._index.unseen_for(job.job_id) <= RECHECK_AFTER_SECONDS:
                     self._index.confirm(job.job_id)
                 else:
-                    started.append(job)  # where does it run now?
+                    unseen.append(job)
+        # where do they run now?
+        started += heapq.nlargest(RECHECKS_PER_CYCLE, unseen,
+                                  key=lambda j: self._index.unseen_for(j.job_id))
         stale_ids = {j.job_id for j in stale + started}
         batch = [j for j in stale if j not in started] + self._reason_batch(tracked, stale_ids)
         batch += self._watch_batch(tracked, stale_ids | {j.job_id for j in batch})

@@ -10,7 +10,7 @@ from bridge.config import SlurmSettings
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
-from bridge.placement.poller import RECHECK_AFTER_SECONDS, Poller
+from bridge.placement.poller import RECHECK_AFTER_SECONDS, RECHECKS_PER_CYCLE, Poller
 from bridge.slurm.client import IDS_PER_REQUEST, SlurmClient
 from bridge.slurm.errors import SlurmProtocolError, SlurmUnavailable
 from bridge.slurm.types import Allocation, JobState, SlurmJob
@@ -181,20 +181,23 @@ async def test_an_unreadable_allocation_skips_that_job_for_the_cycle_only() -> N
 
 async def test_running_jobs_are_read_again_only_after_a_blind_spell() -> None:
     """Polls seconds apart confirm a running job by its state alone; after a gap longer than
-    Slurm's requeue hold allows to pass unseen, each is read once more, then no more."""
+    Slurm's requeue hold allows to pass unseen, each is read once more, at most
+    ``RECHECKS_PER_CYCLE`` a cycle (a bounded load, never a slower next cycle), then no more."""
     slurm = FakeSlurm(("node1",))
     now = [0.0]
     index = JobIndex(slurm, clock=lambda: now[0])
-    for i in range(OWN):
+    running = RECHECKS_PER_CYCLE + OWN
+    for i in range(running):
         job = await index.ensure(JobRequest(name=f"k8s:ns/p{i}", owner=PodOwner(f"uid-{i}")))
         slurm.start(job.job_id, "node1")
     poller = Poller(slurm, index, _noop)
     await poller.poll_once()  # the first cycle reads the jobs that started
     counts = []
-    for gap in (2.0, 2.0, RECHECK_AFTER_SECONDS + 30, 2.0):
+    for gap in (2.0, 2.0, RECHECK_AFTER_SECONDS + 30, 2.0, 2.0):
         now[0] += gap
         slurm.requests.clear()
         await poller.poll_once()
         counts.append(dict(slurm.requests))
-    reread = {"job_states": 1, "job_allocation": OWN}
-    assert counts == [{"job_states": 1}, {"job_states": 1}, reread, {"job_states": 1}]
+    states = {"job_states": 1}
+    assert counts == [states, states, states | {"job_allocation": RECHECKS_PER_CYCLE},
+                      states | {"job_allocation": OWN}, states]
