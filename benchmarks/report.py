@@ -7,7 +7,7 @@ from pathlib import Path
 
 from benchmarks.common import MEASURED, NOT_RUN, Outcome, fmt
 
-ORDER = ("B1", "B3", "B4", "B5", "B6", "B7")
+ORDER = ("B1", "B3", "B4", "B5", "B6", "B7", "SOAK")
 LIVE_COMMAND = "cd /work/main && python -m benchmarks.run --only B1,B5,B6"
 
 

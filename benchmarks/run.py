@@ -1,7 +1,8 @@
 """One command for the benchmarks: ``python -m benchmarks.run [--only B3,B4] [--repeats N]``.
 
 Prints a table and writes benchmarks/RESULTS.md.  B3, B4 and B7 run in-process (no Slurm, no
-Kubernetes); B1, B5 and B6 use the project's local Slurm (B1 and B6 also the control plane).
+Kubernetes); B1, B5 and B6 use the project's local Slurm (B1 and B6 also the control plane), as
+does SOAK (``--only SOAK --minutes M --seed S``: faults, not timings; never in the default set).
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ TITLES = {
           "poll) against a stand-in server, side by side: httpx, aiohttp, the bridge's "
           "SlurmClient, pydantic vs a msgspec struct of the fields read; adopt what wins by "
           ">= 1.5x",
+    "SOAK": "seeded fault soak (issue 25): two bridge replicas and the webhook under a mixed "
+            "load (pods, GPU pods, 2- and 4-pod groups, pods that exit, random deletions, "
+            "native GPU jobs) with a fault every 20-40 s from a seeded schedule; invariants "
+            "checked from outside the bridge every few seconds and at the end; target: 0 "
+            "violations. Run alone: --only SOAK --minutes M --seed S",
 }
 
 
@@ -103,6 +109,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--b6-limits", default="50:100,400:800",
                    help="qps:burst of both kube-schedulers, comma-separated pairs")
     g.add_argument("--b6-repeats", type=int, default=1, help="rounds per limit (each is long)")
+    g = p.add_argument_group("SOAK (seeded faults; only when named in --only)")
+    g.add_argument("--minutes", type=float, default=30.0, help="SOAK: minutes of load and faults")
+    g.add_argument("--seed", type=int, default=1, help="SOAK: the seed of the faults and the load")
     args = p.parse_args(argv)
     args.only = [b.strip().upper() for b in args.only.split(",") if b.strip()]
     unknown = set(args.only) - set(TITLES)
@@ -172,7 +181,13 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
 
         return m.run(m.Config(repeats=args.repeats, requests=args.b7_requests))
 
-    return {"B1": b1, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7}
+    def soak() -> Outcome:
+        from benchmarks.soak import bench as m  # noqa: PLC0415
+
+        return m.run(m.Config(minutes=args.minutes, seed=args.seed,
+                              slurm_version=args.slurm_version))
+
+    return {"B1": b1, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "SOAK": soak}
 
 
 def main(argv: list[str] | None = None) -> int:

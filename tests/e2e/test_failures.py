@@ -4,12 +4,10 @@ import asyncio
 import random
 import signal
 import subprocess
-from dataclasses import replace
 
 import httpx
 import pytest
 from lightkube import AsyncClient
-from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
@@ -19,10 +17,11 @@ from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, wait_bo
 from slurmbridge_devkit.kube import set_pod_phase, wait_for
 from slurmbridge_devkit.slurm import CLUSTER_SH
 from slurmbridge_devkit.stack import (
-    BRIDGE_NS,
     BridgeProcess,
     BridgeStack,
-    free_port,
+    another_replica,
+    leader_identity,
+    leads,
     make_e2e_namespace,
 )
 
@@ -113,11 +112,6 @@ async def test_sigkill_at_random_moments_leaves_one_job_per_pod(
             assert bridge_stack.slurm_node_of(pod.spec.nodeName or "") in job.allocation.nodes
 
 
-async def _holder(kube: AsyncClient) -> str:
-    lease = await kube.get(Lease, "slurmbridge-controllers", namespace=BRIDGE_NS)
-    return (lease.spec.holderIdentity or "") if lease.spec else ""
-
-
 def _reconciles(port: int) -> float:
     text = httpx.get(f"http://127.0.0.1:{port}/metrics/", timeout=5).text
     return sum(
@@ -135,7 +129,7 @@ async def test_only_the_leader_acts_and_a_new_one_takes_over(
     try:
         await asyncio.sleep(5)
         assert _reconciles(port) == 0, "a follower reconciled"
-        assert (await _holder(kube)).endswith(f"_{first.proc.pid}")
+        assert (await leader_identity(kube)).endswith(f"_{first.proc.pid}")
         first.kill(signal.SIGKILL)
         killed = asyncio.get_running_loop().time()
         assert second.proc is not None
@@ -178,16 +172,10 @@ async def _second_replica(kube: AsyncClient, first: BridgeProcess) -> tuple[Brid
     its health and metrics port (the protocol port is another free one)."""
     # After earlier restarts a dead identity may hold the lease until it expires.
     await wait_for(lambda: _holder_is(kube, first), 30, what="the stack's extender leading")
-    port = free_port()
-    second = replace(
-        first, env={**first.env, "SLURMBRIDGE_EXTENDER__PORT": str(free_port()),
-                    "SLURMBRIDGE_EXTENDER__HEALTH_PORT": str(port)},
-        log_file=first.log_file.with_suffix(".second.log"),
-        health_url=f"http://127.0.0.1:{port}/healthz", proc=None,
-    )
+    second = another_replica(first)
     second.start()
-    return second, port
+    return second, int(second.env["SLURMBRIDGE_EXTENDER__HEALTH_PORT"])
 
 
 async def _holder_is(kube: AsyncClient, proc: BridgeProcess) -> bool:
-    return proc.proc is not None and (await _holder(kube)).endswith(f"_{proc.proc.pid}")
+    return leads(await leader_identity(kube), proc)

@@ -1,0 +1,217 @@
+"""The SOAK run: the stack with two extender replicas and the webhook on the local Slurm and
+control plane, the load and the faults for ``minutes``, the invariants checked every few
+seconds, then everything repaired, every pod deleted and the last check: no placeholder left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
+
+from benchmarks import live
+from benchmarks.common import FAILED, Figure, Outcome, at_most
+from benchmarks.soak import observe
+from benchmarks.soak.faults import Injector
+from benchmarks.soak.invariants import BOUND_SECONDS, Bound, Snapshot, check_all
+from benchmarks.soak.kubelet import Kubelet
+from benchmarks.soak.load import NATIVE_USER, Load
+from benchmarks.soak.schedule import Fault, FaultKind, fault_schedule
+from benchmarks.soak.tracker import Tracker
+from slurmbridge_devkit.kube import ControlPlane
+from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget
+from slurmbridge_devkit.stack import (
+    BridgeProcess,
+    BridgeStack,
+    another_replica,
+    make_e2e_namespace,
+)
+
+TITLE = ("seeded fault soak: a mixed load (pods, GPU pods, 2- and 4-pod groups, pods that "
+         "exit, random deletions, native GPU jobs) with a fault every 20-40 s, invariants "
+         "checked from outside the bridge; target: 0 violations")
+
+
+@dataclass
+class Config:
+    minutes: float = 30.0
+    seed: int = 1
+    slurm_version: str = "26.05"
+    check_seconds: float = 5.0
+    end_timeout: float = 180.0
+
+
+def run(cfg: Config) -> Outcome:
+    slurm = live.slurm_target(cfg.slurm_version)
+    with live.control_plane() as cp, tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        kube = live.kube_client(cp)
+        return asyncio.run(_with_stack(cfg, slurm, cp, kube, Path(tmp)))
+
+
+async def _with_stack(
+    cfg: Config, slurm: SlurmTarget, cp: ControlPlane, kube: AsyncClient, work: Path
+) -> Outcome:
+    try:
+        async with live.bridge_stack(slurm, cp, kube, work, log_level="info") as stack:
+            second = another_replica(stack.extender)
+            await asyncio.to_thread(second.start)
+            ns = await make_e2e_namespace(kube, f"soak-{cfg.seed}")
+            try:
+                return await Soak(cfg, slurm, kube, stack=stack, second=second, ns=ns).run()
+            finally:
+                second.kill(signal.SIGTERM)
+                await live.drop_namespace(kube, ns)
+                slurm.admin("scancel", "-u", NATIVE_USER, check=False)
+    finally:
+        await kube.close()
+
+
+class Soak:
+    def __init__(self, cfg: Config, slurm: SlurmTarget, kube: AsyncClient, *,
+                 stack: BridgeStack, second: BridgeProcess, ns: str) -> None:
+        self.cfg, self.slurm, self.kube, self.ns = cfg, slurm, kube, ns
+        self.node_map = dict(stack.kube_nodes)
+        self.tracker = Tracker(cfg.seed, time.time())
+        self.kubelet = Kubelet(kube, ns)
+        self.load = Load(kube, slurm, ns, self.kubelet, cfg.seed)
+        self.latest: Snapshot | None = None
+        self.skipped = 0
+        self.lock = asyncio.Lock()  # the kubelet never writes in the middle of a snapshot
+        self.injector = Injector(
+            slurm, kube, [stack.extender, second], stack.webhook, self.node_map, self.tracker,
+            Path(subprocess.run(["bash", str(CLUSTER_SH), "rootfs", slurm.version],
+                                capture_output=True, text=True, check=True).stdout.strip()),
+            lambda: self.latest,
+        )
+        self.stop = asyncio.Event()
+
+    async def run(self) -> Outcome:
+        seconds = self.cfg.minutes * 60
+        schedule = fault_schedule(self.cfg.seed, seconds)
+        print(f"  SOAK seed {self.cfg.seed}: {len(schedule)} faults in {seconds:.0f} s, "
+              f"namespace {self.ns}", flush=True)
+        self.tracker.load_start = time.time()
+        background = [asyncio.create_task(self._every(1.0, self._kubelet_step)),
+                      asyncio.create_task(self._every(self.cfg.check_seconds, self._check))]
+        try:
+            await asyncio.gather(self.load.run(seconds), self._faults(schedule))
+            await self.injector.restore()
+            await self._delete_everything()
+            await self._no_placeholder_left()
+        finally:
+            self.stop.set()
+            await asyncio.gather(*background, return_exceptions=True)
+        return self._outcome()
+
+    async def _every(self, period: float, step: Callable[[], Awaitable[None]]) -> None:
+        while not self.stop.is_set():
+            try:
+                await asyncio.wait_for(step(), 60)
+            except Exception as exc:  # a fault may take the apiserver away
+                print(f"  {step.__name__}: {type(exc).__name__}: {str(exc)[:160]}", flush=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), period)
+
+    async def _kubelet_step(self) -> None:
+        async with self.lock:
+            await self.kubelet.step()
+
+    async def _check(self) -> None:
+        async with self.lock:
+            try:
+                snap = await observe.snapshot(self.slurm, self.kube, self.ns, self.node_map, 20)
+            except Exception:
+                self.skipped += 1
+                raise
+        self.latest = snap
+        suspects = check_all(snap, frozenset(self.injector.faulted_jobs))
+        for violation in self.tracker.observe(suspects, snap.at):
+            print("  " + violation.describe(), flush=True)
+
+    async def _faults(self, schedule: list[Fault]) -> None:
+        for fault in schedule:
+            delay = self.tracker.load_start + fault.at - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                await asyncio.wait_for(self.injector.inject(fault), 240)
+            except (Exception, live.HarnessFailure) as exc:  # counted, go on
+                self.injector.counts[f"{fault.kind.value} (failed to inject)"] += 1
+                print(f"  fault {fault.describe()} failed: {type(exc).__name__}: "
+                      f"{str(exc)[:300]}", flush=True)
+
+    async def _delete_everything(self) -> None:
+        """Every pod deleted as a user would; the kubelet stops them; wait until none is left."""
+        deadline = time.monotonic() + self.cfg.end_timeout
+        while time.monotonic() < deadline:
+            pods = [p async for p in self.kube.list(Pod, namespace=self.ns)]
+            if not pods:
+                return
+            for pod in pods:
+                if pod.metadata and pod.metadata.name and not pod.metadata.deletionTimestamp:
+                    with contextlib.suppress(Exception):
+                        await self.kube.delete(Pod, pod.metadata.name, namespace=self.ns)
+            await asyncio.sleep(2)
+        names = [p.metadata.name async for p in self.kube.list(Pod, namespace=self.ns)
+                 if p.metadata]
+        print("  " + self.tracker.final("pods left after the end", f"{names}").describe())
+
+    async def _no_placeholder_left(self) -> None:
+        """0 placeholders within the orphan bound of the last pod's deletion."""
+        deadline = time.monotonic() + BOUND_SECONDS[Bound.ORPHAN]
+        left: list[str] = []
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                snap = await observe.snapshot(self.slurm, self.kube, self.ns, self.node_map)
+                left = [f"{j.job_id} {j.name} {j.state}" for j in snap.placeholders() if j.live]
+                if not left:
+                    return
+            await asyncio.sleep(2)
+        print("  " + self.tracker.final(
+            "placeholders left after every pod was deleted", f"{left}").describe(), flush=True)
+
+    def _outcome(self) -> Outcome:
+        faults = self.injector.counts
+        figures = [Figure(f"faults: {kind.value}", "faults", [float(faults[kind.value])])
+                   for kind in FaultKind]
+        extra = sorted(k for k in faults if k not in {kind.value for kind in FaultKind})
+        figures += [Figure(f"faults: {k}", "faults", [float(faults[k])]) for k in extra]
+        figures += [
+            Figure("pods placed (bound at least once)", "pods", [float(len(self.kubelet.placed))]),
+            Figure("pods that exited by themselves", "pods", [float(self.kubelet.completed)]),
+            *(Figure(k, "", [float(v)]) for k, v in sorted(self.load.counts.items())),
+            Figure("invariant checks (snapshots judged)", "checks", [float(self.tracker.checks)]),
+            Figure("snapshots skipped (Slurm or apiserver unreadable)", "checks",
+                   [float(self.skipped)]),
+        ]
+        violations = Figure("invariant violations", "violations",
+                            [float(len(self.tracker.violations))])
+        at_most(violations, 0, "0")
+        figures.append(violations)
+        bounds = ", ".join(f"{b.value} {s:.0f} s" for b, s in BOUND_SECONDS.items())
+        notes = [
+            f"seed {self.cfg.seed}, {self.cfg.minutes:g} minutes of load and faults, then every "
+            "fault repaired, every pod deleted, and 0 placeholders required within the orphan "
+            "bound. Two extender replicas (leader election, lease 6 s) and the webhook, the dev "
+            "kit's test timings (poll 1 s, resync 30 s, orphan grace 20 s).",
+            "Bounds a suspect may last, in seconds the bridge could act (the clock stops from a "
+            "fault that takes away the leader, slurmrestd, slurmctld or the apiserver until "
+            f"20-35 s after its repair): {bounds}; strict ones must survive two snapshots.",
+            "Not injected yet: the network cut between the bridge and slurmrestd (issue 25 "
+            "item 1), gang Jobs (the load makes groups by the bridge's labels).",
+            *(v.describe() for v in self.tracker.violations[:40]),
+            "Faults in order: " + " | ".join(self.tracker.faults),
+        ]
+        outcome = Outcome(bench="SOAK", title=TITLE, figures=figures, notes=notes, repeats=1)
+        if not self.kubelet.placed:
+            outcome.status, outcome.error = FAILED, "no pod was ever placed: the harness is broken"
+        return outcome

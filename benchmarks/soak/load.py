@@ -1,0 +1,114 @@
+"""The steady mixed load, from its own seeded stream (so the fault schedule does not depend
+on it): single pods, GPU pods, 2- and 4-pod groups (the bridge's group labels), pods that
+exit by themselves (a lifetime the harness's kubelet honours), pods deleted at random, and
+native ``sbatch`` GPU jobs of the Slurm user alice.  Bounded: at most ``max_pods`` pods and
+``max_native`` native jobs at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod
+
+from benchmarks.soak.kubelet import Kubelet
+from bridge import keys
+from slurmbridge_devkit.e2e import create_pod, pod_manifest
+from slurmbridge_devkit.slurm import SlurmTarget
+
+NATIVE_USER = "alice"  # a site user with her own account (deploy/slurm/recipe.sh)
+NATIVE_NAME = "soak-native"
+ACTIONS = {  # action -> weight
+    "single": 3, "gpu": 3, "group2": 2, "group4": 1, "native": 2, "delete": 2,
+}
+LIFETIME_SECONDS = (30.0, 240.0)
+TICK_SECONDS = (1.0, 4.0)
+
+
+@dataclass
+class Load:
+    kube: AsyncClient
+    slurm: SlurmTarget
+    namespace: str
+    kubelet: Kubelet
+    seed: int
+    max_pods: int = 24
+    max_native: int = 4
+    counts: Counter[str] = field(default_factory=Counter)
+    _n: int = 0
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(f"soak-load-{self.seed}")
+
+    async def run(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while loop.time() < deadline:
+            action = self.rng.choices(list(ACTIONS), weights=list(ACTIONS.values()))[0]
+            try:
+                await asyncio.wait_for(self.act(action), 60)
+            except (ApiError, AssertionError, OSError, TimeoutError) as exc:
+                self.counts[f"{action} refused or failed"] += 1
+                print(f"  load: {action} failed: {str(exc)[:160]}", flush=True)
+            await asyncio.sleep(self.rng.uniform(*TICK_SECONDS))
+
+    async def act(self, action: str) -> None:
+        live = await self._live_pods()
+        if action == "delete":
+            await self._delete_one(live)
+        elif action == "native":
+            await asyncio.to_thread(self._native)
+        else:
+            size = {"group2": 2, "group4": 4}.get(action, 1)
+            if len(live) + size <= self.max_pods:
+                await self._create(action, size)
+
+    async def _live_pods(self) -> list[Pod]:
+        return [p async for p in self.kube.list(Pod, namespace=self.namespace)
+                if p.metadata and not p.metadata.deletionTimestamp]
+
+    async def _create(self, action: str, size: int) -> None:
+        self._n += 1
+        name = f"{action}-{self._n}"
+        gpus = self.rng.choice([1, 2]) if action == "gpu" else self.rng.choice([0, 0, 1])
+        if size == 1 and action == "single":
+            gpus = 0
+        labels = {keys.GROUP: name, keys.GROUP_SIZE: str(size)} if size > 1 else {}
+        lifetime = self.rng.uniform(*LIFETIME_SECONDS)
+        for i in range(size):
+            pod = f"{name}-{i}" if size > 1 else name
+            self.kubelet.lifetimes[pod] = lifetime
+            await create_pod(self.kube, self.namespace,
+                             pod_manifest(pod, cpu="1", memory="512Mi", gpus=gpus, labels=labels))
+            self.counts[f"pods created ({action})"] += 1
+
+    async def _delete_one(self, live: list[Pod]) -> None:
+        """A whole workload (a group's members together) deleted as a user would."""
+        workloads: dict[str, list[str]] = {}
+        for pod in live:
+            assert pod.metadata is not None and pod.metadata.name is not None
+            group = (pod.metadata.labels or {}).get(keys.GROUP, pod.metadata.name)
+            workloads.setdefault(group, []).append(pod.metadata.name)
+        if not workloads:
+            return
+        victim = sorted(workloads)[self.rng.randrange(len(workloads))]
+        for name in workloads[victim]:
+            await self.kube.delete(Pod, name, namespace=self.namespace)
+            self.counts["pods deleted at random"] += 1
+
+    def _native(self) -> None:
+        live = self.slurm.admin("squeue", "-h", "-u", NATIVE_USER, "-o", "%i").split()
+        if len(live) >= self.max_native:
+            return
+        gpus, seconds = self.rng.choice([1, 2]), int(self.rng.uniform(30, 150))
+        self.slurm.admin(
+            "runuser", "-u", NATIVE_USER, "--", "sbatch", "--parsable", "-J", NATIVE_NAME,
+            f"--gres=gpu:{gpus}", "-c", "1", "--mem=256", "-t", "5", "-o", "/dev/null",
+            "--wrap", f"sleep {seconds}", timeout=30,
+        )
+        self.counts["native GPU jobs submitted"] += 1

@@ -1,0 +1,173 @@
+"""The SOAK harness's parts that need no cluster: the seeded fault schedule, the invariant
+checks on crafted snapshots, and how long a suspect may last before it is a violation."""
+
+import itertools
+import math
+
+from benchmarks.soak.invariants import (
+    BOUND_SECONDS,
+    Bound,
+    JobObs,
+    PodObs,
+    Snapshot,
+    check_all,
+)
+from benchmarks.soak.observe import job_obs
+from benchmarks.soak.schedule import GAP_SECONDS, HOLD_SECONDS, fault_schedule, pick_one
+from benchmarks.soak.tracker import Outage, Tracker, healthy_seconds
+from slurmbridge_devkit.scontrol import parse_job_line
+
+NS = "soak"
+NOW = 1_000_000.0
+
+
+def test_a_seed_names_one_schedule_and_another_seed_another() -> None:
+    one, again, other = fault_schedule(1, 1800), fault_schedule(1, 1800), fault_schedule(2, 1800)
+    assert one == again and one != other
+    assert 1800 / GAP_SECONDS[1] <= len(one) <= 1800 / GAP_SECONDS[0]
+    gaps = [b.at - a.at for a, b in itertools.pairwise(one)]
+    assert all(GAP_SECONDS[0] - 0.2 <= g <= GAP_SECONDS[1] + 0.2 for g in gaps)
+    for fault in one:
+        low, high = HOLD_SECONDS[fault.kind]
+        assert low - 0.1 <= fault.hold <= high + 0.1 and 0 <= fault.pick < 1
+    assert len({f.kind for f in one}) >= 6  # 30 minutes meet most kinds
+
+
+def test_a_pick_names_a_victim_among_those_alive() -> None:
+    assert pick_one([], 0.5) is None
+    assert pick_one(["a", "b", "c"], 0.0) == "a"
+    assert pick_one(["a", "b", "c"], 0.999) == "c"
+
+
+def _job(job_id: str, owner: str = "", state: str = "RUNNING", *, node: str = "node1",
+         gpus: tuple[int, ...] = (), name: str = "") -> JobObs:
+    return JobObs(job_id, name or (f"k8s:{NS}/{job_id}" if owner else "native"), state,
+                  "slurm" if owner else "alice", owner, (node,) if state == "RUNNING" else (),
+                  {node: gpus} if gpus else {})
+
+
+def _pod(name: str, job_id: str = "", **kw: object) -> PodObs:
+    base: dict[str, object] = {"uid": f"uid-{name}", "created": NOW - 5, "phase": "Running",
+                               "node": "kube-node1", "slurm_node": "node1", "job_id": job_id}
+    return PodObs(name, **(base | kw))  # type: ignore[arg-type]
+
+
+def _clean() -> Snapshot:
+    return Snapshot(NOW, NS, (
+        _pod("a", "10", gpu_ids=(0, 1)),
+        _pod("waits", phase="Pending", node="", slurm_node="", told_why=True, created=NOW - 300),
+        _pod("g-0", "12", group="g"), _pod("g-1", "12", group="g", node="kube-node2",
+                                           slurm_node="node2"),
+    ), (
+        _job("10", "uid-a", gpus=(0, 1)),
+        _job("11", "uid-waits", state="PENDING"),
+        JobObs("12", f"k8s:{NS}/g", "RUNNING", "slurm", f"group:{NS}/g", ("node1", "node2")),
+        _job("20", gpus=(2,)),  # alice's native job
+        _job("9", "uid-gone", state="CANCELLED"),  # ended: no longer anyone's
+    ))
+
+
+def test_a_clean_state_raises_no_suspect() -> None:
+    assert check_all(_clean(), frozenset()) == []
+
+
+def _with(snap: Snapshot, pods: tuple[PodObs, ...] = (), jobs: tuple[JobObs, ...] = ()) -> Snapshot:
+    return Snapshot(snap.at, snap.namespace, snap.pods + pods, snap.jobs + jobs)
+
+
+def _invariants(snap: Snapshot, faulted: frozenset[str] = frozenset()) -> dict[str, Bound]:
+    return {s.invariant: s.bound for s in check_all(snap, faulted)}
+
+
+def test_a_pod_bound_where_its_job_does_not_run_is_flagged() -> None:
+    snap = _with(_clean(), (_pod("moved", "30", slurm_node="node3", node="kube-node3"),),
+                 (_job("30", "uid-moved", node="node4"),))
+    assert _invariants(snap) == {"pod bound to a node its job does not hold": Bound.STRICT}
+    assert _invariants(snap, frozenset({"30"})) == {
+        "pod bound to a node its job does not hold": Bound.EVICT}
+
+
+def test_a_pod_running_after_its_job_ended_is_flagged_strictly_unless_the_harness_ended_it(
+) -> None:
+    snap = _with(_clean(), (_pod("late", "31", gpu_ids=(5,)),),
+                 (_job("31", "uid-late", state="CANCELLED"), _job("32", node="node1", gpus=(5,))))
+    found = _invariants(snap)
+    assert found == {"pod running without a live job": Bound.STRICT,
+                     "two running things on one GPU": Bound.STRICT}
+    assert set(_invariants(snap, frozenset({"31"})).values()) == {Bound.EVICT}
+
+
+def test_two_jobs_on_one_gpu_index_are_flagged() -> None:
+    snap = _with(_clean(), jobs=(_job("33", gpus=(1,)),))
+    assert _invariants(snap) == {"two running things on one GPU": Bound.STRICT}
+
+
+def test_orphans_duplicates_and_silent_pods_are_flagged_with_their_bounds() -> None:
+    snap = _with(_clean(), (
+        _pod("silent", phase="Pending", node="", slurm_node=""),
+        _pod("done", "35", phase="Succeeded"),
+    ), (
+        _job("34", "uid-a", state="PENDING"),  # a second job for pod a
+        _job("35", "uid-done"),  # the pod finished, its job still runs
+        _job("36", f"group:{NS}/nobody", state="PENDING"),
+    ))
+    suspects = check_all(snap, frozenset())
+    assert {(s.invariant, s.bound) for s in suspects} == {
+        ("more than one live job for one owner", Bound.DUPLICATE),
+        ("placeholder alive without its pod", Bound.ORPHAN),
+        ("pod neither bound nor told why", Bound.SILENT),
+    }
+    assert sorted(s.key for s in suspects if s.bound is Bound.ORPHAN) == ["orphan:35", "orphan:36"]
+
+
+def test_healthy_time_leaves_out_every_outage_once() -> None:
+    outages = [Outage(10, 20), Outage(15, 30), Outage(50, 60)]
+    assert healthy_seconds(0, 100, outages) == 100 - 20 - 10
+    assert healthy_seconds(12, 25, outages) == 0
+    assert healthy_seconds(0, 100, [Outage(40, math.inf)]) == 40
+
+
+def test_a_strict_suspect_is_a_violation_on_its_second_sighting_and_reported_once() -> None:
+    tracker = Tracker(seed=7, load_start=NOW - 100)
+    tracker.fault("t+80s SIGKILL of the leader replica")
+    snap = _with(_clean(), jobs=(_job("33", gpus=(1,)),))
+    assert tracker.observe(check_all(snap, frozenset()), NOW) == []
+    found = tracker.observe(check_all(snap, frozenset()), NOW + 5)
+    assert len(found) == 1 and tracker.checks == 2
+    text = found[0].describe()
+    assert "seed 7" in text and "node1 GPU 1" in text and "SIGKILL of the leader" in text
+    assert tracker.observe(check_all(snap, frozenset()), NOW + 10) == []
+
+
+def test_a_bounded_suspect_waits_its_bound_in_time_the_bridge_could_act() -> None:
+    tracker = Tracker(seed=1, load_start=NOW)
+    orphan = _with(_clean(), jobs=(_job("36", f"group:{NS}/nobody", state="PENDING"),))
+    bound = BOUND_SECONDS[Bound.ORPHAN]
+    tracker.open_outage(NOW + 1)
+    tracker.close_outage(0, NOW + 11)
+    assert tracker.observe(check_all(orphan, frozenset()), NOW) == []
+    assert tracker.observe(check_all(orphan, frozenset()), NOW + bound) == []  # 10 s away
+    assert len(tracker.observe(check_all(orphan, frozenset()), NOW + bound + 10)) == 1
+
+
+def test_a_suspect_that_clears_starts_afresh() -> None:
+    tracker = Tracker(seed=1, load_start=NOW)
+    orphan = _with(_clean(), jobs=(_job("36", f"group:{NS}/nobody", state="PENDING"),))
+    tracker.observe(check_all(orphan, frozenset()), NOW)
+    tracker.observe(check_all(_clean(), frozenset()), NOW + 30)
+    tracker.observe(check_all(orphan, frozenset()), NOW + 40)
+    assert tracker.observe(check_all(orphan, frozenset()), NOW + 60) == []
+
+
+def test_slurms_own_text_reads_as_the_jobs_the_checks_take() -> None:
+    line = ("JobId=4 JobName=k8s:demo/allreduce UserId=slurm(64030) JobState=RUNNING "
+            "Reason=None Comment=slurmbridge.io/pod-uid=group:demo/allreduce NodeList=node[1-2] "
+            "Nodes=node1 CPU_IDs=0-3 Mem=1024 GRES=gpu:1(IDX:6) Nodes=node2 CPU_IDs=0-3 "
+            "Mem=1024 GRES=gpu:1(IDX:0)")
+    job = job_obs(parse_job_line(line))
+    assert (job.job_id, job.owner, job.user, job.nodes) == (
+        "4", "group:demo/allreduce", "slurm", ("node1", "node2"))
+    assert job.gpus == {"node1": (6,), "node2": (0,)}
+    native = job_obs(parse_job_line("JobId=5 JobName=x UserId=alice(2001) JobState=PENDING "
+                                    "Comment=(null) NodeList=(null)"))
+    assert native.owner == "" and not native.nodes and native.live
