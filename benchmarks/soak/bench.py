@@ -76,6 +76,8 @@ async def _with_stack(
 
 
 class Soak:
+    """One run: the load, the faults, the kubelet and the checks side by side, then the end."""
+
     def __init__(self, cfg: Config, slurm: SlurmTarget, kube: AsyncClient, *,
                  stack: BridgeStack, second: BridgeProcess, ns: str) -> None:
         self.cfg, self.slurm, self.kube, self.ns = cfg, slurm, kube, ns
@@ -89,7 +91,8 @@ class Soak:
         self.injector = Injector(
             slurm, kube, [stack.extender, second], stack.webhook, self.node_map, self.tracker,
             Path(subprocess.run(["bash", str(CLUSTER_SH), "rootfs", slurm.version],
-                                capture_output=True, text=True, check=True).stdout.strip()),
+                                capture_output=True, text=True, check=True).stdout.strip()
+                 ).resolve(),
             lambda: self.latest,
         )
         self.stop = asyncio.Event()
@@ -103,8 +106,10 @@ class Soak:
         background = [asyncio.create_task(self._every(1.0, self._kubelet_step)),
                       asyncio.create_task(self._every(self.cfg.check_seconds, self._check))]
         try:
-            await asyncio.gather(self.load.run(seconds), self._faults(schedule))
-            await self.injector.restore()
+            try:
+                await asyncio.gather(self.load.run(seconds), self._faults(schedule))
+            finally:  # never leave a node drained or a daemon down behind, whatever happened
+                await self.injector.restore()
             await self._delete_everything()
             await self._no_placeholder_left()
         finally:

@@ -223,18 +223,36 @@ class Injector:
                 await asyncio.sleep(5)
 
     async def restore(self) -> None:
-        """Everything back as before the soak: pending repairs now, every process up."""
+        """Everything back as before the soak: pending repairs now, every process up.  Each
+        step is tried whatever the others did (a failure is printed)."""
         for task in list(self._background):
             task.cancel()
         for key in list(self._repairs):
             await self._repair(key)
-        await asyncio.to_thread(self._cluster, "rest", "start", self.slurm.version)
+        steps: list[Callable[[], object]] = [
+            lambda: run_controlplane("up"),  # a no-op when every component is up
+            lambda: self._cluster("rest", "start", self.slurm.version),
+            self._ensure_ctld,
+            *(self._ensure_running(p) for p in (*self.replicas, self.webhook)),
+        ]
+        for step in steps:
+            try:
+                await asyncio.to_thread(step)
+            except (Exception, live.HarnessFailure) as exc:
+                print(f"  restore: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+
+    def _ensure_ctld(self) -> None:
         if not chroot_pids(self.chroot, "slurmctld"):
-            await asyncio.to_thread(self.slurm.admin, "slurmctld")
-        await asyncio.to_thread(self._wait_ctld)
-        for proc in (*self.replicas, self.webhook):
+            self.slurm.admin("slurmctld")
+        self._wait_ctld()
+
+    @staticmethod
+    def _ensure_running(proc: BridgeProcess) -> Callable[[], None]:
+        def start() -> None:
             if proc.proc is None or proc.proc.poll() is not None:
-                await asyncio.to_thread(proc.start)
+                proc.start()
+
+        return start
 
     def _cluster(self, *args: str) -> None:
         done = subprocess.run(["bash", str(CLUSTER_SH), *args], capture_output=True, text=True,
