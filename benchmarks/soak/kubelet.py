@@ -18,6 +18,7 @@ from benchmarks.soak.invariants import TERMINAL_PHASES
 from slurmbridge_devkit.kube import set_pod_phase
 
 STOP_SECONDS = 2.0
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # on the pods of a batch Job
 KEEP_SECONDS = 5.0
 
 
@@ -66,7 +67,8 @@ class Kubelet:
             await set_pod_phase(self.kube, pod, "Running")
             self.started[name] = now
             return
-        lifetime = self.lifetimes.get(name)
+        workload = (meta.labels or {}).get(JOB_NAME_LABEL, name)  # a Job's pods share one
+        lifetime = self.lifetimes.get(name, self.lifetimes.get(workload))
         if lifetime is not None and now - self.started.setdefault(name, now) >= lifetime:
             await set_pod_phase(self.kube, pod, "Succeeded")
             self.completed += 1

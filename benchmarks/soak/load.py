@@ -1,6 +1,7 @@
 """The steady mixed load, from its own seeded stream (so the fault schedule does not depend
-on it): single pods, GPU pods, 2- and 4-pod groups (the bridge's group labels), pods that
-exit by themselves (a lifetime the harness's kubelet honours), pods deleted at random, and
+on it): single pods, GPU pods, 2- and 4-pod groups (the bridge's group labels), 2-pod gang
+Jobs (``slurmbridge.io/gang``, the Job controller makes the pods), pods that exit by
+themselves (a lifetime the harness's kubelet honours), workloads deleted at random, and
 native ``sbatch`` GPU jobs of the Slurm user alice.  Bounded: at most ``max_pods`` pods and
 ``max_native`` native jobs at once.
 """
@@ -11,12 +12,15 @@ import asyncio
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import cast
 
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
+from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
+from lightkube.types import CascadeType
 
-from benchmarks.soak.kubelet import Kubelet
+from benchmarks.soak.kubelet import JOB_NAME_LABEL, Kubelet
 from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_manifest
 from slurmbridge_devkit.slurm import SlurmTarget
@@ -24,8 +28,9 @@ from slurmbridge_devkit.slurm import SlurmTarget
 NATIVE_USER = "alice"  # a site user with her own account (deploy/slurm/recipe.sh)
 NATIVE_NAME = "soak-native"
 ACTIONS = {  # action -> weight
-    "single": 3, "gpu": 3, "group2": 2, "group4": 1, "native": 2, "delete": 2,
+    "single": 3, "gpu": 3, "group2": 2, "group4": 1, "gang": 1, "native": 2, "delete": 2,
 }
+
 LIFETIME_SECONDS = (30.0, 240.0)
 TICK_SECONDS = (1.0, 4.0)
 
@@ -63,6 +68,9 @@ class Load:
             await self._delete_one(live)
         elif action == "native":
             await asyncio.to_thread(self._native)
+        elif action == "gang":
+            if len(live) + 2 <= self.max_pods:
+                await self._gang_job()
         else:
             size = {"group2": 2, "group4": 4}.get(action, 1)
             if len(live) + size <= self.max_pods:
@@ -87,16 +95,39 @@ class Load:
                              pod_manifest(pod, cpu="1", memory="512Mi", gpus=gpus, labels=labels))
             self.counts[f"pods created ({action})"] += 1
 
+    async def _gang_job(self) -> None:
+        """A 2-pod gang Job (Indexed, no retries: an evicted member fails the Job)."""
+        self._n += 1
+        name = f"gang-{self._n}"
+        self.kubelet.lifetimes[name] = self.rng.uniform(*LIFETIME_SECONDS)
+        pod = pod_manifest(name, cpu="1", memory="512Mi")
+        assert pod.spec is not None
+        template = {"spec": {**pod.spec.to_dict(), "restartPolicy": "Never"}}
+        await self.kube.create(cast(Job, Job.from_dict({
+            "metadata": {"name": name, "namespace": self.namespace,
+                         "annotations": {keys.GANG: "true"}},
+            "spec": {"parallelism": 2, "completions": 2, "completionMode": "Indexed",
+                     "backoffLimit": 0, "template": template},
+        })))
+        self.counts["gang Jobs created (2 pods)"] += 1
+
     async def _delete_one(self, live: list[Pod]) -> None:
-        """A whole workload (a group's members together) deleted as a user would."""
+        """A whole workload deleted as a user would: a group's members together, a gang Job
+        through its Job (the garbage collector deletes its pods)."""
         workloads: dict[str, list[str]] = {}
         for pod in live:
             assert pod.metadata is not None and pod.metadata.name is not None
-            group = (pod.metadata.labels or {}).get(keys.GROUP, pod.metadata.name)
-            workloads.setdefault(group, []).append(pod.metadata.name)
+            labels = pod.metadata.labels or {}
+            key = (f"job:{labels[JOB_NAME_LABEL]}" if JOB_NAME_LABEL in labels
+                   else labels.get(keys.GROUP, pod.metadata.name))
+            workloads.setdefault(key, []).append(pod.metadata.name)
         if not workloads:
             return
         victim = sorted(workloads)[self.rng.randrange(len(workloads))]
+        if victim.startswith("job:"):
+            await delete_job(self.kube, self.namespace, victim.removeprefix("job:"))
+            self.counts["gang Jobs deleted at random"] += 1
+            return
         for name in workloads[victim]:
             await self.kube.delete(Pod, name, namespace=self.namespace)
             self.counts["pods deleted at random"] += 1
@@ -112,3 +143,8 @@ class Load:
             "--wrap", f"sleep {seconds}", timeout=30,
         )
         self.counts["native GPU jobs submitted"] += 1
+
+
+async def delete_job(kube: AsyncClient, namespace: str, name: str) -> None:
+    """A Job and, through the garbage collector, its pods (gracefully: the kubelet stops them)."""
+    await kube.delete(Job, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
