@@ -3,6 +3,10 @@ checks on crafted snapshots, and how long a suspect may last before it is a viol
 
 import itertools
 import math
+from typing import Any, cast
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
 
 from benchmarks.soak.invariants import (
     BOUND_SECONDS,
@@ -12,9 +16,12 @@ from benchmarks.soak.invariants import (
     Snapshot,
     check_all,
 )
+from benchmarks.soak.kubelet import STOP_SECONDS, Kubelet
 from benchmarks.soak.observe import job_obs
 from benchmarks.soak.schedule import GAP_SECONDS, HOLD_SECONDS, fault_schedule, pick_one
 from benchmarks.soak.tracker import Outage, Tracker, healthy_seconds
+from slurmbridge_devkit.e2e import create_pod, pod_manifest
+from slurmbridge_devkit.fakes import FakeKube
 from slurmbridge_devkit.scontrol import parse_job_line
 
 NS = "soak"
@@ -171,3 +178,32 @@ def test_slurms_own_text_reads_as_the_jobs_the_checks_take() -> None:
     native = job_obs(parse_job_line("JobId=5 JobName=x UserId=alice(2001) JobState=PENDING "
                                     "Comment=(null) NodeList=(null)"))
     assert native.owner == "" and not native.nodes and native.live
+
+
+class _Kube(FakeKube):
+    """The dev kit's fake apiserver, taking the delete options the harness passes."""
+
+    async def delete(self, res: Any, name: str, *, namespace: str | None = None,
+                     grace_period: int | None = None, cascade: Any = None) -> None:
+        await super().delete(res, name, namespace=namespace)
+
+
+async def test_the_harness_kubelet_runs_a_bound_pod_ends_it_and_stops_a_deleted_one() -> None:
+    kube = cast(AsyncClient, _Kube())  # the calls the kubelet makes, no more
+    kubelet = Kubelet(kube, NS)
+    for name in ("done", "deleted"):
+        await create_pod(kube, NS, pod_manifest(name))
+        await kube.patch(Pod, name, {"spec": {"nodeName": "kube-node1"}}, namespace=NS)
+    kubelet.lifetimes["done"] = 0
+    await kubelet.step()
+    assert {p.metadata.name: p.status.phase async for p in kube.list(Pod, namespace=NS)
+            if p.metadata and p.status} == {"done": "Running", "deleted": "Running"}
+    await kube.patch(Pod, "deleted", {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}},
+                     namespace=NS)
+    await kubelet.step()
+    done = await kube.get(Pod, "done", namespace=NS)
+    assert done.status is not None and done.status.phase == "Succeeded"
+    kubelet.stopping["deleted"] -= STOP_SECONDS  # its containers had their time to stop
+    await kubelet.step()
+    assert [p.metadata.name async for p in kube.list(Pod, namespace=NS) if p.metadata] == ["done"]
+    assert kubelet.completed == 1 and len(kubelet.placed) == 2
