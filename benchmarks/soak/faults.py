@@ -1,7 +1,8 @@
 """The injector: carries out one scheduled fault, repairs it after its hold, and tells the
 tracker when the bridge could not act (an outage: the fault's start until ``TAIL_SECONDS``
 after its repair).  Everything goes through the dev kit's own handles: the stack's
-``BridgeProcess``es, ``cluster.sh`` (``rest start``, ``exec``), ``controlplane.sh up``.
+``BridgeProcess``es, ``cluster.sh`` (``rest start``, ``exec``), ``controlplane.sh up``; the
+network cut through the harness's relay (cut.py).
 Drains and cordons are lifted in the background, so they overlap later faults.
 """
 
@@ -22,6 +23,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
 from benchmarks import live
+from benchmarks.soak.cut import Relay
 from benchmarks.soak.invariants import Snapshot
 from benchmarks.soak.schedule import Fault, FaultKind, pick_one
 from benchmarks.soak.tracker import Tracker
@@ -34,6 +36,7 @@ from slurmbridge_devkit.stack import BridgeProcess, leader_identity, leads
 TAIL_SECONDS: dict[FaultKind, float] = {
     FaultKind.KILL_LEADER: 20.0,
     FaultKind.KILL_SLURMRESTD: 35.0,
+    FaultKind.NET_CUT: 35.0,
     FaultKind.RESTART_SLURMCTLD: 35.0,
     FaultKind.RESTART_APISERVER: 20.0,
 }
@@ -76,6 +79,7 @@ class Injector:
     kube_nodes: dict[str, str]  # Kubernetes node -> Slurm node
     tracker: Tracker
     chroot: Path  # the Slurm chroot (cluster.sh rootfs)
+    relay: Relay  # the bridge's way to slurmrestd
     last: Callable[[], Snapshot | None]  # the checker's latest snapshot, to pick victims
     counts: Counter[str] = field(default_factory=Counter)
     faulted_jobs: set[str] = field(default_factory=set)
@@ -88,6 +92,7 @@ class Injector:
             FaultKind.KILL_FOLLOWER: self._kill_replica,
             FaultKind.KILL_WEBHOOK: self._kill_webhook,
             FaultKind.KILL_SLURMRESTD: self._kill_slurmrestd,
+            FaultKind.NET_CUT: self._cut,
             FaultKind.RESTART_SLURMCTLD: self._restart_slurmctld,
             FaultKind.RESTART_APISERVER: self._restart_apiserver,
             FaultKind.SCANCEL: self._end_placeholder,
@@ -138,6 +143,14 @@ class Injector:
         await asyncio.sleep(fault.hold)
         await asyncio.to_thread(self._cluster, "rest", "start", self.slurm.version)
         return f"slurmrestd {pids} killed, restarted"
+
+    async def _cut(self, fault: Fault) -> str:
+        self.relay.cut()
+        try:
+            await asyncio.sleep(fault.hold)
+        finally:
+            self.relay.heal()
+        return f"bridge <-> slurmrestd cut for {fault.hold:.0f}s"
 
     async def _restart_slurmctld(self, fault: Fault) -> str:
         pids = chroot_pids(self.chroot, "slurmctld")
@@ -225,6 +238,7 @@ class Injector:
     async def restore(self) -> None:
         """Everything back as before the soak: pending repairs now, every process up.  Each
         step is tried whatever the others did (a failure is printed)."""
+        self.relay.heal()
         for task in list(self._background):
             task.cancel()
         for key in list(self._repairs):

@@ -23,6 +23,7 @@ class FaultKind(StrEnum):
     KILL_FOLLOWER = "SIGKILL of the other replica"
     KILL_WEBHOOK = "SIGKILL of the webhook"
     KILL_SLURMRESTD = "SIGKILL + restart of slurmrestd"
+    NET_CUT = "network cut between the bridge and slurmrestd"
     RESTART_SLURMCTLD = "slurmctld restart with its state"
     RESTART_APISERVER = "kube-apiserver restart"
     SCANCEL = "scancel of a random placeholder"
@@ -37,6 +38,7 @@ HOLD_SECONDS: dict[FaultKind, tuple[float, float]] = {
     FaultKind.KILL_FOLLOWER: (2, 10),
     FaultKind.KILL_WEBHOOK: (2, 10),
     FaultKind.KILL_SLURMRESTD: (5, 30),
+    FaultKind.NET_CUT: (10, 60),
     FaultKind.RESTART_SLURMCTLD: (0, 5),
     FaultKind.RESTART_APISERVER: (0, 5),
     FaultKind.SCANCEL: (0, 0),

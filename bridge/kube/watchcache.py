@@ -1,9 +1,12 @@
 """One kind of object kept current by list + watch: the base of the pod and node caches.
 
-List, then watch from the listing's resourceVersion (with bookmarks: kube/client.py), so
-no change is missed between the two; start over from a fresh listing whenever the watch
-breaks (the apiserver restarted, or answered 410 Gone for a resourceVersion it no longer
-holds), which also drops the objects that went away while no watch ran.  A subclass says
+List, then watch from the listing's resourceVersion, so no change is missed between the
+two; start over from a fresh listing whenever the watch breaks (the apiserver restarted, or
+answered 410 Gone for a resourceVersion it no longer holds: lightkube restarts a watch the
+apiserver closed from the last version it saw, which etcd may have compacted after a quiet
+spell), which also drops the objects that went away while no watch ran.  No bookmarks:
+lightkube decodes a bookmark as the whole object, which a Pod's fails (``spec.containers``
+null), so each one would break the watch and relist every pod (B1 saw one a minute).  A subclass says
 which objects (kind, field selector) and what small view of each it keeps; an older copy
 than the one held changes nothing.
 """
@@ -103,10 +106,7 @@ class WatchCache(ABC, Generic[V]):
             self.apply(event, obj)
 
     def apply(self, event: str, obj: Any) -> None:
-        """One watch event; a bookmark (where the apiserver is) only moves the version the
-        client restarts its watch from."""
-        if event == "BOOKMARK":
-            return
+        """One watch event."""
         self.passing(event, obj)
         view = self.view(obj)
         if view is None:

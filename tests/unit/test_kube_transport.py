@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from bridge.kube.client import kube_client
@@ -43,7 +43,6 @@ class StandIn:
         app.router.add_get("/api/v1/namespaces/ns/pods/{name}", self.get)
         app.router.add_patch("/api/v1/namespaces/ns/pods/{name}", self.patch)
         app.router.add_get("/api/v1/namespaces/ns/pods", self.watch)
-        app.router.add_get("/api/v1/nodes", self.quiet_watch)
         return app
 
     async def get(self, request: web.Request) -> web.Response:
@@ -67,21 +66,6 @@ class StandIn:
         await self.more_events.wait()  # a watch stays open: events come when they happen
         await resp.write(json.dumps({"type": "DELETED", "object": _pod("p", "12")}).encode()
                          + b"\n")
-        return resp
-
-    async def quiet_watch(self, request: web.Request) -> web.StreamResponse:
-        """Nothing changes: the first watch gets a bookmark and ends (its timeout); the
-        next one is held open."""
-        self.seen.append(request)
-        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
-        await resp.prepare(request)
-        if len(self.seen) == 1:
-            bookmark = {"kind": "Node", "apiVersion": "v1",
-                        "metadata": {"resourceVersion": "500"}}
-            await resp.write(json.dumps({"type": "BOOKMARK", "object": bookmark}).encode()
-                             + b"\n")
-            return resp
-        await self.more_events.wait()
         return resp
 
 
@@ -145,33 +129,6 @@ async def test_a_watch_streams_events_as_they_come(
             if event == "DELETED":
                 break
     assert events == [("MODIFIED", "10"), ("MODIFIED", "11"), ("DELETED", "12")]
-
-
-async def test_a_quiet_watch_starts_again_from_its_last_bookmark(
-    apiserver: tuple[StandIn, AsyncClient],
-) -> None:
-    """Watches ask for bookmarks, so a watch that saw no change for longer than etcd keeps
-    history starts again where the apiserver last was, not from a version long compacted
-    (410 Gone, and a relisting of every object)."""
-    stand_in, client = apiserver
-    events: list[str] = []
-
-    async def follow() -> None:
-        async for event, _ in client.watch(Node):
-            events.append(event)
-
-    following = asyncio.create_task(follow())
-    try:
-        async with asyncio.timeout(10):
-            while len(stand_in.seen) < 2:
-                await asyncio.sleep(0.01)
-    finally:
-        following.cancel()
-        stand_in.more_events.set()
-    first, again = (r.query for r in stand_in.seen)
-    assert events == ["BOOKMARK"]
-    assert first.get("allowWatchBookmarks") == "true"
-    assert again.get("resourceVersion") == "500"
 
 
 async def test_an_apiserver_that_is_away_is_a_connect_error(tmp_path: Path) -> None:

@@ -157,4 +157,3 @@ async def test_a_relabelled_or_deleted_node_maps_to_its_new_slurm_node_at_once()
         assert (cache.kube_name("node2"), cache.slurm_name("kube-a")) == ("node2", "kube-a")
     finally:
         task.cancel()
-

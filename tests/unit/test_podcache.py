@@ -3,10 +3,8 @@ lifecycle reading it instead of listing every pod each round (over the fakes).""
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import pytest
-from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
@@ -126,20 +124,3 @@ async def test_a_pending_pod_deleted_at_once_has_its_job_cancelled_at_once(
     await _until(lambda: cache.deleted("uid-deleted"))
     await lifecycle.reconcile_once()
     assert slurm.cancelled == [1]  # not 2: its pod is not in the cache yet, nor deleted
-
-
-async def test_a_bookmark_is_passed_to_no_follower() -> None:
-    """A bookmark carries only where the apiserver is: no pod for a follower to act on."""
-    told: list[str] = []
-
-    class Follower:
-        def relisted(self) -> None: ...
-
-        def pod_changed(self, event: str, pod: Any) -> None:
-            told.append(event)
-
-    cache = PodCache(FakeKube())
-    cache.follow(Follower())
-    cache.apply("BOOKMARK", Pod(metadata=ObjectMeta(resourceVersion="99")))
-    cache.apply("ADDED", PodBuilder("p", "ns").build())
-    assert told == ["ADDED"]

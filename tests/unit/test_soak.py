@@ -1,13 +1,16 @@
 """The SOAK harness's parts that need no cluster: the seeded fault schedule, the invariant
 checks on crafted snapshots, and how long a suspect may last before it is a violation."""
 
+import asyncio
 import itertools
 import math
 from typing import Any, cast
 
+import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
+from benchmarks.soak.cut import Relay
 from benchmarks.soak.invariants import (
     BOUND_SECONDS,
     Bound,
@@ -207,3 +210,29 @@ async def test_the_harness_kubelet_runs_a_bound_pod_ends_it_and_stops_a_deleted_
     await kubelet.step()
     assert [p.metadata.name async for p in kube.list(Pod, namespace=NS) if p.metadata] == ["done"]
     assert kubelet.completed == 1 and len(kubelet.placed) == 2
+
+
+async def test_the_cut_holds_every_byte_until_it_heals_and_loses_none() -> None:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(100):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    upstream = await asyncio.start_server(echo, "127.0.0.1", 0)
+    relay = Relay("127.0.0.1", int(upstream.sockets[0].getsockname()[1]))
+    await relay.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+        writer.write(b"before")
+        assert await asyncio.wait_for(reader.read(100), 5) == b"before"
+        relay.cut()
+        writer.write(b"during")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.read(100), 0.3)
+        relay.heal()
+        assert await asyncio.wait_for(reader.read(100), 5) == b"during"
+        writer.close()
+    finally:
+        await relay.close()
+        upstream.close()
