@@ -6,9 +6,9 @@ answered 410 Gone for a resourceVersion it no longer holds: lightkube restarts a
 apiserver closed from the last version it saw, which etcd may have compacted after a quiet
 spell), which also drops the objects that went away while no watch ran.  No bookmarks:
 lightkube decodes a bookmark as the whole object, which a Pod's fails (``spec.containers``
-null), so each one would break the watch and relist every pod (B1 saw one a minute).  A subclass says
-which objects (kind, field selector) and what small view of each it keeps; an older copy
-than the one held changes nothing.
+null), so each one would break the watch and relist every pod (B1 saw one a minute).
+A subclass says which objects (kind, field selector) and what small view of each it keeps;
+an older copy than the one held changes nothing.
 """
 
 import asyncio
