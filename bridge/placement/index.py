@@ -17,6 +17,7 @@ never read again, the index's own jobs are re-read only when their state changed
 import asyncio
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -30,6 +31,14 @@ from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 log = structlog.get_logger(__name__)
 
 _READS_IN_FLIGHT = 8  # GET /job/<id> at once while a rebuild reads unclassified jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Resynced:
+    cancelled: list[int] = field(default_factory=list)  # duplicate live jobs cancelled
+    # (as held, as read) for every record the listing replaced with a new reading: a job
+    # submitted while the listing ran included, which nobody else will report changed.
+    replaced: list[tuple[SlurmJob, SlurmJob]] = field(default_factory=list)
 
 
 def _keeper(jobs: list[SlurmJob], pinned: int | None = None) -> SlurmJob:
@@ -146,8 +155,8 @@ class JobIndex:
             self.record(job)
             return job
 
-    async def resync(self) -> list[int]:
-        """Rebuild from what Slurm lists; cancel duplicate live jobs. Returns cancelled ids."""
+    async def resync(self) -> Resynced:
+        """Rebuild from what Slurm lists; cancel duplicate live jobs."""
         self._resyncing = True
         try:
             listing = await self._placeholders()
@@ -174,16 +183,20 @@ class JobIndex:
                         )
                         await self._client.cancel(extra.job_id)
                         cancelled.append(extra.job_id)
+        replaced = []
         for job in listing:
             if job.job_id not in cancelled:
-                self.record(job, read=held.get(job.job_id) is not job)
+                old = held.get(job.job_id)
+                self.record(job, read=old is not job)
+                if old is not None and old is not job:
+                    replaced.append((old, job))
         self._seen_at = {i: t for i, t in self._seen_at.items() if i in self._by_id}
         # Submit locks and pins of owners whose jobs left Slurm's listing: not kept forever.
         self._locks = {
             o: lock for o, lock in self._locks.items() if lock.locked() or o in self._by_owner
         }
         self._pinned = {o: i for o, i in self._pinned.items() if o in self._by_owner}
-        return cancelled
+        return Resynced(cancelled, replaced)
 
 
     async def _placeholders(self) -> list[SlurmJob]:

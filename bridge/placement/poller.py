@@ -182,12 +182,10 @@ class Poller:
 
     async def resync(self) -> None:
         """Rebuild the index from a full listing; changes it reveals are reported too."""
-        before = {j.job_id: j for j in self._index.jobs() if j.state.is_live}
-        cancelled = await self._index.resync()
-        log.info("poller.resynced", jobs=len(self._index.jobs()), cancelled=cancelled)
-        for job_id, old in before.items():
-            new = self._index.by_id(job_id)
-            if new is not None and _changed(old, new):
+        resynced = await self._index.resync()
+        log.info("poller.resynced", jobs=len(self._index.jobs()), cancelled=resynced.cancelled)
+        for old, new in resynced.replaced:
+            if _changed(old, new):
                 await self._on_change(old, new)
 
     async def _started(self, before: SlurmJob) -> None:

@@ -57,7 +57,7 @@ async def test_a_submit_during_resync_is_not_forgotten() -> None:
     await fake.listing_started.wait()
     job = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-1")))
     fake.hold_listing.set()
-    assert await resync == []
+    assert (await resync).cancelled == []
     assert index.by_owner(PodOwner("uid-1")) == job
     again = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-1")))
     assert again.job_id == job.job_id and len(fake.jobs) == 1
@@ -68,7 +68,7 @@ async def test_resync_keeps_one_live_job_per_owner() -> None:
     for _ in range(3):
         await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-2")))
     index = _index(fake)
-    cancelled = await index.resync()
+    cancelled = (await index.resync()).cancelled
     assert sorted(cancelled) == [2, 3]
     kept = index.by_owner(PodOwner("uid-2"))
     assert kept is not None and kept.job_id == 1
@@ -87,6 +87,31 @@ async def test_a_change_seen_only_by_a_resync_is_reported() -> None:
     async def on_change(before: SlurmJob, after: SlurmJob) -> None:
         seen.append((before.state, after.state))
 
+    await Poller(fake, index, on_change).resync()
+    assert seen == [(JobState.PENDING, JobState.RUNNING)]
+
+
+async def test_a_job_submitted_as_a_resync_began_and_started_before_its_listing_is_reported(
+) -> None:
+    """Submitted after the resync took its "before" and started before Slurm's state list:
+    the resync reads it RUNNING, and the poller must say so (its pod waits for that news to
+    be released; later polls see RUNNING both times).  B1 at 5,000 pods left 7 gated pods of
+    one such burst unreleased for good."""
+    fake = FakeSlurm()
+    index = _index(fake)
+    seen: list[tuple[JobState, JobState]] = []
+
+    async def on_change(before: SlurmJob, after: SlurmJob) -> None:
+        seen.append((before.state, after.state))
+
+    listing = fake.every_job_state
+
+    async def submitted_and_started_first() -> dict[int, JobState | None]:
+        job = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-4")))
+        fake.start(job.job_id, "node1")
+        return await listing()
+
+    fake.every_job_state = submitted_and_started_first  # type: ignore[method-assign]
     await Poller(fake, index, on_change).resync()
     assert seen == [(JobState.PENDING, JobState.RUNNING)]
 
@@ -146,14 +171,14 @@ async def test_a_resync_reads_each_native_job_once_and_never_lists_every_job() -
     first = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-5")))
     second = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-5")))
     index = _index(fake)
-    assert await index.resync() == [second]
+    assert (await index.resync()).cancelled == [second]
     assert fake.requests["every_job_state"] == 1  # the port has no full listing any more
     assert sorted(fake.fetched) == sorted([100, 101, 102, first, second])
     fake.fetched.clear()
-    assert await index.resync() == []
+    assert (await index.resync()).cancelled == []
     assert fake.fetched == [second]  # the cancelled duplicate's end, once
     fake.fetched.clear()
-    assert await index.resync() == []
+    assert (await index.resync()).cancelled == []
     assert fake.fetched == []  # natives remembered, known jobs unchanged: nothing read
     fake.start(first, "node1")
     fake.put(SlurmJob(103, "native", JobState.PENDING, "Priority", None, None))
