@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from lightkube import AsyncClient
-from lightkube.core.exceptions import ApiError
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType
@@ -57,7 +56,7 @@ class Load:
             action = self.rng.choices(list(ACTIONS), weights=list(ACTIONS.values()))[0]
             try:
                 await asyncio.wait_for(self.act(action), 60)
-            except (ApiError, AssertionError, OSError, TimeoutError) as exc:
+            except Exception as exc:  # a fault may take the apiserver or Slurm away: go on
                 self.counts[f"{action} refused or failed"] += 1
                 print(f"  load: {action} failed: {str(exc)[:160]}", flush=True)
             await asyncio.sleep(self.rng.uniform(*TICK_SECONDS))
