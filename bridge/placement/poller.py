@@ -1,29 +1,24 @@
 """Keep the job index current with a load on slurmctld that follows the bridge's own jobs.
 
 Each cycle is one ``GET /jobs/state/?job_id=..`` naming the live jobs the index tracks
-(``SlurmClient.job_states``: ids and states of those jobs only, 400 ids a request), plus
-one ``GET /job/<id>`` per tracked job whose state changed (for one that started, ``GET
-/resources/<id>`` where slurmrestd has it: its nodes and GPUs, ~600 bytes instead of every
-core of each node; the rest of the job is as the index knew it), plus up to ``reasons_per_cycle``
-pending jobs whose reason is refreshed round-robin, each at most every ``reason_interval``
-(so an idle cycle with a few pending jobs stays about one request; the same answer brings
-Slurm's expected start, so a pod is told of a moving estimate at most that often), and as
-many running jobs of a preemptable QOS, round-robin (their preemption changes no state).
+(``SlurmClient.job_states``: ids and states of those jobs only, 400 ids a request), plus one
+``GET /job/<id>`` per tracked job whose state changed (for one that started, ``GET
+/resources/<id>`` where slurmrestd has it: its nodes and GPUs, ~600 bytes instead of every core
+of each node), plus up to ``reasons_per_cycle`` pending jobs whose reason is refreshed
+round-robin, each at most every ``reason_interval`` (the same answer brings Slurm's expected
+start), and as many running jobs of a preemptable QOS (their preemption changes no state).
 With nothing tracked the cycle is one ``GET /ping/``, so /readyz and the controllers still
-learn whether Slurm answers.  Nothing in a cycle grows with Slurm's queue: B5 in
-benchmarks/RESULTS.md measures it with 100 to 10,000 other jobs.
-Cycles come every ``interval``, or every ``fast_interval`` for ``fast_window`` after a
-submit.  The full listing runs only at start, every ``resync_interval`` and when this replica takes
-the lease (it rebuilds the index and cancels duplicates).
+learn whether Slurm answers.  Nothing in a cycle grows with Slurm's queue (B5).  Cycles come
+every ``interval``, or every ``fast_interval`` for ``fast_window`` after a submit.  The full
+listing runs only at start, every ``resync_interval`` and when this replica takes the lease.
 
 Jobs another replica submitted are not found here: the pods record their job ids, the
 placer adopts a recorded job when it meets the pod, and the leader's lifecycle adopts the
 job recorded on any of the bridge's pods (bridge/controllers/lifecycle.py).
 
-The loop never ends on an error: a job whose answer cannot be read is skipped
-for this cycle (the others are still refreshed), and any other failure —
-Slurm away, or a bug meeting an answer nobody expected — is logged with its
-traceback, counted in ``slurmbridge_poll_errors_total`` and retried with
+The loop never ends on an error: a job whose answer cannot be read is skipped for this
+cycle, and any other failure (Slurm away, or a bug meeting an answer nobody expected) is
+logged with its traceback, counted in ``slurmbridge_poll_errors_total`` and retried with
 backoff.  ``read_within`` tells /readyz whether Slurm was read recently.
 """
 
@@ -46,14 +41,11 @@ log = structlog.get_logger(__name__)
 OnChange = Callable[[SlurmJob, SlurmJob], Awaitable[None]]  # (before, after)
 
 MISSES_BEFORE_GONE = 3  # one missing observation is never acted on
-# A running job the state reads have not shown for this long is read again: it may have
-# been requeued and started elsewhere unseen (both reads say RUNNING).  Slurm holds a
-# requeued batch job for its credential's lifetime (BeginTime, 120 s by default) before it
-# may start again, so polls less than that apart always see it pending in between; a gap
-# of half of it means the bridge was blind (slurmrestd away, the poller stalled, a new
-# process).  At most RECHECKS_PER_CYCLE such reads a cycle, the longest unseen first: after
-# an outage with thousands of running jobs, or under a load that slows every cycle, the
-# re-reads add a bounded load instead of slowing the next cycle further.
+# A running job the state reads have not shown for this long is read again: requeued and
+# started elsewhere unseen, both reads say RUNNING.  Slurm holds a requeued batch job for its
+# credential's lifetime (BeginTime, 120 s by default), so polls closer than that see it
+# pending; a gap of half of it means the bridge was blind (slurmrestd away, a new process).
+# At most RECHECKS_PER_CYCLE a cycle, longest unseen first: a bounded load after an outage.
 RECHECK_AFTER_SECONDS = 60.0
 RECHECKS_PER_CYCLE = 50
 _FETCH_CONCURRENCY = 16

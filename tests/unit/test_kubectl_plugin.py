@@ -42,12 +42,13 @@ NOW = T0 + timedelta(minutes=5, seconds=30)
 # When each kind of event happened, in seconds after the pods were created.
 EVENT_AT = {"SlurmSubmitRefused": 1, "FailedScheduling": 2, "FailedCreate": 3,
             "SlurmPending": 12, "Scheduled": 15}
-# Slurm's backfill expects the job of pod "waits" to start 12.5 minutes after the world is
-# made (the bridge words it with the real clock), by the backfill 20 s before.
+# Slurm's backfill expects the job of pod "waits" to start 5 hours after the world is made
+# (the bridge words it with the real clock: hours, so the words hold however long the suite
+# runs first), by the backfill 20 s before.
 MADE = datetime.now(UTC)
-ESTIMATE, BACKFILL = MADE + timedelta(minutes=12, seconds=30), MADE - timedelta(seconds=20)
+ESTIMATE, BACKFILL = MADE + timedelta(hours=5), MADE - timedelta(seconds=20)
 EXPECTED = clock(ESTIMATE, MADE)
-SAID_EXPECTED = (f"; expected to start at {EXPECTED}, in about 12 minutes, by Slurm's backfill "
+SAID_EXPECTED = (f"; expected to start at {EXPECTED}, in about 5 hours, by Slurm's backfill "
                  f"at {BACKFILL:%H:%M}")
 ADMISSION_REFUSAL = (
     'Error creating: admission webhook "validate.slurmbridge.io" denied the request: '

@@ -12,6 +12,7 @@ from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.link.owner import linked_pod
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.pods import PodRegistry
+from bridge.placement.reasons import clock
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.fakes import FakeKube
 
@@ -176,7 +177,8 @@ async def test_pods_whose_jobs_are_long_gone_are_forgotten() -> None:
     await notifier.drain()
 
 
-SOON = datetime.now(UTC) + timedelta(minutes=12, seconds=30)
+# Hours ahead: "in about 5 hours" holds however long the suite runs before these tests.
+SOON = datetime.now(UTC) + timedelta(hours=5)
 ESTIMATED = dataclasses.replace(PENDING, expected_start=SOON,
                                 backfill_at=datetime.now(UTC) - timedelta(seconds=20))
 
@@ -201,7 +203,7 @@ async def test_a_pending_pod_is_told_when_slurm_expects_its_job_to_start() -> No
     await _settle(notifier)
     said = _messages(kube)
     assert [reason for reason, _ in said] == ["SlurmPending", "condition"]
-    expected = (f"; expected to start at {SOON:%H:%M} UTC, in about 12 minutes, "
+    expected = (f"; expected to start at {clock(SOON, datetime.now(UTC))}, in about 5 hours, "
                 f"by Slurm's backfill at {ESTIMATED.backfill_at:%H:%M}")
     assert all(message.startswith("waiting for Slurm job 7 (PENDING, reason Resources): ")
                and message.endswith(expected) for _, message in said), said
