@@ -68,7 +68,7 @@ async def _with_stack(
     await relay.start()
     try:
         async with live.bridge_stack(slurm, cp, kube, work, log_level="info",
-                                     settings={"SLURMBRIDGE_SLURM__URL": relay.url}) as stack:
+                                     settings=_settings(relay)) as stack:
             second = another_replica(stack.extender)
             await asyncio.to_thread(second.start)
             ns = await make_e2e_namespace(kube, f"soak-{cfg.seed}")
@@ -82,6 +82,13 @@ async def _with_stack(
     finally:
         await kube.close()
         await relay.close()
+
+
+def _settings(relay: Relay) -> dict[str, str]:
+    """The stack's timings, but Slurm through the relay, and a Lease of the soak's own: a
+    bridge another session left running on the same control plane cannot lead the soak's."""
+    return {"SLURMBRIDGE_SLURM__URL": relay.url,
+            "SLURMBRIDGE_CONTROLLERS__LEASE_NAME": "slurmbridge-soak"}
 
 
 class Soak:

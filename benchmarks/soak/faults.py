@@ -116,7 +116,8 @@ class Injector:
 
     async def _kill_replica(self, fault: Fault) -> str:
         try:
-            holder = await leader_identity(self.kube)
+            lease = self.replicas[0].env.get("SLURMBRIDGE_CONTROLLERS__LEASE_NAME")
+            holder = await leader_identity(self.kube, *([lease] if lease else []))
         except Exception:  # the apiserver may be away: pick by position then
             holder = ""
         leader = [r for r in self.replicas if leads(holder, r)]
