@@ -60,7 +60,7 @@ class PlacementSettings(BaseModel):
     )
     resync_interval_seconds: float = Field(
         300.0, gt=0,
-        description="Slurm resync: every job's state, each job not seen before read once "
+        description="Slurm resync: every job's state, each live job not seen before read once "
         "(rebuilds the index, cancels duplicates)",
     )
     reasons_per_cycle: int = Field(

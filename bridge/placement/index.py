@@ -11,7 +11,12 @@ a site's queue, and slurmrestd needs tens of times that in memory (B1 with 5,000
 1,250-CPU nodes: slurmrestd OOM-killed at 21 GB).  It reads the state list of every job
 (``GET /jobs/state/``, ~80 bytes a job), then each job it has not classified yet, once
 (``GET /job/<id>``, ``_READS_IN_FLIGHT`` at a time): native jobs are remembered as such and
-never read again, the index's own jobs are re-read only when their state changed.
+never read again, the index's own jobs are re-read only when their state changed.  A job
+that ended before the index ever saw it is read only by a rebuild (the first resync, a new
+leader's): it holds nothing, and a pod whose job it was records the job id (release, bind),
+so its end is found from the pod.  Otherwise every native job that ran and ended between two
+periodic resyncs would be read once, in Slurm's whole per-core detail (B1: the 5,000 jobs
+of the round before, 375 kB each).
 """
 
 import asyncio
@@ -124,7 +129,7 @@ class JobIndex:
         """The owner's live job, looked up in a full listing (shared by concurrent callers):
         for the rare case where another process may have submitted it unseen."""
         if self._listing is None:
-            self._listing = asyncio.ensure_future(self._placeholders())
+            self._listing = asyncio.ensure_future(self._placeholders(rebuild=False))
             self._listing.add_done_callback(lambda _: setattr(self, "_listing", None))
         listing = await asyncio.shield(self._listing)
         live = _live_by_owner(listing).get(owner, [])
@@ -155,11 +160,12 @@ class JobIndex:
             self.record(job)
             return job
 
-    async def resync(self) -> Resynced:
-        """Rebuild from what Slurm lists; cancel duplicate live jobs."""
+    async def resync(self, *, rebuild: bool = True) -> Resynced:
+        """Rebuild from what Slurm lists; cancel duplicate live jobs.  ``rebuild``: also read
+        the jobs that ended before the index saw them (see the module)."""
         self._resyncing = True
         try:
-            listing = await self._placeholders()
+            listing = await self._placeholders(rebuild)
         finally:
             self._resyncing = False
         # Jobs submitted while the listing was under way may be missing from it: keep them.
@@ -199,15 +205,20 @@ class JobIndex:
         return Resynced(cancelled, replaced)
 
 
-    async def _placeholders(self) -> list[SlurmJob]:
+    async def _placeholders(self, rebuild: bool) -> list[SlurmJob]:
         """Every placeholder Slurm lists (live or recently ended), without the full listing:
         the state list, then a read of each job not classified yet or whose state changed."""
         states = await self._client.every_job_state()
         self._native &= states.keys()
-        unread = [
-            i for i, state in states.items() if i not in self._native
-            and ((known := self._by_id.get(i)) is None or state is None or known.state is not state)
-        ]
+
+        def unclassified(job_id: int, state: JobState | None) -> bool:
+            if job_id in self._native:
+                return False
+            if (known := self._by_id.get(job_id)) is None:
+                return rebuild or state is None or state.is_live
+            return state is None or known.state is not state
+
+        unread = [i for i, state in states.items() if unclassified(i, state)]
         slots = asyncio.Semaphore(_READS_IN_FLIGHT)
 
         async def read(job_id: int) -> SlurmJob | None:

@@ -10,7 +10,7 @@ start), and as many running jobs of a preemptable QOS (their preemption changes 
 With nothing tracked the cycle is one ``GET /ping/``, so /readyz and the controllers still
 learn whether Slurm answers.  Nothing in a cycle grows with Slurm's queue (B5).  Cycles come
 every ``interval``, or every ``fast_interval`` for ``fast_window`` after a submit.  The full
-listing runs only at start, every ``resync_interval`` and when this replica takes the lease.
+listing (``JobIndex.resync``) runs at start, every ``resync_interval`` and on taking the lease.
 
 Jobs another replica submitted are not found here: the pods record their job ids, the
 placer adopts a recorded job when it meets the pod, and the leader's lifecycle adopts the
@@ -88,6 +88,7 @@ class Poller:
         self._last_read: float | None = None  # loop time of the last complete cycle
         self._on_recovered = on_recovered
         self._resync_requested = False
+        self._rebuild = True  # the next resync reads jobs that ended unseen (JobIndex.resync)
         self._resynced = asyncio.Event()  # a resync completed since the last request
 
     async def poll_once(self) -> None:
@@ -124,13 +125,11 @@ class Poller:
                              *(self._started(j) for j in started))
 
     def _reason_batch(self, tracked: dict[int, SlurmJob], skip: set[int]) -> list[SlurmJob]:
-        """A few pending jobs whose reason (not visible in the state list) is re-read, none
-        more often than every ``reason_interval`` (the first time half of it after the job
-        was first seen): a reason changes without a state change, but users read it after
-        ``notify_quiet_seconds``, not every poll."""
+        """A few pending jobs whose reason (not in the state list) is re-read, none more often
+        than every ``reason_interval``: a reason changes without a state change, but users
+        read it after ``notify_quiet_seconds``, not every poll."""
         now = asyncio.get_running_loop().time()
-        # A job first seen pending is not read before half the interval: most start by then
-        # (a burst's reads would only find "None"), and users see a reason after the quiet time.
+        # First read after half the interval: most start by then, users wait the quiet time.
         first = now - self._reason_interval / 2
         self._reason_read = {i: self._reason_read.get(i, first) for i, j in tracked.items()
                              if j.state is JobState.PENDING}
@@ -174,7 +173,8 @@ class Poller:
 
     async def resync(self) -> None:
         """Rebuild the index from a full listing; changes it reveals are reported too."""
-        resynced = await self._index.resync()
+        resynced = await self._index.resync(rebuild=self._rebuild)
+        self._rebuild = False
         log.info("poller.resynced", jobs=len(self._index.jobs()), cancelled=resynced.cancelled)
         for old, new in resynced.replaced:
             if _changed(old, new):
@@ -262,9 +262,10 @@ class Poller:
             await asyncio.sleep(delay)
 
     def resync_soon(self) -> None:
-        """Resync on the next cycle: a replica that just took the lease holds none of the jobs
-        the others submitted while nobody led, and its controllers act on the index."""
+        """Rebuild on the next cycle: a replica that just took the lease holds none of the
+        jobs the others submitted while nobody led, and its controllers act on the index."""
         self._resync_requested = True
+        self._rebuild = True
         self._resynced.clear()
 
     async def resynced(self) -> None:

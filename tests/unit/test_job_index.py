@@ -252,3 +252,35 @@ class UnreadableSlurm(FakeSlurm):
 def _unreadable_count() -> float:
     value = REGISTRY.get_sample_value("slurmbridge_poll_errors_total", {"kind": "unreadable"})
     return value or 0.0
+
+
+async def test_a_periodic_resync_does_not_read_native_jobs_that_ended_before_it_saw_them(
+) -> None:
+    """B1 at 5,000 pods: the round before (Slurm alone) left 5,000 cancelled native jobs in
+    Slurm's list for MinJobAge; the bridge's next periodic resync read every one of them
+    (6,824 ``GET /job/<id>`` of 375 kB each, slurmrestd 89 CPU-s in a 178 s round).  An
+    ended job the index never knew holds nothing and was submitted by nobody this replica
+    follows, so only a rebuild (the first resync, a new leader's) reads it; a periodic one
+    reads the unknown jobs that are live."""
+    fake = FakeSlurm()
+    index = _index(fake)
+    poller = Poller(fake, index, _ignore, interval=0.01, resync_interval=3600)
+    await poller.resync()  # the first: a rebuild
+    for job_id in range(100, 150):
+        fake.put(SlurmJob(job_id, "native", JobState.CANCELLED, "None", None, None))
+    fake.put(SlurmJob(150, "native", JobState.RUNNING, "None", None, None))
+    ours = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-9")))
+    fake.end(ours, JobState.CANCELLED)  # another replica's job, ended unseen
+    fake.fetched.clear()
+    await poller.resync()  # periodic
+    assert fake.fetched == [150]
+    fake.fetched.clear()
+    poller.resync_soon()  # this replica took the lease: rebuild
+    await poller.resync()
+    assert sorted(fake.fetched) == sorted([*range(100, 150), ours])
+    ended = index.by_id(ours)
+    assert ended is not None and ended.state is JobState.CANCELLED
+
+
+async def _ignore(before: SlurmJob, after: SlurmJob) -> None:
+    return None
