@@ -25,9 +25,14 @@ JOB_NAME: Final = PREFIX + "job-name"
 # The Slurm user the pod's job runs as: filled in by the webhook from the namespace's tenancy
 # (bridge/policy/tenancy.py); a pod may only name its namespace's user.
 SLURM_USER: Final = PREFIX + "slurm-user"
+# Slurm GPU forms besides whole GPUs (nvidia.com/gpu): N of Slurm's gres/shard (a share of one
+# GPU, the rest of it free for other jobs' shards), or whole GPUs of one Slurm GPU type
+# (gres/gpu:<type>:N, e.g. a MIG-style slice 1g.10gb).
+GPU_SHARDS: Final = PREFIX + "gpu-shards"
+GPU_TYPE: Final = PREFIX + "gpu-type"
 USER_ANNOTATIONS: Final = (
     PARTITION, ACCOUNT, QOS, RESERVATION, WCKEY, CONSTRAINTS, PRIORITY, TIME_LIMIT, EXCLUSIVE,
-    JOB_NAME, SLURM_USER,
+    JOB_NAME, SLURM_USER, GPU_SHARDS, GPU_TYPE,
 )
 
 # SchedMD slurm-bridge's pod annotations (its docs/workload.md), read as aliases of the

@@ -43,6 +43,8 @@ class SlurmOptions:
     placement: SlurmPlacement = field(default_factory=SlurmPlacement)
     time_limit_minutes: int | None = None
     gpus: int | None = None  # written by the webhook when it moves the GPU request
+    gpu_shards: int | None = None  # Slurm gres/shard: a share of one GPU
+    gpu_type: str | None = None  # Slurm's GPU type (gres/gpu:<type>:N), e.g. 1g.10gb
     job_name: str | None = None  # the placeholder is named k8s:<namespace>/<job_name>
 
 
@@ -70,6 +72,12 @@ def _name_list(text: str) -> str:
     if not all(_NAME.fullmatch(name) for name in names):
         raise ValueError(f"{_NAME_FORM}, or a comma-separated list of such names")
     return ",".join(names)
+
+
+def _gpu_type(text: str) -> str:
+    if not _NAME.fullmatch(text):
+        raise ValueError(f"a Slurm GPU type as gres.conf names it (e.g. 1g.10gb): {_NAME_FORM}")
+    return text
 
 
 def _constraints(text: str) -> str:
@@ -148,6 +156,8 @@ def slurm_options(annotations: Mapping[str, str] | None) -> SlurmOptions:
         placement,
         time_limit_minutes=read(keys.TIME_LIMIT, _time_limit),
         gpus=read(keys.GPUS, _count),
+        gpu_shards=read(keys.GPU_SHARDS, _positive),
+        gpu_type=read(keys.GPU_TYPE, _gpu_type),
         job_name=read(keys.JOB_NAME, _text),
     )
 

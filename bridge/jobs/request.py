@@ -36,7 +36,9 @@ class JobRequest:
     owner: Owner  # in the job comment (owner.py): the link survives restarts
     cpus: int = 1
     memory_mb: int = 0  # 0 = let Slurm apply DefMemPerCPU / DefMemPerNode
-    gpus: int = 0
+    gpus: int = 0  # whole GPUs per node
+    gpu_type: str | None = None  # Slurm's GPU type of those (gres/gpu:<type>:N); None: any
+    gpu_shards: int = 0  # Slurm gres/shard per node (a share of one GPU), instead of gpus
     nodes: int = 1
     time_limit_minutes: int | None = None
     placement: SlurmPlacement = field(default_factory=SlurmPlacement)

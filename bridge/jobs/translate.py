@@ -5,6 +5,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge.jobs.annotations import pod_group, slurm_options
 from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.gpus import gpu_ask
 from bridge.jobs.names import placeholder_job_name
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
@@ -25,12 +26,15 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
     options = slurm_options(meta.annotations)
     group = pod_group(meta.labels)
     resources = pod_resources(pod)
+    gpu = gpu_ask(options, resources.gpus)
     return JobRequest(
         name=placeholder_job_name(namespace, options.job_name or (group.name if group else name)),
         owner=PodOwner(uid),
         cpus=resources.cpus,
         memory_mb=resources.memory_mb,
-        gpus=resources.gpus if options.gpus is None else options.gpus,
+        gpus=gpu.gpus,
+        gpu_type=gpu.gpu_type,
+        gpu_shards=gpu.shards,
         nodes=group.size if group else 1,
         time_limit_minutes=options.time_limit_minutes or _deadline_minutes(pod),
         placement=options.placement,

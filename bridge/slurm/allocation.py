@@ -1,5 +1,8 @@
 """Slurm's allocation strings (node hostlists, per-node GPU ``gres_detail``) as core types.
 
+A job's shards (``gres/shard``) count as the GPUs they are on: that GPU is what the pod is
+told, and Slurm keeps it from being any other job's whole GPU.
+
 These are what the pod is bound to: a node list or GPU index read wrongly would put
 a pod on GPUs Slurm gave to someone else, so anything unexpected is an error, never
 a guess.
@@ -15,6 +18,7 @@ from bridge.slurm.types import Allocation
 # Slurm node names are host names; anything else ("(null)", "None assigned") is no node.
 _NODE_NAME = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
 _COUNT = re.compile(r"[0-9]+", re.ASCII)
+_SHARD_COUNT = re.compile(r"([0-9]+)/[0-9]+", re.ASCII)
 _INDEX_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?", re.ASCII)
 
 
@@ -60,21 +64,37 @@ def _indices(idx: str, entry: str) -> Iterator[int]:
 
 
 def _gpu_indices_of(gres: str, entry: str) -> Iterator[int]:
-    """Indices of one ``name[:type][:count][(IDX:...)]`` item; nothing unless it is a GPU."""
+    """GPU indices of one ``name[:type][:count][(...)]`` item; nothing unless it is a GPU or a
+    shard of one."""
     head, paren, detail = gres.partition("(")
     fields = head.split(":")
-    if fields[0] != "gpu":
+    if fields[0] not in ("gpu", "shard"):
         return
     count = int(fields[-1]) if len(fields) > 1 and _COUNT.fullmatch(fields[-1]) else None
     if not paren:
         if count != 0:  # GPUs granted but their indices unknown: binding would be a guess
             raise ValueError(f"no GPU indices (IDX) in gres {entry!r}")
         return
+    if fields[0] == "shard":
+        gpus = tuple(_shard_gpus(detail, entry))
+        if count and not gpus:
+            raise ValueError(f"shards on no GPU in gres {entry!r}")
+        yield from gpus
+        return
     if not (detail.startswith("IDX:") and detail.endswith(")")):
         raise ValueError(f"bad GPU detail in gres {entry!r}")
     idx = detail[len("IDX:") : -1]
     if idx != "N/A":
         yield from _indices(idx, entry)
+
+
+def _shard_gpus(detail: str, entry: str) -> Iterator[int]:
+    """The GPUs a job's shards are on: Slurm lists, GPU by GPU in index order, the shards the
+    job holds of each (``shard:3(0/4,3/4)``: 3 of GPU 1's 4)."""
+    held = [_SHARD_COUNT.fullmatch(part) for part in detail.removesuffix(")").split(",")]
+    if not detail.endswith(")") or not all(held):
+        raise ValueError(f"bad shard detail in gres {entry!r}")
+    yield from (gpu for gpu, match in enumerate(held) if match and int(match[1]))
 
 
 def gpu_indices(gres_detail_entry: str) -> tuple[int, ...]:

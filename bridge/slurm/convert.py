@@ -40,12 +40,17 @@ def comment_for(owner: Owner) -> str:
     return f"{keys.COMMENT_OWNER}{owner_text(owner)}"
 
 
+# GRES that hold GPUs: whole (of any type), or shards, whose index is the GPU they are on.
+_GPU_GRES = ("gpu", "shard")
+
+
 def allocation(resources: ResourcesResponse) -> Allocation:
-    """Nodes in Slurm's order, and each node's GPU indices."""
+    """Nodes in Slurm's order, and each node's GPU indices (sorted, each once)."""
     return Allocation(
         tuple(n.node for n in resources.nodes),
         {n.node: gpus for n in resources.nodes
-         if (gpus := tuple(i for g in n.gres if g.name == "gpu" for i in index_list(g.index)))},
+         if (gpus := tuple(sorted({i for g in n.gres if g.name in _GPU_GRES
+                                   for i in index_list(g.index)})))},
     )
 
 

@@ -4,13 +4,15 @@
 # slurm.conf and gres.conf from here (configless).  deploy/kind/up.sh mounts this script and
 # runs it with:
 #   SLURM_NODES  the kind workers' names (= Slurm node names = Docker host names)
-#   CPUS MEMORY_MB GPUS  the shape each node declares (GPUs: placeholder files on the nodes)
+#   CPUS MEMORY_MB GPUS  the shape each node declares (GPUs: placeholder files on the nodes;
+#                        each GPU also SHARDS_PER_GPU Slurm gres/shard, as deploy/slurm/recipe.sh)
 #   /keys/slurm.key, /keys/jwt_hs256.key  the keys (slurm.key is copied to the nodes too)
 #   /var/lib/slurmbridge  where the JWT for user slurm is written as `token`
 set -euo pipefail
 
 : "${SLURM_NODES:?}"
 cpus="${CPUS:-8}"; mem="${MEMORY_MB:-16384}"; gpus="${GPUS:-4}"
+shards=$((gpus * ${SHARDS_PER_GPU:-4}))
 token_dir=/var/lib/slurmbridge
 log() { echo "[kind-slurm] $*" >&2; }
 
@@ -40,7 +42,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
-GresTypes=gpu
+GresTypes=gpu,shard
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=5,sched_min_interval=100000
 MinJobAge=600
@@ -51,10 +53,12 @@ DefMemPerCPU=1024
 CONF
   local node
   for node in $SLURM_NODES; do
-    echo "NodeName=$node CPUs=$cpus RealMemory=$mem Gres=gpu:$gpus State=UNKNOWN" >> /etc/slurm/slurm.conf
+    echo "NodeName=$node CPUs=$cpus RealMemory=$mem Gres=gpu:$gpus$([[ $shards -eq 0 ]] || echo ",shard:$shards") State=UNKNOWN" >> /etc/slurm/slurm.conf
   done
   echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" >> /etc/slurm/slurm.conf
   echo "Name=gpu File=/var/lib/slurmbridge-gpu/gpu[0-$((gpus - 1))]" > /etc/slurm/gres.conf
+  [[ $shards -eq 0 ]] \
+    || echo "Name=shard Count=$shards File=/var/lib/slurmbridge-gpu/gpu[0-$((gpus - 1))]" >> /etc/slurm/gres.conf
   echo "CgroupPlugin=disabled" > /etc/slurm/cgroup.conf
 }
 

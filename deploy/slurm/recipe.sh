@@ -11,6 +11,8 @@
 #   recipe.sh accounts             the account tree, users and QOS (once slurmctld runs:
 #                                  the gres/gpu TRES exists only after it registered)
 # Node shape comes from NODES (default 4), CPUS (64), MEMORY_MB (262144), GPUS (8).
+# Each GPU is also SHARDS_PER_GPU (4) Slurm gres/shard on the same placeholder file, so pods and
+# native jobs can share one GPU (--gres=shard:N); a GPU is either whole or shared at one time.
 set -eu
 
 install_packages() {
@@ -36,9 +38,14 @@ install_packages() {
 QOS_ALL=normal,low,high,gpu2
 LOW_GRACE_SECONDS=15
 
+node_gres() {  # the Gres= of one node: its GPUs, and their shards
+  if [ "$shards" -gt 0 ]; then echo "gpu:$gpus,shard:$shards"; else echo "gpu:$gpus"; fi
+}
+
 configure() {
   name="$1"; base="$2"
   nodes="${NODES:-4}"; cpus="${CPUS:-64}"; mem="${MEMORY_MB:-262144}"; gpus="${GPUS:-8}"
+  shards=$((gpus * ${SHARDS_PER_GPU:-4}))
   mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/slurm /run/slurmctld /var/lib/slurmbridge-gpu
   chown slurm:slurm /var/spool/slurmctld /var/log/slurm /run/slurmctld
   chown root:root /run/slurm
@@ -72,7 +79,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=$((base + 2))
 AccountingStorageEnforce=associations,limits,qos
-AccountingStorageTRES=gres/gpu
+AccountingStorageTRES=gres/gpu,gres/shard
 PriorityType=priority/multifactor
 PriorityWeightQOS=100000
 PriorityWeightFairshare=10000
@@ -81,7 +88,7 @@ PreemptType=preempt/qos
 PreemptMode=CANCEL
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
-GresTypes=gpu
+GresTypes=gpu,shard
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=5,sched_min_interval=100000
 MinJobAge=600
@@ -96,7 +103,7 @@ CONF
     echo "MetricsType=metrics/openmetrics" >> /etc/slurm/slurm.conf
   fi
   k=1; while [ "$k" -le "$nodes" ]; do
-    echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 10 + k)) CPUs=$cpus RealMemory=$mem Gres=gpu:$gpus State=UNKNOWN" >> /etc/slurm/slurm.conf
+    echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 10 + k)) CPUs=$cpus RealMemory=$mem Gres=$(node_gres) State=UNKNOWN" >> /etc/slurm/slurm.conf
     k=$((k + 1))
   done
   echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" >> /etc/slurm/slurm.conf
@@ -104,6 +111,7 @@ CONF
 
   last=$((gpus - 1))
   echo "Name=gpu File=/var/lib/slurmbridge-gpu/gpu[0-$last]" > /etc/slurm/gres.conf
+  [ "$shards" -eq 0 ] || echo "Name=shard Count=$shards File=/var/lib/slurmbridge-gpu/gpu[0-$last]" >> /etc/slurm/gres.conf
   echo "CgroupPlugin=disabled" > /etc/slurm/cgroup.conf
 
   cat > /etc/slurm/slurmdbd.conf <<CONF

@@ -179,7 +179,7 @@ class JobDescription(WireModel):
             "maximum_nodes": req.nodes,
             "cpus_per_task": req.cpus,
             "memory_per_node": NoVal.of(req.memory_mb) if req.memory_mb else None,
-            "tres_per_node": f"gres/gpu:{req.gpus}" if req.gpus else None,
+            "tres_per_node": _gres(req),
             "time_limit": NoVal.of(req.time_limit_minutes) if req.time_limit_minutes else None,
             "environment": ["SLURMBRIDGE_PLACEHOLDER=1"],
             **cls._placement(req.placement),
@@ -198,6 +198,15 @@ class JobDescription(WireModel):
             "priority": NoVal.of(where.priority) if where.priority is not None else None,
             "shared": ["none"] if where.exclusive else None,
         }
+
+
+def _gres(req: JobRequest) -> str | None:
+    """The job's GRES per node: ``gres/gpu:N``, ``gres/gpu:<type>:N`` or ``gres/shard:N``."""
+    if req.gpu_shards:
+        return f"gres/shard:{req.gpu_shards}"
+    if req.gpus:
+        return f"gres/gpu:{req.gpu_type}:{req.gpus}" if req.gpu_type else f"gres/gpu:{req.gpus}"
+    return None
 
 
 @dataclass(frozen=True)
