@@ -40,11 +40,18 @@ SERVER="https://127.0.0.1:$APISERVER_PORT"
 SERVICE_CIDR="10.96.0.0/12"
 ETCD_SUITE_VERSION=26.05   # the Slurm chroot (Debian sid) that carries etcd-server
 READY_TIMEOUT="${SLURMBRIDGE_CP_TIMEOUT:-90}"
-# The Workload API (scheduling.k8s.io/v1beta1 Workload + PodGroup, pod
-# spec.schedulingGroup; beta and off by default in 1.37) and the Job controller
-# creating them for Jobs (alpha): on in every component, as a cluster would set them.
+# The Workload API (Workload + PodGroup, pod spec.schedulingGroup; off by default) and the
+# Job controller creating them for Jobs (alpha): on in every component, as a cluster would
+# set them.  Same gate names in both minors (pkg/features/kube_features.go of each); the API
+# version differs: 1.37 serves it as scheduling.k8s.io/v1beta1 (gate beta), 1.36 as
+# v1alpha2 (gate alpha).
 FEATURE_GATES="GenericWorkload=true,WorkloadWithJob=true"
-RUNTIME_CONFIG="scheduling.k8s.io/v1beta1=true"
+K8S_MINOR="${K8S_VERSION#1.}"; K8S_MINOR="${K8S_MINOR%%.*}"
+case "$K8S_MINOR" in
+  37) RUNTIME_CONFIG="scheduling.k8s.io/v1beta1=true" ;;
+  36) RUNTIME_CONFIG="scheduling.k8s.io/v1alpha2=true" ;;
+  *) echo "[k8s] error: K8S_VERSION $K8S_VERSION: only 1.36.x and 1.37.x are set up here" >&2; exit 2 ;;
+esac
 # kube-controller-manager: the default set minus node-lifecycle-controller.  Nodes
 # here are API objects without a kubelet: nobody renews their heartbeat Lease or
 # status, so that controller would mark every node NotReady after
@@ -67,10 +74,13 @@ alive() {
     && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$RUN"
 }
 
-# Running with today's feature gates: one started by an older version of this script is
-# restarted by `up` rather than kept.
+# Running this K8S_VERSION's binary with today's feature gates: one started by an older
+# version of this script, or from another version's bin directory, is restarted by `up`
+# rather than kept.
 current() {
-  alive "$1" && tr '\0' ' ' < "/proc/$(pid_of "$1")/cmdline" | grep -qF -- "$FEATURE_GATES"
+  local cmdline
+  alive "$1" && cmdline="$(tr '\0' ' ' < "/proc/$(pid_of "$1")/cmdline")" \
+    && [[ "$cmdline" == "$BIN/"* && "$cmdline" == *"$FEATURE_GATES"* ]]
 }
 
 STARTED=()   # components this invocation started: stopped again if it fails
