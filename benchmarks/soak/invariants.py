@@ -56,11 +56,17 @@ class JobObs:
     user: str
     owner: str  # the bridge's comment marker value ("" for a native job)
     nodes: tuple[str, ...] = ()
-    gpus: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    gpus: dict[str, tuple[int, ...]] = field(default_factory=dict)  # whole GPUs
+    # node -> GPU index -> (shards the job holds of it, shards it has): GPUs it shares.
+    shards: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def live(self) -> bool:
         return self.state in LIVE_STATES
+
+    def gpus_on(self, node: str) -> list[int]:
+        """The GPUs a pod of this job on ``node`` is told: whole ones and those it shares."""
+        return sorted({*self.gpus.get(node, ()), *self.shards.get(node, {})})
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,7 @@ class PodObs:
     slurm_node: str = ""  # the Binding's slurmbridge.io/slurm-node
     job_id: str = ""
     gpu_ids: tuple[int, ...] = ()
+    shards: int = 0  # slurmbridge.io/gpu-shards: gpu_ids are shared, this many shards each
     group: str = ""
     deleting: bool = False
     told_why: bool = False  # a SlurmPending event or a SlurmJobAllocated condition
@@ -139,14 +146,14 @@ def bound_where_job_runs(snap: Snapshot, faulted: frozenset[str]) -> list[Suspec
         job = jobs.get(pod.job_id)
         if not pod.job_id or job is None or job.state != "RUNNING":
             continue  # judged by running_with_live_job once the kubelet runs it
-        held = job.gpus.get(pod.slurm_node, ())
-        if pod.slurm_node in job.nodes and sorted(pod.gpu_ids) == sorted(held):
+        if pod.slurm_node in job.nodes and sorted(pod.gpu_ids) == job.gpus_on(pod.slurm_node):
             continue
         out.append(Suspect(
             "pod bound to a node its job does not hold", f"bound:{pod.uid}:{job.job_id}",
             Bound.EVICT if job.job_id in faulted else Bound.STRICT,
             f"pod {pod.name} on {pod.node} ({pod.slurm_node}, GPUs {list(pod.gpu_ids)}); job "
-            f"{job.job_id} RUNNING on {list(job.nodes)} with GPUs {job.gpus}",
+            f"{job.job_id} RUNNING on {list(job.nodes)} with GPUs {job.gpus}"
+            + (f", shards {job.shards}" if job.shards else ""),
         ))
     return out
 
@@ -171,36 +178,51 @@ def running_with_live_job(snap: Snapshot, faulted: frozenset[str]) -> list[Suspe
 
 
 def gpu_held_once(snap: Snapshot, faulted: frozenset[str]) -> list[Suspect]:
-    """No two running things (pods or jobs) on one GPU index of a node at once.  A running pod
-    holds its GPUs as its job did when it was bound, whatever Slurm says now."""
+    """No GPU index of a node held beyond what Slurm allows at once: whole by two running
+    things (pods or jobs), whole by one and by shards of another, or by more shards than it
+    has.  A running pod holds its GPUs as its job did when it was bound, whatever Slurm says
+    now."""
     jobs = _by_id(snap)
-    holders: dict[tuple[str, int], set[str]] = defaultdict(set)
+    whole: dict[tuple[str, int], set[str]] = defaultdict(set)
+    shared: dict[tuple[str, int], dict[str, tuple[int, int]]] = defaultdict(dict)
     excused: set[str] = set()
     for job in snap.jobs:
         if job.state == "RUNNING":
+            who = f"job {job.job_id} ({job.name}, {job.user})"
             for node, indices in job.gpus.items():
                 for idx in indices:
-                    holders[(node, idx)].add(f"job {job.job_id} ({job.name}, {job.user})")
+                    whole[(node, idx)].add(who)
+            for node, counts in job.shards.items():
+                for idx, share in counts.items():
+                    shared[(node, idx)][who] = share
     for pod in snap.pods:
         if not pod.running or not pod.gpu_ids:
             continue
         own = jobs.get(pod.job_id)
-        still = own is not None and own.state == "RUNNING" and (
-            sorted(own.gpus.get(pod.slurm_node, ())) == sorted(pod.gpu_ids))
-        if still:
+        if own is not None and own.state == "RUNNING" and (
+                own.gpus_on(pod.slurm_node) == sorted(pod.gpu_ids)):
             continue  # its job's own entry stands for it
         who = f"pod {pod.name} (job {pod.job_id}, no longer holding them)"
         if pod.job_id in faulted:
             excused.add(who)
         for idx in pod.gpu_ids:
-            holders[(pod.slurm_node, idx)].add(who)
+            if pod.shards:
+                shared[(pod.slurm_node, idx)][who] = (pod.shards, 0)  # its GPU's total unknown
+            else:
+                whole[(pod.slurm_node, idx)].add(who)
     out = []
-    for (node, idx), names in sorted(holders.items()):
-        if len(names) > 1:
+    for (node, idx) in sorted(whole.keys() | shared.keys()):
+        shares = shared.get((node, idx), {})
+        totals = [total for _, total in shares.values() if total]
+        over = bool(totals) and sum(held for held, _ in shares.values()) > min(totals)
+        names = whole.get((node, idx), set()) | set(shares)
+        if len(whole.get((node, idx), ())) + (1 if shares else 0) > 1 or over:
+            held = "".join(f"; {who}: {n} shards" for who, (n, _) in sorted(shares.items()))
             out.append(Suspect(
                 "two running things on one GPU", f"gpu:{node}:{idx}:{'|'.join(sorted(names))}",
                 Bound.EVICT if names & excused else Bound.STRICT,
-                f"{node} GPU {idx} held by {sorted(names)}",
+                f"{node} GPU {idx} held by {sorted(names)}"
+                + (f" (of {min(totals)} shards{held})" if totals else held),
             ))
     return out
 

@@ -25,7 +25,7 @@ def job_obs(view: JobView) -> JobObs:
         keys.COMMENT_OWNER) else ""
     user = view.fields.get("UserId", "").split("(", 1)[0]
     return JobObs(str(view.job_id), view.name, view.state, user, owner, view.nodes,
-                  dict(view.gpus))
+                  dict(view.gpus), dict(view.shards))
 
 
 def pod_obs(pod: Pod, told: set[str], slurm_node_of: dict[str, str]) -> PodObs:
@@ -40,6 +40,7 @@ def pod_obs(pod: Pod, told: set[str], slurm_node_of: dict[str, str]) -> PodObs:
         phase=(status.phase if status else None) or "Pending", node=node,
         slurm_node=notes.get(keys.SLURM_NODE) or slurm_node_of.get(node, ""),
         job_id=notes.get(keys.JOB_ID, ""), gpu_ids=index_list(notes.get(keys.GPU_IDS, "")),
+        shards=int(shards) if (shards := notes.get(keys.GPU_SHARDS, "").strip()).isdigit() else 0,
         group=(meta.labels or {}).get(keys.GROUP, ""), deleting=meta.deletionTimestamp is not None,
         told_why=(meta.uid in told) or any(c.type == keys.POD_CONDITION_SLURM for c in conditions),
     )

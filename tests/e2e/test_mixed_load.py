@@ -15,7 +15,7 @@ from slurmbridge_devkit.e2e import (
     slurm_job_view,
 )
 from slurmbridge_devkit.kube import wait_for
-from slurmbridge_devkit.scontrol import gpu_holders
+from slurmbridge_devkit.scontrol import gpu_overlaps, show_jobs
 from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
@@ -63,7 +63,7 @@ async def test_mixed_load_never_shares_a_gpu_and_pending_pods_say_why(
         samples = 0
         async def settled() -> bool:
             nonlocal samples
-            shared = {k: v for k, v in gpu_holders(slurm).items() if len(v) > 1}
+            shared = gpu_overlaps(show_jobs(slurm))
             samples += 1
             assert not shared, f"GPU indices held by two jobs: {shared}"
             return len(await _bound(kube, ns)) >= CPU_PODS + 6
@@ -94,7 +94,7 @@ async def test_mixed_load_never_shares_a_gpu_and_pending_pods_say_why(
     async def all_bound() -> bool:
         nonlocal samples
         samples += 1
-        shared = {k: v for k, v in gpu_holders(slurm).items() if len(v) > 1}
+        shared = gpu_overlaps(show_jobs(slurm))
         assert not shared, f"GPU indices held by two jobs: {shared}"
         return len(await _bound(kube, ns)) == GPU_PODS + CPU_PODS
 

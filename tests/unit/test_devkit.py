@@ -4,7 +4,14 @@ import pytest
 
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.scontrol import expand_hostlist, index_list, parse_job_line, parse_squeue
+from slurmbridge_devkit.scontrol import (
+    JobView,
+    expand_hostlist,
+    gpu_overlaps,
+    index_list,
+    parse_job_line,
+    parse_squeue,
+)
 
 # `scontrol show job -d -o` of a 2-node group job (Slurm 26.05, fields cut for length).
 GROUP_JOB = (
@@ -44,6 +51,30 @@ def test_a_pending_job_has_no_nodes_and_no_gpus() -> None:
 def test_gpu_indices_of_one_node(gres: str, indices: tuple[int, ...]) -> None:
     line = f"JobId=1 JobState=RUNNING NodeList=n1 Nodes=n1 CPU_IDs=0 Mem=1 GRES={gres}"
     assert parse_job_line(line).gpus == {"n1": indices}
+
+
+def _running(job_id: int, gres: str) -> JobView:
+    return parse_job_line(f"JobId={job_id} JobState=RUNNING NodeList=n1 JOB_GRES=x Nodes=n1 "
+                          f"CPU_IDs=0 Mem=1 GRES={gres}")
+
+
+def test_typed_gpus_and_shards_as_scontrol_shows_them() -> None:
+    """Slurm 24.11's ``scontrol show job -d`` for a typed GPU and for shards of GPU 3."""
+    assert _running(1, "gpu:1g.10gb:2(IDX:2-3)").gpus == {"n1": (2, 3)}
+    shards = _running(2, "shard:2(0/4,0/4,0/4,2/4,0/4,0/4,0/4,0/4)")
+    assert (shards.gpus, shards.shards) == ({"n1": ()}, {"n1": {3: (2, 4)}})
+
+
+def test_the_gpu_overlap_check_covers_shards_and_typed_slices() -> None:
+    two_shards, one_shard = _running(1, "shard:2(0/4,2/4)"), _running(2, "shard:1(0/4,1/4)")
+    three_shards = _running(3, "shard:3(0/4,3/4)")
+    slice_1 = _running(4, "gpu:1g.10gb:1(IDX:1)")
+    slice_1_again = _running(5, "gpu:1g.10gb:1(IDX:1)")
+    assert gpu_overlaps([two_shards, one_shard, _running(6, "gpu:1g.10gb:1(IDX:0)")]) == {}
+    assert gpu_overlaps([two_shards, three_shards]) == {
+        ("n1", 1): ["1 (2/4 shards)", "3 (3/4 shards)"]}
+    assert gpu_overlaps([two_shards, slice_1]) == {("n1", 1): ["4", "1 (2/4 shards)"]}
+    assert gpu_overlaps([slice_1, slice_1_again]) == {("n1", 1): ["4", "5"]}
 
 
 @pytest.mark.parametrize(("expr", "names"), [

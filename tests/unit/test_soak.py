@@ -112,6 +112,29 @@ def test_two_jobs_on_one_gpu_index_are_flagged() -> None:
     assert _invariants(snap) == {"two running things on one GPU": Bound.STRICT}
 
 
+def _shards(job_id: str, owner: str = "", gpu: int = 3, held: int = 2) -> JobObs:
+    return JobObs(job_id, f"k8s:{NS}/{job_id}" if owner else "native", "RUNNING",
+                  "slurm" if owner else "alice", owner, ("node1",),
+                  shards={"node1": {gpu: (held, 4)}})
+
+
+def test_a_gpu_shared_by_shards_within_its_count_is_no_overlap() -> None:
+    """A pod told the GPU its shards are on, beside a native job's shards of the same GPU."""
+    snap = _with(_clean(), (_pod("sharer", "40", gpu_ids=(3,), shards=2),),
+                 (_shards("40", "uid-sharer"), _shards("41", held=2)))
+    assert _invariants(snap) == {}
+
+
+def test_shards_beyond_the_gpus_count_or_beside_a_whole_gpu_are_flagged() -> None:
+    over = _with(_clean(), jobs=(_shards("42", held=3), _shards("43", held=2)))
+    assert _invariants(over) == {"two running things on one GPU": Bound.STRICT}
+    beside = _with(_clean(), jobs=(_shards("44", gpu=2, held=1),))  # job 20 holds GPU 2 whole
+    assert _invariants(beside) == {"two running things on one GPU": Bound.STRICT}
+    late = _with(_clean(), (_pod("late", "45", gpu_ids=(3,), shards=3),),
+                 (_job("45", "uid-late", state="CANCELLED"), _shards("46", held=2)))
+    assert _invariants(late)["two running things on one GPU"] is Bound.STRICT
+
+
 def test_orphans_duplicates_and_silent_pods_are_flagged_with_their_bounds() -> None:
     snap = _with(_clean(), (
         _pod("silent", phase="Pending", node="", slurm_node=""),
