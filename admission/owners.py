@@ -32,10 +32,13 @@ class Kind:
     version: str
     kind: str
     plural: str
+    older: tuple[str, ...] = ()
+    """Versions read where the server does not serve ``version`` (an older Kubernetes)."""
 
 
 JOB = Kind("batch", "v1", "Job", "jobs")
-POD_GROUP = Kind("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups")
+# The Workload API: v1beta1 from Kubernetes 1.37, v1alpha2 in 1.36 (same fields read here).
+POD_GROUP = Kind("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups", older=("v1alpha2",))
 JOBSET = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
 
 OwnerReader = Callable[[Kind, str, str], Awaitable[dict[str, Any] | None]]
@@ -129,7 +132,7 @@ def kube_owner_reader(
     """Reads owners through the API server (a client from in-cluster config or
     ``$KUBECONFIG`` is made on first use, so building the app needs no cluster), each
     answer kept for OWNER_CACHE_SECONDS."""
-    resources: dict[Kind, Any] = {}
+    served: dict[Kind, str] = {}  # the version the server answered for, once it has
     answers: dict[tuple[Kind, str, str], tuple[float, dict[str, Any] | None]] = {}
 
     async def read(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
@@ -146,17 +149,26 @@ def kube_owner_reader(
     async def fetch(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
         nonlocal client
         client = client or AsyncClient()
-        resource = resources.get(kind)
-        if resource is None:
-            resource = create_namespaced_resource(kind.group, kind.version, kind.kind, kind.plural)
-            resources[kind] = resource
-        try:
-            found = await client.get(resource, name, namespace=namespace)
-        except ApiError as err:
-            if is_not_found(err):
-                return None
-            raise
-        result: dict[str, Any] = found.to_dict()
-        return result
+        known = served.get(kind)
+        for version in [known] if known else [kind.version, *kind.older]:
+            resource: Any = create_namespaced_resource(kind.group, version, kind.kind, kind.plural)
+            try:
+                found = await client.get(resource, name, namespace=namespace)
+            except ApiError as err:
+                if not is_not_found(err):
+                    raise
+                if not known and not _names_the_object(err):
+                    continue  # this version is not served here: the next one
+                found = None
+            served[kind] = version
+            return found.to_dict() if found is not None else None
+        return None
 
     return read
+
+
+def _names_the_object(err: ApiError) -> bool:
+    """A 404 about the object itself; the one for a version the server does not serve (the
+    resource unknown) carries no details."""
+    details = err.status.details
+    return details is not None and bool(details.name)

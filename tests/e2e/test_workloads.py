@@ -35,7 +35,14 @@ from lightkube.types import CascadeType, PatchType
 from bridge import keys
 from bridge.slurm.allocation import expand_nodes
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, slurm_job_view
-from slurmbridge_devkit.kube import ControlPlane, cache_dir, run_dir, set_pod_phase, wait_for
+from slurmbridge_devkit.kube import (
+    ControlPlane,
+    cache_dir,
+    k8s_version,
+    run_dir,
+    set_pod_phase,
+    wait_for,
+)
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import BridgeStack, free_port, make_e2e_namespace
 
@@ -44,7 +51,9 @@ pytestmark = pytest.mark.e2e
 Job = create_namespaced_resource("batch", "v1", "Job", "jobs")
 Deployment = create_namespaced_resource("apps", "v1", "Deployment", "deployments")
 StatefulSet = create_namespaced_resource("apps", "v1", "StatefulSet", "statefulsets")
-PodGroup = create_namespaced_resource("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups")
+# The Workload API's version: v1alpha2 in Kubernetes 1.36, v1beta1 from 1.37.
+WORKLOAD_API = "v1alpha2" if k8s_version().startswith("1.36.") else "v1beta1"
+PodGroup = create_namespaced_resource("scheduling.k8s.io", WORKLOAD_API, "PodGroup", "podgroups")
 JobSet = create_namespaced_resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
 LeaderWorkerSet = create_namespaced_resource(
     "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"

@@ -8,8 +8,9 @@ from typing import Any, cast
 
 import pytest
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import Pod
-from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.meta_v1 import ObjectMeta, Status, StatusDetails
 
 from admission import mutate
 from admission.owners import (
@@ -277,3 +278,46 @@ async def test_one_read_of_the_owner_serves_a_burst_of_pods() -> None:
     now[0] += OWNER_CACHE_SECONDS
     await read(JOB, NS, "train")
     assert Client.gets == 2
+
+
+class VersionedServer:
+    """An API server serving PodGroups at ``served`` only (1.36: v1alpha2, 1.37: v1beta1),
+    answering as kube-apiserver does: an unserved version is a 404 without details, a
+    missing object one naming it."""
+
+    def __init__(self, served: str, objects: dict[str, dict[str, Any]]) -> None:
+        self.served, self.objects, self.versions_asked = served, objects, list[str]()
+
+    async def get(self, resource: Any, name: str, *, namespace: str) -> Any:
+        version = resource._api_info.resource.version
+        self.versions_asked.append(version)
+        if version != self.served:
+            raise ApiError(status=Status(
+                code=404, status="Failure", reason="NotFound", details=StatusDetails(),
+                message="the server could not find the requested resource"))
+        if name not in self.objects:
+            raise ApiError(status=Status(code=404, status="Failure", reason="NotFound",
+                                         details=StatusDetails(name=name, kind="podgroups"),
+                                         message=f'podgroups.scheduling.k8s.io "{name}" not found'))
+        return resource.from_dict(self.objects[name])
+
+
+async def test_a_pod_group_is_read_at_the_version_the_server_serves() -> None:
+    """Kubernetes 1.36 serves the Workload API as v1alpha2 only (1.37: v1beta1): its Job
+    controller's PodGroups were 'not found (yet)' at v1beta1, and every pod refused."""
+    gang = {"metadata": {"name": "g"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}
+    server = VersionedServer("v1alpha2", {"g": gang})
+    read = kube_owner_reader(cast(AsyncClient, server), clock=lambda: 0.0)
+    found = await read(POD_GROUP, NS, "g")
+    assert found is not None and found["spec"]["schedulingPolicy"]["gang"]["minCount"] == 2
+    assert await read(POD_GROUP, NS, "later") is None  # served, not there: retried, not refused
+    assert server.versions_asked == ["v1beta1", "v1alpha2", "v1alpha2"]  # found once, then kept
+
+
+async def test_a_pod_group_at_the_newest_version_takes_one_read() -> None:
+    gang = {"metadata": {"name": "g"}, "spec": {"schedulingPolicy": {}}}
+    server = VersionedServer("v1beta1", {"g": gang})
+    read = kube_owner_reader(cast(AsyncClient, server), clock=lambda: 0.0)
+    assert await read(POD_GROUP, NS, "g") is not None
+    assert await read(POD_GROUP, NS, "later") is None
+    assert server.versions_asked == ["v1beta1", "v1beta1"]
