@@ -1,0 +1,157 @@
+"""GPUs at the granularity Slurm knows besides whole ones (issue 23 items 3-4), shared with
+native jobs: shards of one GPU (``slurmbridge.io/gpu-shards`` -> ``gres/shard:N``) and, where
+gres.conf declares GPU types, slices of one type (``slurmbridge.io/gpu-type`` ->
+``gres/gpu:<type>:N``).  What the pod is told and what Slurm holds are read with the admin's
+own tools (``scontrol show job -d``, ``sacct``), parsed by the dev kit, not the product.
+
+The local Slurm (deploy/slurm/recipe.sh) gives every GPU 4 shards on the same device file."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.e2e import create_pod, pod_events, slurm_idle, wait_bound, wait_job_id
+from slurmbridge_devkit.kube import wait_for
+from slurmbridge_devkit.scontrol import gpu_overlaps, show_job, show_jobs
+from slurmbridge_devkit.slurm import SlurmTarget
+from slurmbridge_devkit.stack import DEFAULT_TENANCY, BridgeStack, NamespaceFactory
+
+pytestmark = pytest.mark.e2e
+
+
+def _node_gres(slurm: SlurmTarget) -> dict[str, str]:
+    """Slurm node -> its configured Gres (``gpu:8,shard:32``), as sinfo shows it."""
+    out = slurm.admin("sinfo", "-h", "-N", "-o", "%N %G")
+    return dict(line.split(None, 1) for line in out.splitlines() if line.strip())
+
+
+def _gpus_of(gres: str) -> int:
+    """The GPUs of a node's Gres (typed ones included): ``gpu:a:4,gpu:b:4,shard:32`` -> 8."""
+    return sum(int(item.split("(")[0].split(":")[-1]) for item in gres.split(",")
+               if item.startswith("gpu:"))
+
+
+def _sbatch(slurm: SlurmTarget, name: str, *args: str) -> str:
+    return slurm.admin("sbatch", "--parsable", "-J", name, "-c", "1", "--mem=256",
+                       "-o", "/dev/null", *args, "--wrap", "sleep 900").strip()
+
+
+async def _running(slurm: SlurmTarget, *jobs: str) -> None:
+    await wait_for(lambda: all(show_job(slurm, j).state == "RUNNING" for j in jobs), 60,
+                   interval=0.5, what=f"jobs {list(jobs)} RUNNING")
+
+
+@contextmanager
+def _mapped(stack: BridgeStack, ns: str, account: str, user: str) -> Iterator[None]:
+    """The namespace runs as a Slurm account and user of the accounting tree (recipe.sh)."""
+    tenancy: dict[str, Any] = {"default": {}, "namespaces": {ns: {"account": account,
+                                                                "user": user}}}
+    stack.tenancy_file.write_text(yaml.safe_dump(tenancy))
+    try:
+        yield
+    finally:
+        stack.tenancy_file.write_text(yaml.safe_dump(DEFAULT_TENANCY))
+
+
+def _sacct_tres(slurm: SlurmTarget, job_id: str) -> tuple[str, str]:
+    out = slurm.admin("sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,Account,AllocTRES")
+    row = next((ln.split("|") for ln in out.splitlines() if ln.startswith(f"{job_id}|")), [])
+    return (row[1], row[2]) if len(row) == 3 else ("", "")
+
+
+async def _says_pending(kube: AsyncClient, ns: str, name: str, reason: str) -> None:
+    async def told() -> bool:
+        return any(r == keys.EventReason.PENDING.value and f"reason {reason}" in m
+                   for r, m in await pod_events(kube, ns, name))
+
+    await wait_for(told, 60, interval=1, what=f"{ns}/{name} told Slurm's reason {reason}")
+
+
+def _gpu_env(pod: Pod) -> dict[str, str]:
+    """Where each GPU variable of the first container comes from (the downward API)."""
+    assert pod.spec is not None
+    found = {}
+    for env in pod.spec.containers[0].env or []:
+        ref = env.valueFrom.fieldRef if env.valueFrom else None
+        if env.name in keys.GPU_ENV_VARS and ref is not None:
+            found[env.name] = ref.fieldPath
+    return found
+
+
+async def test_a_pod_and_a_native_job_share_one_gpu_by_shards(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
+) -> None:
+    slurm = bridge_stack.slurm
+    await slurm_idle(slurm)
+    ns = await e2e_namespace("shards")
+    nodes = _node_gres(slurm)
+    shared_node, *others = sorted(nodes)
+    assert "shard:" in nodes[shared_node], f"no gres/shard on {shared_node}: {nodes}"
+    native = _sbatch(slurm, "native-shards", "--gres=shard:2", "-w", shared_node)
+    jobs = [native]
+    try:
+        await _running(slurm, native)
+        [(gpu, (held, per_gpu))] = show_job(slurm, native).shards[shared_node].items()
+        assert held == 2 and per_gpu >= 4
+        # Every other GPU is taken whole: the pod's shards can only be on the native job's GPU.
+        jobs += [_sbatch(slurm, "native-rest", f"--gres=gpu:{_gpus_of(nodes[shared_node]) - 1}",
+                         "-w", shared_node)]
+        jobs += [_sbatch(slurm, "native-whole", f"--gres=gpu:{_gpus_of(nodes[n])}", "-w", n)
+                 for n in others]
+        await _running(slurm, *jobs)
+        with _mapped(bridge_stack, ns, "team-a", "alice"):
+            share = PodBuilder("share").annotations({keys.GPU_SHARDS: str(per_gpu - 2)}).build()
+            await create_pod(kube, ns, share)
+            pod = await wait_bound(kube, ns, "share")
+            job_id = await wait_job_id(kube, ns, "share")
+            # One shard more than the GPU has left: Slurm keeps it waiting, and says why.
+            await create_pod(kube, ns, PodBuilder("more").annotations(
+                {keys.GPU_SHARDS: "1"}).build())
+            await _says_pending(kube, ns, "more", "Resources")
+        assert pod.metadata is not None and pod.spec is not None
+        ann = pod.metadata.annotations or {}
+        assert bridge_stack.slurm_node_of(pod.spec.nodeName or "") == shared_node
+        view = show_job(slurm, job_id)
+        assert view.name == f"k8s:{ns}/share" and view.state == "RUNNING"
+        assert view.shards == {shared_node: {gpu: (per_gpu - 2, per_gpu)}}
+        # The pod is told the physical GPU its shards are on, as it is told whole GPUs.
+        assert (ann[keys.GPU_IDS], ann[keys.CUDA_DEVICES]) == (str(gpu), "0")
+        assert _gpu_env(pod) == {
+            var: f"metadata.annotations['{source}']"
+            for var, source in keys.GPU_ENV_SOURCES.items()}
+        assert gpu_overlaps(show_jobs(slurm)) == {}  # the GPU's shards add up to its count
+        account, tres = await wait_for(
+            lambda: (row if "gres/shard" in (row := _sacct_tres(slurm, job_id))[1] else None),
+            30, interval=1, what=f"job {job_id} in sacct with its shards")
+        assert account == "team-a" and f"gres/shard={per_gpu - 2}" in tres.split(","), tres
+    finally:
+        slurm.admin("scancel", *jobs)
+
+
+REFUSED = [  # (annotations, nvidia.com/gpu, the annotation named, words of the message)
+    ({keys.GPU_SHARDS: "2"}, 1, keys.GPU_SHARDS, "shards or whole GPUs, not both"),
+    ({keys.GPU_TYPE: "1g:10gb"}, 1, keys.GPU_TYPE, "a Slurm GPU type"),
+    ({keys.GPU_TYPE: "1g.10gb"}, 0, keys.GPU_TYPE, f"alongside a {keys.GPU_RESOURCE}"),
+    ({keys.GPU_SHARDS: "0"}, 0, keys.GPU_SHARDS, "a whole number from 1"),
+]
+
+
+async def test_gpu_requests_slurm_cannot_express_are_refused_by_the_webhook(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
+) -> None:
+    ns = await e2e_namespace("gpu-refused")
+    for i, (annotations, gpus, field, words) in enumerate(REFUSED):
+        pod = PodBuilder(f"refused-{i}").gpus(gpus).annotations(annotations).build()
+        with pytest.raises(ApiError) as refused:
+            await create_pod(kube, ns, pod)
+        message = str(refused.value.status.message)
+        assert "slurmbridge cannot run this pod" in message, message
+        assert f"annotation {field}=" in message and words in message, message
