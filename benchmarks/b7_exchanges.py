@@ -22,7 +22,10 @@ load falls on all of them alike; each figure is the median of the repeats:
 
 - ``httpx``: a bare ``httpx.AsyncClient`` (bytes only, no decoding);
 - ``aiohttp``: a bare ``aiohttp.ClientSession`` (bytes only);
-- ``SlurmClient (httpx)``: the bridge's own ``SlurmClient`` over httpx, the whole path a
+- ``httpx over reqwest``: a bare ``httpx.AsyncClient`` on pyreqwest's httpx transport
+  (reqwest, in Rust, instead of httpcore);
+- ``pyreqwest``: a bare pyreqwest ``Client`` (bytes only);
+- ``SlurmClient``: the bridge's own ``SlurmClient`` (httpx over reqwest), the whole path a
   caller pays for: credentials, retries, metrics, the pydantic wire models, conversion to
   the core's types, the submit's log line (rendered to /dev/null as in production);
 - decoding alone: the pydantic wire models the bridge uses against a msgspec ``Struct``
@@ -74,14 +77,17 @@ POLL_IDS = tuple(range(2001, 2011))
 SUBMITTED = 3001
 ADOPT = 1.5  # issue 22: adopt what wins by >= 1.5x
 NOT_ADOPTED = (
-    "Not adopted, though it wins: aiohttp. slurmrestd (26.05.5) answers an error with two HTTP "
+    "Adopted: httpx over reqwest (bridge/slurm/rest.py), which keeps httpx's API, its "
+    "errors and the tests' MockTransport. Not adopted, though they win more: bare "
+    "pyreqwest (it would need a transport seam of the bridge's own for the tests), and "
+    "aiohttp. slurmrestd (26.05.5) answers an error with two HTTP "
     "responses on one connection, the JSON one marked `Connection: Close` and a plain-text "
     "one straight after; aiohttp's parsers (C and Python) refuse the data after the close "
     "and lose the status and Slurm's words. With the Slurm client on aiohttp, 4 of the 18 "
     "integration tests against the dockerized 26.05 failed (an unknown job no longer "
     "SlurmJobNotFound, a rejected submit no longer SlurmRejected, two credential tests); "
     "tests/unit/test_slurm_wire_quirks.py replays that answer and fails on aiohttp. httpx "
-    "reads the first answer and ignores the rest, so it stays. Decoding stays pydantic: "
+    "and reqwest read the first answer and ignore the rest. Decoding stays pydantic: "
     "through the whole exchange a struct of the fields read saved at most 1.4x (the 375 kB "
     "read), below the rule."
 )
@@ -480,6 +486,44 @@ async def _aiohttp(url: str) -> Any:
 
 
 @contextlib.asynccontextmanager
+async def _httpx_reqwest(url: str) -> Any:
+    import httpx  # noqa: PLC0415
+    from pyreqwest.client import ClientBuilder  # noqa: PLC0415
+    from pyreqwest.compatibility.httpx import HttpxTransport  # noqa: PLC0415
+
+    transport = HttpxTransport(ClientBuilder().max_connections(16).build())
+    async with httpx.AsyncClient(base_url=url, transport=transport) as http:
+        async def exchange(kind: str) -> None:
+            method, path, params, body = _request(kind)
+            resp = await http.request(method, path, headers=_headers(), params=params,
+                                      content=body)
+            if resp.status_code != 200 or not resp.content:
+                raise RuntimeError(f"httpx over reqwest {kind}: HTTP {resp.status_code}")
+
+        yield exchange
+
+
+@contextlib.asynccontextmanager
+async def _pyreqwest(url: str) -> Any:
+    from pyreqwest.client import ClientBuilder  # noqa: PLC0415
+
+    async with ClientBuilder().max_connections(16).build() as http:
+        async def exchange(kind: str) -> None:
+            method, path, params, body = _request(kind)
+            req = http.request(method, url + path).headers(_headers())
+            if params:
+                req = req.query(params)
+            if body:
+                req = req.body_bytes(body)
+            async with req.build_streamed() as resp:
+                content = await resp.bytes()
+            if resp.status != 200 or not content:
+                raise RuntimeError(f"pyreqwest {kind}: HTTP {resp.status}")
+
+        yield exchange
+
+
+@contextlib.asynccontextmanager
 async def _slurm_client(url: str) -> Any:
     from bridge.config import SlurmSettings  # noqa: PLC0415
     from bridge.slurm.client import SlurmClient  # noqa: PLC0415
@@ -504,9 +548,11 @@ async def _slurm_client(url: str) -> Any:
 STACKS: dict[str, Callable[[str], Any]] = {
     "httpx": _httpx,
     "aiohttp": _aiohttp,
-    "SlurmClient (httpx)": _slurm_client,
+    "httpx over reqwest": _httpx_reqwest,
+    "pyreqwest": _pyreqwest,
+    "SlurmClient": _slurm_client,
 }
-HTTPX_STACKS = ("httpx", "SlurmClient (httpx)")
+HTTPX_STACKS = ("httpx", "httpx over reqwest", "SlurmClient")
 DECODERS = ("decoding, pydantic", "decoding, msgspec struct")
 SNIFFIO = "sniffio lookups per httpx request"
 
@@ -616,8 +662,10 @@ def _figures(samples: list[dict[str, float]]) -> list[Figure]:
     for kind in KINDS:
         label = LABELS[kind]
         figures += [fig(f"{label}: {name}", "µs", f"{name}|{kind}") for name in STACKS]
-        figures.append(ratio(f"{label}: httpx / aiohttp (bare)", f"httpx|{kind}",
-                             f"aiohttp|{kind}", f">= {ADOPT:g}x: adopt aiohttp"))
+        for other, what in (("aiohttp", "aiohttp (bare)"), ("pyreqwest", "pyreqwest (bare)"),
+                            ("httpx over reqwest", "httpx over reqwest")):
+            figures.append(ratio(f"{label}: httpx / {what}", f"httpx|{kind}",
+                                 f"{other}|{kind}", f">= {ADOPT:g}x: adopt {what}"))
         figures += [fig(f"{label}: {d} (alone)", "µs", f"{d}|{kind}") for d in DECODERS]
         figures.append(ratio(f"{label}: decoding, pydantic / msgspec struct",
                              f"{DECODERS[0]}|{kind}", f"{DECODERS[1]}|{kind}",
@@ -630,7 +678,8 @@ def _figures(samples: list[dict[str, float]]) -> list[Figure]:
 
 def _versions() -> str:
     return ", ".join(f"{m} {version(m)}" for m in
-                     ("httpx", "httpcore", "aiohttp", "pydantic", "msgspec", "uvloop"))
+                     ("httpx", "httpcore", "aiohttp", "pyreqwest", "pydantic", "msgspec",
+                      "uvloop"))
 
 
 _CORE = b'"status"'  # one per core entry of a job answer

@@ -5,11 +5,14 @@ bounded retries on transient failures only, and every failure mapped to one ``Sl
 what a job is.
 """
 
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import httpx
 import structlog
 from pydantic import ValidationError
+from pyreqwest.client import ClientBuilder
+from pyreqwest.compatibility.httpx import HttpxTransport
 from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
@@ -44,6 +47,20 @@ class _Transient(Exception):
     """Internal: worth another attempt."""
 
 
+def _reqwest(settings: SlurmSettings) -> httpx.AsyncBaseTransport:
+    """httpx's API over reqwest (Rust) instead of httpcore: B7 measures the client CPU per
+    slurmrestd exchange, and reqwest, like httpx, reads the first of slurmrestd's two answers
+    to an error where aiohttp refuses the pair (tests/unit/test_slurm_wire_quirks.py).  The
+    timeouts are reqwest's, each as httpx applied ``timeout_seconds``; httpx's are off, as
+    the transport would add them up into one."""
+    timeout = timedelta(seconds=settings.timeout_seconds)
+    client = (
+        ClientBuilder().max_connections(settings.max_connections).follow_redirects(False)
+        .connect_timeout(timeout).read_timeout(timeout).pool_timeout(timeout).build()
+    )
+    return HttpxTransport(client)
+
+
 class SlurmRest:
     def __init__(
         self, settings: SlurmSettings, transport: httpx.AsyncBaseTransport | None = None
@@ -58,9 +75,9 @@ class SlurmRest:
         )
         self.http = httpx.AsyncClient(
             base_url=settings.url,
-            timeout=settings.timeout_seconds,
+            timeout=settings.timeout_seconds if transport else None,  # reqwest's own below
             limits=httpx.Limits(max_connections=settings.max_connections),
-            transport=transport,
+            transport=transport or _reqwest(settings),
         )
         self._parser: str | None = None
 
