@@ -13,6 +13,9 @@
 # Node shape comes from NODES (default 4), CPUS (64), MEMORY_MB (262144), GPUS (8).
 # Each GPU is also SHARDS_PER_GPU (4) Slurm gres/shard on the same placeholder file, so pods and
 # native jobs can share one GPU (--gres=shard:N); a GPU is either whole or shared at one time.
+# With 2+ nodes and 2+ GPUs, the last node's GPUs are MIG-style typed slices instead (no
+# shards): the first half Type=1g.10gb, the rest Type=3g.40gb (--gres=gpu:1g.10gb:N); an
+# untyped request (--gres=gpu:N) may still take them.
 set -eu
 
 install_packages() {
@@ -38,14 +41,31 @@ install_packages() {
 QOS_ALL=normal,low,high,gpu2
 LOW_GRACE_SECONDS=15
 
-node_gres() {  # the Gres= of one node: its GPUs, and their shards
-  if [ "$shards" -gt 0 ]; then echo "gpu:$gpus,shard:$shards"; else echo "gpu:$gpus"; fi
+node_gres() {  # node_gres NODE: the Gres= of one node: its GPUs (typed on $typed), and shards
+  if [ "$1" = "$typed" ]; then
+    echo "gpu:1g.10gb:$((gpus / 2)),gpu:3g.40gb:$((gpus - gpus / 2))"
+  elif [ "$shards" -gt 0 ]; then echo "gpu:$gpus,shard:$shards"; else echo "gpu:$gpus"; fi
+}
+
+gres_conf() {  # the GPU and shard devices of every node (placeholder files, one per GPU)
+  dev=/var/lib/slurmbridge-gpu/gpu; last=$((gpus - 1))
+  if [ -z "$typed" ]; then
+    echo "Name=gpu File=$dev[0-$last]"
+    [ "$shards" -eq 0 ] || echo "Name=shard Count=$shards File=$dev[0-$last]"
+    return
+  fi
+  half=$((gpus / 2)); plain="node[1-$((nodes - 1))]"
+  echo "NodeName=$plain Name=gpu File=$dev[0-$last]"
+  [ "$shards" -eq 0 ] || echo "NodeName=$plain Name=shard Count=$shards File=$dev[0-$last]"
+  echo "NodeName=$typed Name=gpu Type=1g.10gb File=$dev[0-$((half - 1))]"
+  echo "NodeName=$typed Name=gpu Type=3g.40gb File=$dev[$half-$last]"
 }
 
 configure() {
   name="$1"; base="$2"
   nodes="${NODES:-4}"; cpus="${CPUS:-64}"; mem="${MEMORY_MB:-262144}"; gpus="${GPUS:-8}"
   shards=$((gpus * ${SHARDS_PER_GPU:-4}))
+  typed=""; if [ "$nodes" -ge 2 ] && [ "$gpus" -ge 2 ]; then typed="node$nodes"; fi
   mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/slurm /run/slurmctld /var/lib/slurmbridge-gpu
   chown slurm:slurm /var/spool/slurmctld /var/log/slurm /run/slurmctld
   chown root:root /run/slurm
@@ -79,7 +99,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=$((base + 2))
 AccountingStorageEnforce=associations,limits,qos
-AccountingStorageTRES=gres/gpu,gres/shard
+AccountingStorageTRES=gres/gpu,gres/gpu:1g.10gb,gres/gpu:3g.40gb,gres/shard
 PriorityType=priority/multifactor
 PriorityWeightQOS=100000
 PriorityWeightFairshare=10000
@@ -103,15 +123,13 @@ CONF
     echo "MetricsType=metrics/openmetrics" >> /etc/slurm/slurm.conf
   fi
   k=1; while [ "$k" -le "$nodes" ]; do
-    echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 10 + k)) CPUs=$cpus RealMemory=$mem Gres=$(node_gres) State=UNKNOWN" >> /etc/slurm/slurm.conf
+    echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 10 + k)) CPUs=$cpus RealMemory=$mem Gres=$(node_gres "node$k") State=UNKNOWN" >> /etc/slurm/slurm.conf
     k=$((k + 1))
   done
   echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" >> /etc/slurm/slurm.conf
   echo "PartitionName=debug Nodes=ALL MaxTime=60 State=UP" >> /etc/slurm/slurm.conf
 
-  last=$((gpus - 1))
-  echo "Name=gpu File=/var/lib/slurmbridge-gpu/gpu[0-$last]" > /etc/slurm/gres.conf
-  [ "$shards" -eq 0 ] || echo "Name=shard Count=$shards File=/var/lib/slurmbridge-gpu/gpu[0-$last]" >> /etc/slurm/gres.conf
+  gres_conf > /etc/slurm/gres.conf
   echo "CgroupPlugin=disabled" > /etc/slurm/cgroup.conf
 
   cat > /etc/slurm/slurmdbd.conf <<CONF

@@ -6,6 +6,7 @@ own tools (``scontrol show job -d``, ``sacct``), parsed by the dev kit, not the 
 
 The local Slurm (deploy/slurm/recipe.sh) gives every GPU 4 shards on the same device file."""
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -134,6 +135,64 @@ async def test_a_pod_and_a_native_job_share_one_gpu_by_shards(
         assert account == "team-a" and f"gres/shard={per_gpu - 2}" in tres.split(","), tres
     finally:
         slurm.admin("scancel", *jobs)
+
+
+SLICE = "1g.10gb"  # deploy/slurm/recipe.sh: the last node's GPUs 0-3; 4-7 are 3g.40gb
+
+
+def _typed_node(nodes: dict[str, str]) -> tuple[str, int]:
+    """The node with ``SLICE`` GPUs and how many it has."""
+    for node, gres in sorted(nodes.items()):
+        if match := re.search(rf"gpu:{re.escape(SLICE)}:([0-9]+)", gres):
+            return node, int(match[1])
+    raise AssertionError(f"no node declares GPUs of type {SLICE}: {nodes}")
+
+
+def _slice_held(slurm: SlurmTarget, job_id: str) -> int:
+    """The index of the one ``SLICE`` GPU the job holds, as ``scontrol show job -d`` says."""
+    line = slurm.admin("scontrol", "show", "job", "-d", "-o", job_id)
+    found = re.findall(r"GRES=gpu:([^:(]+):1\(IDX:([0-9]+)\)", line)
+    assert [t for t, _ in found] == [SLICE], line
+    return int(found[0][1])
+
+
+async def test_a_pod_asking_a_gpu_type_gets_a_slice_of_it_or_waits_with_slurms_reason(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
+) -> None:
+    slurm = bridge_stack.slurm
+    await slurm_idle(slurm)
+    ns = await e2e_namespace("typed")
+    node, slices = _typed_node(_node_gres(slurm))
+    native = _sbatch(slurm, "native-slices", f"--gres=gpu:{SLICE}:{slices - 1}", "-w", node)
+    try:
+        await _running(slurm, native)
+        taken = show_job(slurm, native).gpus[node]
+        with _mapped(bridge_stack, ns, "team-a", "alice"):
+            await create_pod(kube, ns, PodBuilder("slice").gpus(1).annotations(
+                {keys.GPU_TYPE: SLICE}).build())
+            pod = await wait_bound(kube, ns, "slice")
+            job_id = await wait_job_id(kube, ns, "slice")
+            # None of that type is left: the next pod waits, though whole GPUs of other nodes
+            # and the other type's slices are free, and is told Slurm's reason.
+            await create_pod(kube, ns, PodBuilder("another").gpus(1).annotations(
+                {keys.GPU_TYPE: SLICE}).build())
+            await _says_pending(kube, ns, "another", "Resources")
+        assert pod.metadata is not None and pod.spec is not None
+        assert bridge_stack.slurm_node_of(pod.spec.nodeName or "") == node
+        held = _slice_held(slurm, job_id)
+        assert held not in taken and len(taken) == slices - 1
+        assert (pod.metadata.annotations or {})[keys.GPU_IDS] == str(held)  # Slurm's index
+        waiting = await kube.get(Pod, "another", namespace=ns)  # never given a GPU
+        assert waiting.metadata is not None and waiting.spec is not None
+        assert not waiting.spec.nodeName
+        assert keys.GPU_IDS not in (waiting.metadata.annotations or {})
+        assert gpu_overlaps(show_jobs(slurm)) == {}
+        _, tres = await wait_for(
+            lambda: (row if SLICE in (row := _sacct_tres(slurm, job_id))[1] else None),
+            30, interval=1, what=f"job {job_id} in sacct with its slice")
+        assert f"gres/gpu:{SLICE}=1" in tres.split(","), tres
+    finally:
+        slurm.admin("scancel", native)
 
 
 REFUSED = [  # (annotations, nvidia.com/gpu, the annotation named, words of the message)

@@ -15,7 +15,8 @@ from bridge import keys
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.translate import job_request_for_pod
 from bridge.slurm.allocation import allocation_from, gpu_indices
-from bridge.slurm.convert import allocation
+from bridge.slurm.convert import allocation, slurm_job
+from bridge.slurm.types import JobState
 from bridge.slurm.wire.base import JobInfo, ResourcesResponse
 from bridge.slurm.wire.v0041 import describe as describe_batch
 from bridge.slurm.wire.v0044 import describe as describe_external
@@ -108,6 +109,18 @@ def test_shards_read_from_slurm_24_11_are_the_gpu_they_are_on() -> None:
     for info, gpus in ((whole, (0, 1, 2)), (two, (3,)), (one, (3,))):
         found = allocation_from(info.nodes, info.gres_detail)
         assert found is not None and found.gpu_ids == {"node2": gpus}
+
+
+def test_typed_slices_read_from_slurm_24_11_are_the_slices_index() -> None:
+    """Real answers: three 1g.10gb slices, then the fourth, then none left (pending)."""
+    three = _captured("24.11-v0.0.42-job-typed1g.10gb3_idx0-2.json")
+    last = _captured("24.11-v0.0.42-job-typed1g.10gb1_idx3.json")
+    waiting = _captured("24.11-v0.0.42-job-typed1g.10gb1_pending_resources.json")
+    for info, gpus in ((three, (0, 1, 2)), (last, (3,))):
+        found = allocation_from(info.nodes, info.gres_detail)
+        assert found is not None and found.gpu_ids == {"node4": gpus}
+    job = slurm_job(waiting, owned=True)
+    assert (job.state, job.reason, job.allocation) == (JobState.PENDING, "Resources", None)
 
 
 @pytest.mark.parametrize(
