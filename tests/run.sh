@@ -30,6 +30,7 @@ install_check() { after engine; bash deploy/dev/check-install.sh; }
 kueue_build() { after k8s-build; bash deploy/k8s/kueue.sh; }
 slurm_docker() { after engine; bash deploy/slurm/docker.sh up > "$docker_env"; }
 kind_build() { after engine kueue-build; bash deploy/kind/up.sh build; }
+k8s_136_build() { after kueue-build; K8S_VERSION=1.36.3 bash deploy/k8s/build.sh; }
 lint() { ruff check .; mypy; lint-imports; }
 
 stage_start engine bash deploy/docker/engine.sh
@@ -41,11 +42,12 @@ for v in ${versions//,/ }; do
 done
 [[ -z "$versions" ]] || stage_start slurm-docker slurm_docker
 (( $# )) || stage_start kind-build kind_build
+(( $# )) || [[ -z "$versions" ]] || stage_start k8s-1.36-build k8s_136_build
 stage lint lint
 stage_start unit python -m pytest tests/unit --junitxml=.ci/junit-unit.xml -p no:cacheprovider
 
 if [[ "${SLURMBRIDGE_STOP:-0}" == 1 ]]; then
-  trap 'for i in 0 1; do SLURMBRIDGE_CP_INSTANCE=$i bash deploy/k8s/controlplane.sh down; done; for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh down "$v"; done; bash deploy/slurm/docker.sh down; bash deploy/kind/up.sh down' EXIT
+  trap 'for i in 0 1 2; do SLURMBRIDGE_CP_INSTANCE=$i bash deploy/k8s/controlplane.sh down; done; for v in ${versions//,/ }; do bash deploy/slurm/cluster.sh down "$v"; done; bash deploy/slurm/docker.sh down; bash deploy/kind/up.sh down' EXIT
 fi
 
 # --- test tiers -----------------------------------------------------------------------------
@@ -64,6 +66,22 @@ tier_e2e() {  # VERSION INSTANCE: integration + e2e against that Slurm, on contr
   (( $2 == 0 )) || export SLURMBRIDGE_TEST_SLURM_ONLY=1
   python -m pytest tests/integration tests/e2e --junitxml=".ci/junit-e2e-$v.xml" \
     -p no:cacheprovider --durations=30
+}
+
+# Kubernetes 1.36, the other minor the bridge supports: the gated pod's release (one write lifts
+# the gate, records the job, narrows the pod's node affinity: KEP-3838) and the Workload API
+# (v1alpha2 there) against a 1.36.3 control plane, instance 2, on the first tier's Slurm once
+# that tier is done (two bridges on one Slurm would cancel each other's jobs as orphans, and
+# test_gated fills every node).
+tier_k8s_136() {
+  local v="${versions%%,*}"
+  after k8s-1.36-build "e2e-$v"
+  export K8S_VERSION=1.36.3 SLURMBRIDGE_CP_INSTANCE=2 SLURMBRIDGE_TEST_SLURM_VERSIONS="$v"
+  export SLURMBRIDGE_TEST_SLURM_ONLY=1 PATH="$(bash deploy/k8s/build.sh bin):$PATH"
+  bash deploy/k8s/controlplane.sh up >/dev/null
+  python -m pytest tests/e2e/test_gated.py \
+    tests/e2e/test_workloads.py::test_workload_api_gang_pod_group_is_one_slurm_job_and_finishing_leaves_none \
+    --junitxml=.ci/junit-e2e-k8s-1.36.xml -p no:cacheprovider
 }
 
 tier_site() {  # a site's own slurmrestd (SLURMBRIDGE_TEST_SLURM_URL): one tier, every test
@@ -100,6 +118,7 @@ if [[ -n "$versions" ]]; then
   for v in ${versions//,/ }; do
     stage_start "e2e-$v" tier_e2e "$v" "$i"; tiers+=("e2e-$v"); i=$((i + 1))
   done
+  stage_start e2e-k8s-1.36 tier_k8s_136; tiers+=(e2e-k8s-1.36)
   stage_start integration-docker tier_docker; tiers+=(integration-docker)
 else
   stage_start e2e-site tier_site; tiers+=(e2e-site)
