@@ -214,7 +214,7 @@ async def _running(client: SlurmClient, ids: list[int]) -> list[int]:
     for k in range(0, len(ids), 500):
         params = [("job_id", str(i)) for i in ids[k : k + 500]]
         resp = await client.rest.call(
-            "GET", "/jobs/state/", "bench_job_states", JobStatesResponse, params=params
+            "GET", "/jobs/state/", "bench_job_states", JobStatesResponse, query=params
         )
         out += [i for e in resp.jobs
                 if (i := e.number) is not None and convert.job_state(e.state) is JobState.RUNNING]

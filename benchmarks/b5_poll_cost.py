@@ -46,6 +46,7 @@ from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState, SlurmJob
 from bridge.slurm.wire.base import Envelope, JobStatesResponse
 from slurmbridge_devkit.slurm import SlurmTarget
+from slurmbridge_devkit.slurm_http import HttpxExchange
 
 WITHIN = 1.2  # "within 20% of each other": largest / smallest
 IDLE_RATE = 2.0  # requests/s when nothing changes
@@ -137,7 +138,9 @@ class Sample:
 
 async def measure(slurm: SlurmTarget, cfg: Config) -> Sample:
     counting = CountingTransport()
-    async with SlurmClient(slurm.settings(), transport=counting) as client:
+    settings = slurm.settings()
+    exchange = HttpxExchange(counting, settings.url)  # its bytes counted; B7 measures CPU
+    async with SlurmClient(settings, exchange=exchange) as client:
         await client.connect()
         index = JobIndex(client)
         poller = Poller(client, index, _noop, interval=2.0, resync_interval=300.0)

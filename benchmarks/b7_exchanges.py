@@ -25,7 +25,7 @@ load falls on all of them alike; each figure is the median of the repeats:
 - ``httpx over reqwest``: a bare ``httpx.AsyncClient`` on pyreqwest's httpx transport
   (reqwest, in Rust, instead of httpcore);
 - ``pyreqwest``: a bare pyreqwest ``Client`` (bytes only);
-- ``SlurmClient``: the bridge's own ``SlurmClient`` (httpx over reqwest), the whole path a
+- ``SlurmClient``: the bridge's own ``SlurmClient`` (pyreqwest), the whole path a
   caller pays for: credentials, retries, metrics, the pydantic wire models, conversion to
   the core's types, the submit's log line (rendered to /dev/null as in production);
 - decoding alone: the pydantic wire models the bridge uses against a msgspec ``Struct``
@@ -77,10 +77,10 @@ POLL_IDS = tuple(range(2001, 2011))
 SUBMITTED = 3001
 ADOPT = 1.5  # issue 22: adopt what wins by >= 1.5x
 NOT_ADOPTED = (
-    "Adopted: httpx over reqwest (bridge/slurm/rest.py), which keeps httpx's API, its "
-    "errors and the tests' MockTransport. Not adopted, though they win more: bare "
-    "pyreqwest (it would need a transport seam of the bridge's own for the tests), and "
-    "aiohttp. slurmrestd (26.05.5) answers an error with two HTTP "
+    "Adopted: bare pyreqwest, behind the bridge's own seam (bridge/slurm/http.py; the "
+    "tests' httpx.MockTransport handlers sit behind it through the dev kit). Not adopted: "
+    "httpx over reqwest (httpx's URL and model layers stay, 2-2.5x where bare pyreqwest "
+    "wins 10x), and aiohttp. slurmrestd (26.05.5) answers an error with two HTTP "
     "responses on one connection, the JSON one marked `Connection: Close` and a plain-text "
     "one straight after; aiohttp's parsers (C and Python) refuse the data after the close "
     "and lose the status and Slurm's words. With the Slurm client on aiohttp, 4 of the 18 "

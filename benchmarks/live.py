@@ -335,7 +335,7 @@ async def submit_job(
     if hold:
         job["hold"] = True
     resp = await client.rest.call("POST", "/job/submit", "submit", SubmitResponse,
-                                  json={"job": job}, idempotent=False, user=user)
+                                  body={"job": job}, idempotent=False, user=user)
     if resp.job_id is None:
         raise SetupError(f"Slurm refused job {name} (user {user or 'the bridge'}): "
                          f"{[e.text() for e in resp.errors]}")

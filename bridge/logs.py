@@ -9,7 +9,7 @@ import structlog
 def configure(level: str = "info", json: bool | None = None) -> None:
     as_json = (not sys.stderr.isatty()) if json is None else json
     logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
-    for chatty in ("httpx", "httpx2", "httpcore", "httpcore2"):  # lines per request: too many
+    for chatty in ("httpx2", "httpcore2"):  # lines per request: too many
         logging.getLogger(chatty).setLevel(logging.WARNING)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()

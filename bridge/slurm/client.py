@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Self
 
-import httpx
 import structlog
 
 from bridge import keys
@@ -36,6 +35,7 @@ from bridge.slurm.errors import (
     SlurmRejected,
     SlurmUnavailable,
 )
+from bridge.slurm.http import Exchange
 from bridge.slurm.rest import SlurmRest
 from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, SlurmNode
 from bridge.slurm.wire.base import (
@@ -69,11 +69,11 @@ class SlurmClient:
         self,
         settings: SlurmSettings,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
+        exchange: Exchange | None = None,
         trust: PlaceholderTrust | None = None,
     ) -> None:
         self._settings = settings
-        self.rest = SlurmRest(settings, transport)
+        self.rest = SlurmRest(settings, exchange)
         self.trust: PlaceholderTrust = trust or (lambda _user, _name: False)
         self._foreign_markers: set[int] = set()  # warned about once each
 
@@ -106,7 +106,7 @@ class SlurmClient:
             exclude_none=True
         )}
         resp = await self.rest.call(
-            "POST", "/job/submit", "submit", SubmitResponse, json=body, idempotent=False,
+            "POST", "/job/submit", "submit", SubmitResponse, body=body, idempotent=False,
             user=req.placement.user,
         )
         if resp.job_id is None:
@@ -162,7 +162,7 @@ class SlurmClient:
             chunk = wanted[start:start + IDS_PER_REQUEST]
             resp = await self.rest.call(
                 "GET", "/jobs/state/", "job_states", JobStatesResponse,
-                params=[("job_id", str(i)) for i in chunk],
+                query=[("job_id", str(i)) for i in chunk],
             )
             # a state the bridge does not know is left out: that job is re-read on its own
             states.update((i, st) for i, st in _states(resp).items() if st is not None)
@@ -206,7 +206,7 @@ class SlurmClient:
     async def _update_node(self, node: str, update: NodeUpdate) -> None:
         await self.rest.call(
             "POST", f"/node/{node}", "update_node", Envelope,
-            json=update.model_dump(exclude_none=True),
+            body=update.model_dump(exclude_none=True),
         )
         log.info("slurm.node_updated", node=node, state=update.state, reason=update.reason)
 

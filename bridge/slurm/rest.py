@@ -5,14 +5,12 @@ bounded retries on transient failures only, and every failure mapped to one ``Sl
 what a job is.
 """
 
-from datetime import timedelta
+import json
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import httpx
 import structlog
 from pydantic import ValidationError
-from pyreqwest.client import ClientBuilder
-from pyreqwest.compatibility.httpx import HttpxTransport
 from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
@@ -31,6 +29,7 @@ from bridge.slurm.errors import (
     SlurmRejected,
     SlurmUnavailable,
 )
+from bridge.slurm.http import Answer, Broken, Exchange, Query, ReqwestExchange, Unreached
 from bridge.slurm.wire import FAMILIES
 from bridge.slurm.wire.base import Envelope, WireFamily
 
@@ -47,24 +46,16 @@ class _Transient(Exception):
     """Internal: worth another attempt."""
 
 
-def _reqwest(settings: SlurmSettings) -> httpx.AsyncBaseTransport:
-    """httpx's API over reqwest (Rust) instead of httpcore: B7 measures the client CPU per
-    slurmrestd exchange, and reqwest, like httpx, reads the first of slurmrestd's two answers
-    to an error where aiohttp refuses the pair (tests/unit/test_slurm_wire_quirks.py).  The
-    timeouts are reqwest's, each as httpx applied ``timeout_seconds``; httpx's are off, as
-    the transport would add them up into one."""
-    timeout = timedelta(seconds=settings.timeout_seconds)
-    client = (
-        ClientBuilder().max_connections(settings.max_connections).follow_redirects(False)
-        .connect_timeout(timeout).read_timeout(timeout).pool_timeout(timeout).build()
-    )
-    return HttpxTransport(client)
+@dataclass(frozen=True, slots=True)
+class _Request:
+    method: str
+    path: str
+    query: Query
+    body: bytes | None
 
 
 class SlurmRest:
-    def __init__(
-        self, settings: SlurmSettings, transport: httpx.AsyncBaseTransport | None = None
-    ) -> None:
+    def __init__(self, settings: SlurmSettings, exchange: Exchange | None = None) -> None:
         self.settings = settings
         self._creds = credentials(
             settings.user,
@@ -73,16 +64,14 @@ class SlurmRest:
             token_file=settings.token_file,
             lifespan_seconds=settings.token_lifespan_seconds,
         )
-        self.http = httpx.AsyncClient(
-            base_url=settings.url,
-            timeout=settings.timeout_seconds if transport else None,  # reqwest's own below
-            limits=httpx.Limits(max_connections=settings.max_connections),
-            transport=transport or _reqwest(settings),
+        self.exchange = exchange or ReqwestExchange(
+            settings.url, timeout_seconds=settings.timeout_seconds,
+            max_connections=settings.max_connections,
         )
         self._parser: str | None = None
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        await self.exchange.aclose()
 
     async def connect(self) -> str:
         """Negotiate the data parser once; later calls return the cached choice."""
@@ -113,43 +102,48 @@ class SlurmRest:
         idempotent: bool = True,
         api: str = "slurm",
         user: str | None = None,
-        **kwargs: Any,
+        query: Query = (),
+        body: Any = None,
     ) -> E:
-        """``path`` under the negotiated parser of ``api``, its answer as ``model``; Slurm's
-        "invalid job id" about ``job_id`` is ``SlurmJobNotFound``."""
+        """``path`` under the negotiated parser of ``api`` (``body`` sent as JSON), its answer
+        as ``model``; Slurm's "invalid job id" about ``job_id`` is ``SlurmJobNotFound``."""
         parser = await self.connect()
         url = f"/{api}/{parser}{path}"
-        resp = await self._send(method, url, op, idempotent=idempotent, user=user, **kwargs)
+        data = None if body is None else json.dumps(
+            body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        resp = await self._send(method, url, op, idempotent=idempotent, user=user,
+                                query=query, body=data)
         try:
             parsed = model.model_validate_json(resp.content)
         except ValidationError as exc:
-            if resp.status_code >= 400:
-                raise SlurmRejected(op, [resp.text[:500]], resp.status_code) from exc
+            if resp.status >= 400:
+                raise SlurmRejected(op, [resp.text[:500]], resp.status) from exc
             raise SlurmProtocolError(f"slurmrestd {op}: unexpected answer: {exc}") from exc
         errors = [e for e in parsed.errors if e.error_number or e.description]
         if job_id is not None and any(e.error_number == _ESLURM_INVALID_JOB_ID for e in errors):
             raise SlurmJobNotFound(job_id)
-        if resp.status_code >= 400 or errors:
-            raise SlurmRejected(op, [e.text() for e in errors], resp.status_code)
+        if resp.status >= 400 or errors:
+            raise SlurmRejected(op, [e.text() for e in errors], resp.status)
         return parsed
 
     async def _send(
         self, method: str, url: str, op: str, *, idempotent: bool, user: str | None = None,
-        **kwargs: Any,
-    ) -> httpx.Response:
+        query: Query = (), body: bytes | None = None,
+    ) -> Answer:
         """One HTTP exchange as ``user`` (default: the bridge's own), with bounded retries on
         transient failures only.  A refused credential is read again once, whatever the retry
         budget (the key or token file may have rotated; slurmrestd acted on nothing)."""
         user = user or self.settings.user
-        resp = await self._retried(method, url, op, idempotent, user, **kwargs)
-        if resp.status_code in _AUTH_STATUS:
+        request = _Request(method, url, query, body)
+        resp = await self._retried(request, op, idempotent, user)
+        if resp.status in _AUTH_STATUS:
             self._creds.invalidate()
-            resp = await self._retried(method, url, op, idempotent, user, **kwargs)
+            resp = await self._retried(request, op, idempotent, user)
         return self._checked(resp, op, user)
 
     async def _retried(
-        self, method: str, url: str, op: str, idempotent: bool, user: str, **kwargs: Any
-    ) -> httpx.Response:
+        self, request: _Request, op: str, idempotent: bool, user: str
+    ) -> Answer:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.settings.retries + 1),
             wait=wait_exponential(multiplier=self.settings.backoff_seconds, max=5),
@@ -159,7 +153,7 @@ class SlurmRest:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(method, url, op, idempotent, user, **kwargs)
+                    return await self._attempt(request, op, idempotent, user)
         except _Transient as exc:
             raise SlurmUnavailable(
                 f"slurmrestd at {self.settings.url} failed {op} after "
@@ -168,34 +162,37 @@ class SlurmRest:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _attempt(
-        self, method: str, url: str, op: str, idempotent: bool, user: str, **kwargs: Any
-    ) -> httpx.Response:
+        self, request: _Request, op: str, idempotent: bool, user: str
+    ) -> Answer:
         headers = await self._creds.headers(user)
+        if request.body is not None:
+            headers = {**headers, "Content-Type": "application/json"}
         try:
             with metrics.SLURM_REQUEST_SECONDS.labels(op).time():
-                resp = await self.http.request(method, url, headers=headers, **kwargs)
-        except httpx.ConnectError as exc:  # nothing was sent: always safe to retry
+                resp = await self.exchange.send(request.method, request.path, headers=headers,
+                                                query=request.query, body=request.body)
+        except Unreached as exc:  # nothing was sent: always safe to retry
             metrics.SLURM_ERRORS.labels(op, "connect").inc()
             raise _Transient(str(exc)) from exc
-        except httpx.TransportError as exc:
+        except Broken as exc:
             metrics.SLURM_ERRORS.labels(op, "transport").inc()
             if idempotent:
                 raise _Transient(str(exc)) from exc
             raise SlurmUnavailable(
                 f"slurmrestd at {self.settings.url}: {op} may or may not have happened: {exc!r}"
             ) from exc
-        if resp.status_code >= 400:
-            metrics.SLURM_ERRORS.labels(op, f"http_{resp.status_code}").inc()
-        if resp.status_code in _RETRY_STATUS and idempotent:
-            raise _Transient(f"HTTP {resp.status_code}")
+        if resp.status >= 400:
+            metrics.SLURM_ERRORS.labels(op, f"http_{resp.status}").inc()
+        if resp.status in _RETRY_STATUS and idempotent:
+            raise _Transient(f"HTTP {resp.status}")
         return resp
 
-    def _checked(self, resp: httpx.Response, op: str, user: str) -> httpx.Response:
-        if resp.status_code in _AUTH_STATUS:
+    def _checked(self, resp: Answer, op: str, user: str) -> Answer:
+        if resp.status in _AUTH_STATUS:
             raise SlurmAuthError(
                 f"slurmrestd refused the credential for Slurm user {user!r} ({op}, HTTP "
-                f"{resp.status_code}): {self._creds.hint(user)}"
+                f"{resp.status}): {self._creds.hint(user)}"
             )
-        if resp.status_code >= 500 and resp.status_code not in (500,):
-            raise SlurmUnavailable(f"slurmrestd {op}: HTTP {resp.status_code}: {resp.text[:300]}")
+        if resp.status >= 500 and resp.status not in (500,):
+            raise SlurmUnavailable(f"slurmrestd {op}: HTTP {resp.status}: {resp.text[:300]}")
         return resp

@@ -34,8 +34,8 @@ def _request(**kw: object) -> JobRequest:
 async def test_every_offered_parser_round_trips_a_placeholder(slurm: SlurmTarget) -> None:
     async with SlurmClient(slurm.settings()) as probe:
         await probe.connect()
-        resp = await probe.rest.http.get(  # the document the negotiation reads
-            "/openapi/v3",
+        resp = await probe.rest.exchange.send(  # the document the negotiation reads
+            "GET", "/openapi/v3",
             headers={"X-SLURM-USER-NAME": slurm.user, "X-SLURM-USER-TOKEN": slurm.mint_token()},
         )
     usable = sorted(negotiate.offered_versions(resp.json()) & set(FAMILIES))

@@ -16,6 +16,7 @@ from bridge.slurm.errors import SlurmProtocolError, SlurmUnavailable
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from bridge.slurm.wire.base import PingResponse
 from slurmbridge_devkit.fakes import FakeSlurm
+from slurmbridge_devkit.slurm_http import HttpxExchange
 
 OWN = 10
 
@@ -85,7 +86,7 @@ class StateRest:
 async def test_the_client_names_the_jobs_it_wants_in_chunks_and_never_lists_all() -> None:
     rest = StateRest(range(1, 1_001))
     settings = SlurmSettings(user="slurm", token="t", retries=0)
-    async with SlurmClient(settings, transport=httpx.MockTransport(rest)) as client:
+    async with SlurmClient(settings, exchange=HttpxExchange.mock(rest)) as client:
         assert await client.job_states([]) == {}
         assert rest.queries == []  # no ids, no request: Slurm would answer every job
         states = await client.job_states([*range(500, 1_500), 500])
@@ -136,7 +137,7 @@ async def test_every_job_state_reads_text_ids_and_leaves_array_records_out() -> 
         ]})
 
     settings = SlurmSettings(user="slurm", token="t", retries=0)
-    async with SlurmClient(settings, transport=httpx.MockTransport(answer)) as client:
+    async with SlurmClient(settings, exchange=HttpxExchange.mock(answer)) as client:
         states = await client.every_job_state()
         assert await client.job_states([7, 8]) == {7: JobState.RUNNING, 8: JobState.PENDING}
     assert states == {7: JobState.RUNNING, 8: JobState.PENDING, 9: None}

@@ -26,6 +26,7 @@ from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.slurm_http import HttpxExchange
 
 BRIDGE_USER = "slurm"
 
@@ -79,7 +80,7 @@ class FakeRest:
 
 def _client(rest: FakeRest) -> SlurmClient:
     settings = SlurmSettings(user=BRIDGE_USER, token="t", retries=0)
-    return SlurmClient(settings, transport=httpx.MockTransport(rest))
+    return SlurmClient(settings, exchange=HttpxExchange.mock(rest))
 
 
 async def test_only_the_bridges_own_jobs_are_placeholders() -> None:
@@ -194,7 +195,7 @@ def _resources(request: httpx.Request, version: str = "v0.0.45") -> httpx.Respon
 
 async def test_a_started_jobs_allocation_is_the_small_answer_where_slurm_has_it() -> None:
     settings = SlurmSettings(user=BRIDGE_USER, token="t", retries=0)
-    async with SlurmClient(settings, transport=httpx.MockTransport(_resources)) as client:
+    async with SlurmClient(settings, exchange=HttpxExchange.mock(_resources)) as client:
         allocation = await client.job_allocation(1)
         pending = await client.job_allocation(2)
     assert allocation is not None
@@ -204,7 +205,7 @@ async def test_a_started_jobs_allocation_is_the_small_answer_where_slurm_has_it(
     def older(request: httpx.Request) -> httpx.Response:
         return _resources(request, "v0.0.43")
 
-    async with SlurmClient(settings, transport=httpx.MockTransport(older)) as client:
+    async with SlurmClient(settings, exchange=HttpxExchange.mock(older)) as client:
         assert await client.job_allocation(1) is None  # no such endpoint before v0.0.44
 
 
@@ -219,6 +220,6 @@ async def test_an_allocation_the_bridge_cannot_read_names_the_job() -> None:
         return _resources(request)
 
     settings = SlurmSettings(user=BRIDGE_USER, token="t", retries=0)
-    async with SlurmClient(settings, transport=httpx.MockTransport(garbled)) as client:
+    async with SlurmClient(settings, exchange=HttpxExchange.mock(garbled)) as client:
         with pytest.raises(SlurmProtocolError, match="job 1"):
             await client.job_allocation(1)

@@ -15,6 +15,7 @@ from bridge.placement.reasons import clock
 from bridge.slurm.client import SlurmClient
 from bridge.status import as_dicts, collect, render_table
 from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.slurm_http import HttpxExchange
 
 NS = "lab"
 
@@ -73,7 +74,7 @@ def _slurm() -> SlurmClient:
                                          "last_backfill": {"set": True, "number": EXPECTED - 60}})
 
     settings = SlurmSettings(user="slurm", token="t", retries=0)
-    return SlurmClient(settings, transport=httpx.MockTransport(rest))
+    return SlurmClient(settings, exchange=HttpxExchange.mock(rest))
 
 
 def _kube() -> AsyncClient:
