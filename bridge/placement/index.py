@@ -61,6 +61,7 @@ class JobIndex:
         self._seen_at: dict[int, float] = {}
         self._by_owner: dict[Owner, SlurmJob] = {}
         self._by_id: dict[int, SlurmJob] = {}
+        self._live: dict[int, SlurmJob] = {}  # the live ones of _by_id: what each poll names
         self._locks: dict[Owner, asyncio.Lock] = {}
         self._submitted: set[int] = set()  # jobs submitted while a resync lists
         self._last_submit = -float("inf")  # loop time of the latest submit
@@ -82,6 +83,11 @@ class JobIndex:
     def jobs(self) -> list[SlurmJob]:
         return list(self._by_id.values())
 
+    def live(self) -> dict[int, SlurmJob]:
+        """The live jobs by id, kept as records change: a poll cycle reads them without
+        walking every job the index holds (ended ones stay until a resync drops them)."""
+        return dict(self._live)
+
     def record(self, job: SlurmJob, *, read: bool | None = None) -> None:
         """Remember a placeholder job (native jobs, without an owner, are ignored).  ``read``:
         it was just read from Slurm; by default, unless it is the very record held (a record
@@ -91,6 +97,10 @@ class JobIndex:
         if read is None:
             read = self._by_id.get(job.job_id) is not job
         self._by_id[job.job_id] = job
+        if job.state.is_live:
+            self._live[job.job_id] = job
+        else:
+            self._live.pop(job.job_id, None)
         if read or job.job_id not in self._seen_at:
             self._seen_at[job.job_id] = self.clock()
         current = self._by_owner.get(job.owner)
@@ -115,6 +125,7 @@ class JobIndex:
 
     def forget(self, job_id: int) -> None:
         self._seen_at.pop(job_id, None)
+        self._live.pop(job_id, None)
         job = self._by_id.pop(job_id, None)
         if job and job.owner and self._by_owner.get(job.owner) is job:
             del self._by_owner[job.owner]
@@ -175,6 +186,7 @@ class JobIndex:
         self._submitted.clear()
         self._by_owner.clear()
         self._by_id.clear()
+        self._live.clear()
         for job in newer:
             self.record(job, read=False)
         cancelled = []

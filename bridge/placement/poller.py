@@ -25,7 +25,7 @@ backoff.  ``read_within`` tells /readyz whether Slurm was read recently.
 import asyncio
 import dataclasses
 import heapq
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -92,13 +92,10 @@ class Poller:
         self._resynced = asyncio.Event()  # a resync completed since the last request
 
     async def poll_once(self) -> None:
-        tracked = {j.job_id: j for j in self._index.jobs() if j.state.is_live}
-        await self._refresh_tracked(tracked)
-        live = [j for j in self._index.jobs() if j.state.is_live]
+        await self._refresh_tracked(self._index.live())
+        counts = Counter(j.state for j in self._index.live().values())
         for state in JobState:
-            metrics.PLACEHOLDER_JOBS.labels(state.value).set(
-                sum(1 for j in live if j.state is state)
-            )
+            metrics.PLACEHOLDER_JOBS.labels(state.value).set(counts[state])
 
     async def _refresh_tracked(self, tracked: dict[int, SlurmJob]) -> None:
         if tracked:

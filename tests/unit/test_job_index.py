@@ -284,3 +284,22 @@ async def test_a_periodic_resync_does_not_read_native_jobs_that_ended_before_it_
 
 async def _ignore(before: SlurmJob, after: SlurmJob) -> None:
     return None
+
+
+async def test_the_live_jobs_a_poll_names_follow_every_record_end_forget_and_resync() -> None:
+    """A poll cycle names the live jobs only, read from a view the index keeps as records
+    change (it used to walk every job held, ended ones included, and again per state for
+    the gauge: 2.8 % of the extender's samples in B1's profiled round)."""
+    fake = FakeSlurm()
+    index = _index(fake)
+    first = await index.ensure(JobRequest(name="k8s:ns/a", owner=PodOwner("uid-a")))
+    second = await index.ensure(JobRequest(name="k8s:ns/b", owner=PodOwner("uid-b")))
+    assert set(index.live()) == {first.job_id, second.job_id}
+    fake.end(first.job_id, JobState.CANCELLED)
+    index.record(await fake.get_job(first.job_id))
+    assert set(index.live()) == {second.job_id}
+    index.forget(second.job_id)
+    assert index.live() == {}
+    await index.resync()  # the listing brings back the job Slurm still runs
+    assert set(index.live()) == {second.job_id}
+    assert index.live()[second.job_id].state is JobState.PENDING
