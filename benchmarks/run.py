@@ -223,10 +223,11 @@ def main(argv: list[str] | None = None) -> int:
             stored[bench] = outcome
         elif outcome.status == FAILED:
             stored[bench].error = outcome.error if stored[bench].status != MEASURED else ""
+        if not args.no_write:  # at once: B6 compares with the B1 of this run
+            report.save(results_json, stored)
     print()
     print(report.table(ran))
     if not args.no_write:
-        report.save(results_json, stored)
         args.results.write_text(report.markdown(stored, TITLES))
         print(f"\nwrote {args.results}")
     return 0 if all(o.status == MEASURED for o in ran) else 1
