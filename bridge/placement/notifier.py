@@ -38,6 +38,7 @@ from bridge.ports import KubePort
 from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
+NOTIFICATIONS_IN_FLIGHT = 16  # writes at once (see Releaser: RELEASES_IN_FLIGHT)
 
 
 def describe(job: SlurmJob) -> str:
@@ -84,6 +85,7 @@ class PodNotifier:
         self._gated: set[str] = set()  # pod uids held by the bridge's gate: events alone
         self._unread: set[str] = set()  # quiet period over, Slurm's reason not read yet
         self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(NOTIFICATIONS_IN_FLIGHT)
 
     async def job_known(self, pod: Pod, job: SlurmJob) -> None:
         """Called by filter for every pod it sees; cheap when nothing changed."""
@@ -214,10 +216,10 @@ class PodNotifier:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    @staticmethod
-    async def _guard(work: Coroutine[Any, Any, None]) -> None:
+    async def _guard(self, work: Coroutine[Any, Any, None]) -> None:
         try:
-            await work
+            async with self._slots:
+                await work
         except ApiError as exc:  # the pod may be gone; the next change writes again
             log.info("notify.skipped", status=exc.status.code, error=exc.status.message)
         except Exception as exc:  # apiserver away: the condition is rewritten on the next change

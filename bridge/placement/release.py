@@ -37,6 +37,7 @@ from bridge.slurm.types import SlurmJob
 log = structlog.get_logger(__name__)
 
 _WRITE_ATTEMPTS = 3  # a pod changed under each write this often in a row: try again later
+RELEASES_IN_FLIGHT = 32  # PATCHes at once; the apiserver client's other callers keep the rest
 
 
 class Releaser:
@@ -53,6 +54,9 @@ class Releaser:
         self._owner_of: dict[str, Owner] = {}  # uid → owner of each pod in _waiting
         self._releasing: set[Owner] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        # A poll may find hundreds of jobs started: their releases queue here, not for the
+        # apiserver client's connections, which kube-scheduler's bind calls also need.
+        self._slots = asyncio.Semaphore(RELEASES_IN_FLIGHT)
 
     def track(self, pod: Pod, job: SlurmJob) -> None:
         """``pod`` (gated) waits on ``job``: released as soon as the job runs."""
@@ -130,7 +134,8 @@ class Releaser:
                 except PlacementError:  # requeued meanwhile: the poller reports it again
                     return
                 try:
-                    await self._release(owner, job)
+                    async with self._slots:
+                        await self._release(owner, job)
                 except Exception as exc:  # the apiserver away: the pods still wait
                     log.warning("release.failed", owner=str(owner), job_id=job.job_id,
                                 error=repr(exc), retry_in=self._retry)

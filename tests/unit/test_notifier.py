@@ -3,14 +3,14 @@
 import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.link.owner import linked_pod
-from bridge.placement.notifier import PodNotifier
+from bridge.placement.notifier import NOTIFICATIONS_IN_FLIGHT, PodNotifier
 from bridge.placement.pods import PodRegistry
 from bridge.placement.reasons import clock
 from bridge.slurm.types import Allocation, JobState, SlurmJob
@@ -246,3 +246,33 @@ async def test_every_member_of_a_group_is_told_its_groups_expected_start() -> No
               for verb, kind, body in kube.written if kind == "Event"]
     assert sorted(name for name, _ in events) == ["w0", "w1"]
     assert all(f"expected to start at {SOON:%H:%M} UTC" in message for _, message in events)
+
+
+async def test_a_burst_of_pending_pods_keeps_the_notifiers_writes_in_flight_bounded() -> None:
+    """500 pods whose jobs pend (B1-full) are all told at the end of one quiet period: their
+    events wait their turn in the bridge, not for the apiserver client's connections, which
+    kube-scheduler's bind calls also need (releases are bounded the same way)."""
+    notifier, kube, registry = _notifier()
+    in_flight, most = 0, 0
+    create = kube.create
+
+    async def slow_create(*args: Any, **kwargs: Any) -> Any:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.01)
+            return await create(*args, **kwargs)
+        finally:
+            in_flight -= 1
+
+    kube.create = slow_create  # type: ignore[method-assign]
+    pods = 3 * NOTIFICATIONS_IN_FLIGHT
+    for i in range(pods):
+        pod = _pod(f"uid-{i}", gated=True)
+        registry.remember(linked_pod(pod))
+        await notifier.job_known(pod, dataclasses.replace(PENDING, job_id=100 + i,
+                                                          owner=PodOwner(f"uid-{i}")))
+    await _settle(notifier)
+    assert 0 < most <= NOTIFICATIONS_IN_FLIGHT
+    assert writes(kube) == [("event", "SlurmPending")] * pods

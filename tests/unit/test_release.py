@@ -17,6 +17,7 @@ from lightkube.types import PatchType
 from bridge import keys
 from bridge.jobs.owner import Owner, PodOwner
 from bridge.link.release import release_patch
+from bridge.placement.release import RELEASES_IN_FLIGHT
 from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from extender.app import create_app
@@ -235,3 +236,37 @@ async def test_a_group_whose_job_ended_before_it_ran_is_submitted_again(world: W
     await world.allocate(second, "node1", "node2")
     assert [world.pod(f"w{r}")["metadata"]["annotations"][keys.JOB_ID] for r in (0, 1)] == [
         str(second)] * 2
+
+
+async def test_a_burst_of_started_jobs_keeps_the_releases_in_flight_bounded(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B1 at 5,000 pods: one poll found hundreds of jobs started and a release task per pod
+    sent its PATCH at once; the apiserver client's 100 connections were all taken by them,
+    so kube-scheduler's bind calls waited for a connection past their timeout (415 binds
+    failed, each pod retried by kube-scheduler with a status write).  Releases wait their
+    turn in the bridge instead; every pod is still released."""
+    pods = 3 * RELEASES_IN_FLIGHT
+    for i in range(pods):
+        world.kube.add(PodBuilder(f"p{i}", "ns").gated().build())
+    await _until(lambda: len(world.slurm.submitted) == pods)
+    in_flight, most = 0, 0
+    patch = world.kube.patch
+
+    async def slow_patch(*args: Any, **kwargs: Any) -> Any:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.01)
+            return await patch(*args, **kwargs)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(world.kube, "patch", slow_patch)
+    for job_id in list(world.slurm.jobs):
+        world.slurm.start(job_id, "node1")
+    await world.bridge.poller.poll_once()
+    await world.bridge.releaser.drain()
+    assert 0 < most <= RELEASES_IN_FLIGHT
+    assert all(not world.pod(f"p{i}")["spec"].get("schedulingGates") for i in range(pods))
