@@ -195,6 +195,22 @@ async def test_a_pod_asking_a_gpu_type_gets_a_slice_of_it_or_waits_with_slurms_r
         slurm.admin("scancel", native)
 
 
+async def test_a_gpu_type_slurm_does_not_have_is_refused_with_slurms_words(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
+) -> None:
+    """Well-formed, so the webhook admits it; Slurm refuses the job, and the pod says so."""
+    ns = await e2e_namespace("typed-unknown")
+    await create_pod(kube, ns, PodBuilder("odd").gpus(1).annotations(
+        {keys.GPU_TYPE: "2g.20gb"}).build())
+
+    async def refused() -> str | None:
+        return next((m for r, m in await pod_events(kube, ns, "odd")
+                     if r == keys.EventReason.SUBMIT_REFUSED.value), None)
+
+    message = await wait_for(refused, 60, interval=1, what="the pod told Slurm refused its job")
+    assert message.startswith(keys.SUBMIT_REFUSED_MESSAGE), message
+
+
 REFUSED = [  # (annotations, nvidia.com/gpu, the annotation named, words of the message)
     ({keys.GPU_SHARDS: "2"}, 1, keys.GPU_SHARDS, "shards or whole GPUs, not both"),
     ({keys.GPU_TYPE: "1g:10gb"}, 1, keys.GPU_TYPE, "a Slurm GPU type"),
