@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import gc
 import importlib.abc
 import importlib.util
@@ -451,11 +452,19 @@ _SUBMIT_BODY = json.dumps(
 
 
 @contextlib.asynccontextmanager
-async def _httpx(url: str) -> Any:
+async def _httpx(url: str, *, over_reqwest: bool = False) -> Any:
+    """Bare httpx, on httpcore or (``over_reqwest``) on pyreqwest's httpx transport."""
     import httpx  # noqa: PLC0415
 
-    async with httpx.AsyncClient(base_url=url, timeout=10.0,
-                                 limits=httpx.Limits(max_connections=16)) as http:
+    transport = None
+    if over_reqwest:
+        from pyreqwest.client import ClientBuilder  # noqa: PLC0415
+        from pyreqwest.compatibility.httpx import HttpxTransport  # noqa: PLC0415
+
+        transport = HttpxTransport(ClientBuilder().max_connections(16).build())
+    async with httpx.AsyncClient(base_url=url, timeout=None if over_reqwest else 10.0,
+                                 limits=httpx.Limits(max_connections=16),
+                                 transport=transport) as http:
         async def exchange(kind: str) -> None:
             method, path, params, body = _request(kind)
             resp = await http.request(method, path, headers=_headers(), params=params,
@@ -481,24 +490,6 @@ async def _aiohttp(url: str) -> Any:
                 content = await resp.read()
             if resp.status != 200 or not content:
                 raise RuntimeError(f"aiohttp {kind}: HTTP {resp.status}")
-
-        yield exchange
-
-
-@contextlib.asynccontextmanager
-async def _httpx_reqwest(url: str) -> Any:
-    import httpx  # noqa: PLC0415
-    from pyreqwest.client import ClientBuilder  # noqa: PLC0415
-    from pyreqwest.compatibility.httpx import HttpxTransport  # noqa: PLC0415
-
-    transport = HttpxTransport(ClientBuilder().max_connections(16).build())
-    async with httpx.AsyncClient(base_url=url, transport=transport) as http:
-        async def exchange(kind: str) -> None:
-            method, path, params, body = _request(kind)
-            resp = await http.request(method, path, headers=_headers(), params=params,
-                                      content=body)
-            if resp.status_code != 200 or not resp.content:
-                raise RuntimeError(f"httpx over reqwest {kind}: HTTP {resp.status_code}")
 
         yield exchange
 
@@ -548,7 +539,7 @@ async def _slurm_client(url: str) -> Any:
 STACKS: dict[str, Callable[[str], Any]] = {
     "httpx": _httpx,
     "aiohttp": _aiohttp,
-    "httpx over reqwest": _httpx_reqwest,
+    "httpx over reqwest": functools.partial(_httpx, over_reqwest=True),
     "pyreqwest": _pyreqwest,
     "SlurmClient": _slurm_client,
 }

@@ -38,6 +38,26 @@ Obj = dict[str, Any]
 _SUBRESOURCES: dict[Any, type[Resource]] = {Pod.Status: Pod, Node.Status: Node}
 
 
+class InFlight:
+    """Stands in for an async method: each call held ``hold`` seconds, then passed on, and
+    the most calls under way at once recorded (``most``), for tests that bound them."""
+
+    def __init__(self, method: Any, hold: float = 0.01) -> None:
+        self._method = method
+        self._hold = hold
+        self._now = 0
+        self.most = 0
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._now += 1
+        self.most = max(self.most, self._now)
+        try:
+            await asyncio.sleep(self._hold)
+            return await self._method(*args, **kwargs)
+        finally:
+            self._now -= 1
+
+
 class FakeSlurm:
     """A fake slurmctld: jobs and nodes in dicts; tests move jobs on with ``start``/``end``."""
 

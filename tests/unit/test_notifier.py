@@ -3,7 +3,7 @@
 import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import cast
 
 from lightkube.models.core_v1 import Pod
 
@@ -14,7 +14,7 @@ from bridge.placement.notifier import NOTIFICATIONS_IN_FLIGHT, PodNotifier
 from bridge.placement.pods import PodRegistry
 from bridge.placement.reasons import clock
 from bridge.slurm.types import Allocation, JobState, SlurmJob
-from slurmbridge_devkit.fakes import FakeKube
+from slurmbridge_devkit.fakes import FakeKube, InFlight
 
 QUIET = 0.05
 
@@ -253,20 +253,8 @@ async def test_a_burst_of_pending_pods_keeps_the_notifiers_writes_in_flight_boun
     events wait their turn in the bridge, not for the apiserver client's connections, which
     kube-scheduler's bind calls also need (releases are bounded the same way)."""
     notifier, kube, registry = _notifier()
-    in_flight, most = 0, 0
-    create = kube.create
-
-    async def slow_create(*args: Any, **kwargs: Any) -> Any:
-        nonlocal in_flight, most
-        in_flight += 1
-        most = max(most, in_flight)
-        try:
-            await asyncio.sleep(0.01)
-            return await create(*args, **kwargs)
-        finally:
-            in_flight -= 1
-
-    kube.create = slow_create  # type: ignore[method-assign]
+    creates = InFlight(kube.create)
+    kube.create = creates  # type: ignore[method-assign]
     pods = 3 * NOTIFICATIONS_IN_FLIGHT
     for i in range(pods):
         pod = _pod(f"uid-{i}", gated=True)
@@ -274,5 +262,5 @@ async def test_a_burst_of_pending_pods_keeps_the_notifiers_writes_in_flight_boun
         await notifier.job_known(pod, dataclasses.replace(PENDING, job_id=100 + i,
                                                           owner=PodOwner(f"uid-{i}")))
     await _settle(notifier)
-    assert 0 < most <= NOTIFICATIONS_IN_FLIGHT
+    assert 0 < creates.most <= NOTIFICATIONS_IN_FLIGHT
     assert writes(kube) == [("event", "SlurmPending")] * pods

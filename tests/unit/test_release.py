@@ -22,7 +22,13 @@ from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from extender.app import create_app
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes, intake_running
+from slurmbridge_devkit.fakes import (
+    FakeKube,
+    FakeSlurm,
+    InFlight,
+    bridge_over_fakes,
+    intake_running,
+)
 from slurmbridge_devkit.kube import wait_for
 
 
@@ -250,23 +256,11 @@ async def test_a_burst_of_started_jobs_keeps_the_releases_in_flight_bounded(
     for i in range(pods):
         world.kube.add(PodBuilder(f"p{i}", "ns").gated().build())
     await _until(lambda: len(world.slurm.submitted) == pods)
-    in_flight, most = 0, 0
-    patch = world.kube.patch
-
-    async def slow_patch(*args: Any, **kwargs: Any) -> Any:
-        nonlocal in_flight, most
-        in_flight += 1
-        most = max(most, in_flight)
-        try:
-            await asyncio.sleep(0.01)
-            return await patch(*args, **kwargs)
-        finally:
-            in_flight -= 1
-
-    monkeypatch.setattr(world.kube, "patch", slow_patch)
+    patches = InFlight(world.kube.patch)
+    monkeypatch.setattr(world.kube, "patch", patches)
     for job_id in list(world.slurm.jobs):
         world.slurm.start(job_id, "node1")
     await world.bridge.poller.poll_once()
     await world.bridge.releaser.drain()
-    assert 0 < most <= RELEASES_IN_FLIGHT
+    assert 0 < patches.most <= RELEASES_IN_FLIGHT
     assert all(not world.pod(f"p{i}")["spec"].get("schedulingGates") for i in range(pods))
