@@ -84,6 +84,8 @@ def _gpu_indices_of(gres: str, entry: str) -> Iterator[int]:
     if not (detail.startswith("IDX:") and detail.endswith(")")):
         raise ValueError(f"bad GPU detail in gres {entry!r}")
     idx = detail[len("IDX:") : -1]
+    if idx == "" and count == 0:  # a type the job got none of: gpu:3g.40gb:0(IDX:)
+        return
     if idx != "N/A":
         yield from _indices(idx, entry)
 

@@ -123,6 +123,15 @@ def test_typed_slices_read_from_slurm_24_11_are_the_slices_index() -> None:
     assert (job.state, job.reason, job.allocation) == (JobState.PENDING, "Resources", None)
 
 
+def test_an_untyped_request_on_a_typed_node_reads_as_the_gpus_it_got() -> None:
+    """Real answer: ``gres/gpu:2`` on node4 (1g.10gb and 3g.40gb slices) lists the type it got
+    none of with an empty index list, which is no GPU and no error."""
+    info = _captured("24.11-v0.0.42-job-untyped2_on_typed_node.json")
+    assert info.gres_detail == ["gpu:1g.10gb:2(IDX:0-1),gpu:3g.40gb:0(IDX:)"]
+    found = allocation_from(info.nodes, info.gres_detail)
+    assert found is not None and found.gpu_ids == {"node4": (0, 1)}
+
+
 @pytest.mark.parametrize(
     ("entry", "gpus"),
     [
@@ -131,6 +140,7 @@ def test_typed_slices_read_from_slurm_24_11_are_the_slices_index() -> None:
         ("shard:0", ()),
         ("gpu:1g.10gb:1(IDX:2)", (2,)),
         ("gpu:1g.10gb:1(IDX:0),gpu:3g.40gb:1(IDX:5)", (0, 5)),
+        ("gpu:1g.10gb:0(IDX:),gpu:3g.40gb:2(IDX:6-7)", (6, 7)),
     ],
 )
 def test_shard_and_typed_details_give_the_gpu_indices(entry: str, gpus: tuple[int, ...]) -> None:
@@ -138,10 +148,11 @@ def test_shard_and_typed_details_give_the_gpu_indices(entry: str, gpus: tuple[in
 
 
 @pytest.mark.parametrize(
-    "bad", ["shard:2", "shard:2(IDX:3)", "shard:2(2/4,x)", "shard:2(0/4,0/4)", "shard:1(1/4"]
+    "bad", ["shard:2", "shard:2(IDX:3)", "shard:2(2/4,x)", "shard:2(0/4,0/4)", "shard:1(1/4",
+            "gpu:1g.10gb:1(IDX:)"]
 )
 def test_unreadable_shard_detail_is_an_error_never_a_guess(bad: str) -> None:
-    with pytest.raises(ValueError, match=r"shard|IDX|parentheses"):
+    with pytest.raises(ValueError, match=r"shard|IDX|index|parentheses"):
         gpu_indices(bad)
 
 
