@@ -70,6 +70,10 @@ def _signal_and_wait(pids: list[int], sig: int, timeout: float = 30) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+class NotApplicable(Exception):
+    """The fault cannot happen to this Slurm (e.g. a requeue of an external job)."""
+
+
 @dataclass
 class Injector:
     slurm: SlurmTarget
@@ -103,13 +107,16 @@ class Injector:
         tail = TAIL_SECONDS.get(fault.kind)
         outage = self.tracker.open_outage(time.time()) if tail is not None else None
         started = time.strftime("%H:%M:%S", time.gmtime())
-        victim = "failed"
+        victim, skipped = "failed", ""
         try:
             victim = await handlers[fault.kind](fault)
+            skipped = "" if victim else "no victim alive, skipped"
+        except NotApplicable as exc:
+            victim, skipped = "", f"{exc}, skipped"
         finally:
             if outage is not None and tail is not None:
                 self.tracker.close_outage(outage, time.time() + tail)
-            described = f"{fault.describe()}: {victim or 'no victim alive, skipped'}"
+            described = f"{fault.describe()}: {victim or skipped}"
             self.tracker.fault(f"{started} UTC {described}")
             print(f"  fault {described}", flush=True)
         self.counts[fault.kind.value if victim else f"{fault.kind.value} (skipped)"] += 1
@@ -180,9 +187,17 @@ class Injector:
             await asyncio.to_thread(self.slurm.admin, "scancel", job.job_id)
             return f"scancel {job.job_id} ({job.name})"
         # Placeholders are submitted non-requeueable: an admin makes one requeueable first.
-        await asyncio.to_thread(self.slurm.admin, "scontrol", "update", f"JobId={job.job_id}",
-                                "Requeue=1")
-        await asyncio.to_thread(self.slurm.admin, "scontrol", "requeue", job.job_id)
+        # Slurm requeues batch jobs only: on 25.11+ the placeholders are external jobs
+        # (data parser v0.0.44+), so there the fault is a no-op, said as such (24.11 has it).
+        try:
+            await asyncio.to_thread(self.slurm.admin, "scontrol", "update",
+                                    f"JobId={job.job_id}", "Requeue=1")
+            await asyncio.to_thread(self.slurm.admin, "scontrol", "requeue", job.job_id)
+        except AssertionError as exc:
+            if "Only batch jobs" not in str(exc):
+                raise
+            raise NotApplicable(
+                f"job {job.job_id} is external: Slurm requeues batch jobs only") from exc
         return f"scontrol requeue {job.job_id} ({job.name})"
 
     async def _drain(self, fault: Fault) -> str:
