@@ -62,6 +62,8 @@ def bound(
 def holds(annotations: Mapping[str, str], job: SlurmJob) -> bool:
     """The job still runs on the Slurm node and GPUs the pod was bound to."""
     allocation = job.allocation
+    if job.state is JobState.RUNNING and allocation is None and job.unreadable:
+        return True  # an allocation the bridge cannot read is no evidence the pod lost it
     if job.state is not JobState.RUNNING or allocation is None or job.preempting:
         return False
     node = annotations.get(keys.SLURM_NODE, "")

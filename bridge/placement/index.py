@@ -20,6 +20,7 @@ of the round before, 375 kB each).
 """
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -92,10 +93,13 @@ class JobIndex:
         """Remember a placeholder job (native jobs, without an owner, are ignored).  ``read``:
         it was just read from Slurm; by default, unless it is the very record held (a record
         kept because its state looked unchanged is no new reading)."""
+        held = self._by_id.get(job.job_id)
+        if read is None:
+            read = held is not job
+        if job.unreadable and held is not None and held.allocation and job.state is held.state:
+            job = dataclasses.replace(job, allocation=held.allocation)  # unknown changes nothing
         if job.owner is None:
             return
-        if read is None:
-            read = self._by_id.get(job.job_id) is not job
         self._by_id[job.job_id] = job
         if job.state.is_live:
             self._live[job.job_id] = job

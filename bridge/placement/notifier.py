@@ -42,6 +42,10 @@ NOTIFICATIONS_IN_FLIGHT = 16  # writes at once (see Releaser: RELEASES_IN_FLIGHT
 
 
 def describe(job: SlurmJob) -> str:
+    if job.unreadable and job.allocation is None:
+        return (f"Slurm job {job.job_id} is {job.state.value.lower()}, but its allocation "
+                f"cannot be read: {job.unreadable}; the pod waits (report Slurm's answer: "
+                f"scontrol show job -d {job.job_id})")
     if job.allocation is not None and job.state is not JobState.PENDING:
         return f"Slurm job {job.job_id} allocated {','.join(job.allocation.nodes)}"
     expected = expected_start(job, datetime.now(UTC))
@@ -138,7 +142,7 @@ class PodNotifier:
             return
         if _allocated(job):
             return  # kube-scheduler has the pod queued (or bound it, or was nudged)
-        if job.reason == NO_REASON:  # shown once the poller's reason refresh reads it
+        if job.reason == NO_REASON and not job.unreadable:  # shown once its reason is read
             self._unread.add(key.uid)
             return
         await self._show(key, job)

@@ -81,6 +81,12 @@ def slurm_job(info: JobInfo, *, owned: bool, last_backfill: NoVal | None = None)
     owner = owner_from_comment(info.comment) if owned else None
     state = job_state(info.job_state)
     allocated = owner is not None and state is not JobState.PENDING and info.nodes
+    allocation, unreadable = None, ""
+    if allocated:
+        try:
+            allocation = allocation_from(info.nodes, info.gres_detail)
+        except ValueError as exc:  # the job is still the owner's: see SlurmJob.unreadable
+            unreadable = str(exc)
     expected = _time(info.start_time) if state is JobState.PENDING else None
     if expected is not None and expected - datetime.now(UTC) > NO_PLAN_AHEAD:
         expected = None
@@ -90,7 +96,7 @@ def slurm_job(info: JobInfo, *, owned: bool, last_backfill: NoVal | None = None)
         state=state,
         reason=info.state_reason or NO_REASON,
         owner=owner,
-        allocation=allocation_from(info.nodes, info.gres_detail) if allocated else None,
+        allocation=allocation,
         partition=info.partition,
         user=info.user_name,
         account=info.account,
@@ -98,6 +104,7 @@ def slurm_job(info: JobInfo, *, owned: bool, last_backfill: NoVal | None = None)
         preempting=info.preempt_time.set and info.preempt_time.number > 0,
         expected_start=expected,
         backfill_at=_time(last_backfill) if expected and last_backfill else None,
+        unreadable=unreadable,
     )
 
 

@@ -62,6 +62,9 @@ class SlurmJob:
     # the reason.  None when Slurm has no estimate.
     expected_start: datetime | None = None
     backfill_at: datetime | None = None
+    # Why the allocation Slurm answered cannot be read ("": it could): the job is still its
+    # owner's, and an unknown allocation is never a reason to release, bind or evict.
+    unreadable: str = ""
 
 
 @dataclass(frozen=True, slots=True)
