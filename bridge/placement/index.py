@@ -96,8 +96,12 @@ class JobIndex:
         held = self._by_id.get(job.job_id)
         if read is None:
             read = held is not job
-        if job.unreadable and held is not None and held.allocation and job.state is held.state:
-            job = dataclasses.replace(job, allocation=held.allocation)  # unknown changes nothing
+        if job.unreadable:  # counted, and re-read by each poll until it is known
+            metrics.POLL_ERRORS.labels("unreadable").inc()
+            log.warning("placement.allocation_unreadable", job_id=job.job_id,
+                        error=job.unreadable)
+            if held is not None and held.allocation and job.state is held.state:
+                job = dataclasses.replace(job, allocation=held.allocation, unreadable="")
         if job.owner is None:
             return
         self._by_id[job.job_id] = job

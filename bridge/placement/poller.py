@@ -103,7 +103,7 @@ class Poller:
         else:  # nothing to read, but /readyz and the controllers need to know Slurm answers
             await self._client.ping()
             states = {}
-        stale = [j for i, j in tracked.items() if states.get(i) != j.state]
+        stale = [j for i, j in tracked.items() if states.get(i) != j.state or j.unreadable]
         started = [j for j in stale if states.get(j.job_id) is JobState.RUNNING]
         unseen = []
         for job in tracked.values():
@@ -198,7 +198,7 @@ class Poller:
             return
         after = dataclasses.replace(before, state=JobState.RUNNING, reason=NO_REASON,
                                     allocation=allocation, preempting=False,
-                                    expected_start=None, backfill_at=None)
+                                    expected_start=None, backfill_at=None, unreadable="")
         self._index.record(after)
         await self._on_change(before, after)
 

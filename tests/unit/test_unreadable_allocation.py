@@ -14,6 +14,7 @@ from bridge.jobs.request import JobRequest
 from bridge.link import annotations
 from bridge.placement.index import JobIndex
 from bridge.placement.notifier import describe
+from bridge.placement.poller import Poller
 from bridge.slurm.convert import comment_for, slurm_job
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from bridge.slurm.wire.base import JobInfo
@@ -64,3 +65,28 @@ def test_an_unreadable_rereading_keeps_the_allocation_held_and_evicts_nobody() -
     never_read = SlurmJob(8, "k8s:ns/q", JobState.RUNNING, "None", owner, None,
                           unreadable="bad gres")
     assert annotations.holds(bound, never_read)  # unknown is no reason to evict
+
+
+async def test_an_unknown_allocation_is_read_again_each_poll_until_it_is_known() -> None:
+    """A garbled answer is often a passing one (tests/e2e/test_attacks.py garbles a job's
+    reads for a few seconds): a job whose allocation is unknown is read on every poll, and
+    its pod released as soon as the answer reads, not when its state next changes."""
+    fake = FakeSlurm(("node4",))
+    owner = PodOwner("uid-1")
+    fake.put(SlurmJob(7, "k8s:ns/p", JobState.RUNNING, "None", owner, None,
+                      unreadable="bad gres"))
+    index = JobIndex(fake)
+    changes: list[SlurmJob] = []
+
+    async def on_change(before: SlurmJob, after: SlurmJob) -> None:
+        changes.append(after)
+
+    poller = Poller(fake, index, on_change, interval=0.01, resync_interval=3600)
+    await poller.resync()
+    await poller.poll_once()
+    assert changes == []  # still unreadable: nothing to release
+    fake.start(7, "node4", gpus=(3,))  # the answer reads now
+    await poller.poll_once()
+    assert [c.allocation for c in changes] == [Allocation(("node4",), {"node4": (3,)})]
+    job = index.by_id(7)
+    assert job is not None and job.unreadable == ""
