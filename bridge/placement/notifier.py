@@ -19,6 +19,7 @@ poller reads it with the reason, so at most once per ``placement.reason_refresh_
 """
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
@@ -119,7 +120,7 @@ class PodNotifier:
         first = key.uid not in self._seen
         self._seen[key.uid] = status
         if first:
-            self._spawn(self._after_quiet(key))
+            self._spawn(self._after_quiet(key), writes=False)
         if key.uid in self._latest or first:
             self._latest[key.uid] = job
         shown = key.uid in self._shown
@@ -145,7 +146,7 @@ class PodNotifier:
         if job.reason == NO_REASON and not job.unreadable:  # shown once its reason is read
             self._unread.add(key.uid)
             return
-        await self._show(key, job)
+        self._spawn(self._show(key, job))
 
     def prune(self) -> None:
         """Drop what is remembered about pods the registry has forgotten."""
@@ -215,14 +216,16 @@ class PodNotifier:
             message=describe(job),
         )
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(self._guard(work))
+    def _spawn(self, work: Coroutine[Any, Any, None], *, writes: bool = True) -> None:
+        """``writes``: the work writes at once, so it waits for one of the bounded slots (a
+        quiet period's wait must not hold one)."""
+        task = asyncio.create_task(self._guard(work, writes))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _guard(self, work: Coroutine[Any, Any, None]) -> None:
+    async def _guard(self, work: Coroutine[Any, Any, None], writes: bool) -> None:
         try:
-            async with self._slots:
+            async with self._slots if writes else contextlib.nullcontext():
                 await work
         except ApiError as exc:  # the pod may be gone; the next change writes again
             log.info("notify.skipped", status=exc.status.code, error=exc.status.message)

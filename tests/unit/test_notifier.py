@@ -264,3 +264,22 @@ async def test_a_burst_of_pending_pods_keeps_the_notifiers_writes_in_flight_boun
     await _settle(notifier)
     assert 0 < creates.most <= NOTIFICATIONS_IN_FLIGHT
     assert writes(kube) == [("event", "SlurmPending")] * pods
+
+
+async def test_pods_in_their_quiet_period_hold_no_write_slot() -> None:
+    """The quiet period is a wait, not a write: 48 pending pods are all told one quiet
+    period after they appeared, not 16 quiet periods at a time."""
+    kube, registry = FakeKube(), PodRegistry()
+    quiet = 0.3
+    notifier = PodNotifier(kube, registry, quiet_seconds=quiet)
+    pods = 3 * NOTIFICATIONS_IN_FLIGHT
+    started = asyncio.get_running_loop().time()
+    for i in range(pods):
+        pod = _pod(f"uid-{i}", gated=True)
+        registry.remember(linked_pod(pod))
+        await notifier.job_known(pod, dataclasses.replace(PENDING, job_id=100 + i,
+                                                          owner=PodOwner(f"uid-{i}")))
+    await asyncio.sleep(quiet)
+    await notifier.drain()
+    assert writes(kube) == [("event", "SlurmPending")] * pods
+    assert asyncio.get_running_loop().time() - started < 2 * quiet
