@@ -31,9 +31,18 @@ start_engine() {
   die "dockerd did not answer within 60 s (log above)"
 }
 
+# Waits for the daemon to exit: a start right after would otherwise race the old one's
+# shutdown (its pidfile and socket) and fail.
+stop_engine() {
+  local pid
+  pid="$(cat "$RUN_DIR/dockerd.pid" 2>/dev/null)" || return 0
+  kill "$pid" 2>/dev/null || return 0
+  for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || return 0; sleep 1; done
+  die "dockerd (pid $pid) did not exit within 60 s"
+}
+
 case "${1:-up}" in
   up) install_engine; start_engine ;;
-  stop)
-    [[ -f "$RUN_DIR/dockerd.pid" ]] && kill "$(cat "$RUN_DIR/dockerd.pid")" 2>/dev/null || true ;;
+  stop) stop_engine ;;
   *) echo "usage: $0 [up|stop]" >&2; exit 2 ;;
 esac

@@ -2,12 +2,14 @@
 the Slurm node that are one host, pod groups over the nodes of one Slurm job, and the bridge's
 own pods being replaced."""
 
+import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from bridge import keys
-from tests.kind.cluster import Kind, pod_manifest, wait
+from tests.kind.cluster import WORKLOAD_IMAGE, Kind, pod_manifest, wait
 
 pytestmark = [pytest.mark.kind, pytest.mark.e2e]  # e2e: left out of the fast path
 
@@ -106,3 +108,27 @@ def test_extender_pod_deleted_comes_back_without_duplicate_jobs(kind: Kind, ns: 
         kind.kubectl("-n", ns, "delete", "pod", name, "--wait=false")
         wait(lambda job=job: not kind.in_squeue(job), 60,  # type: ignore[misc]
              f"job {job} of deleted pod {name} to leave squeue")
+
+
+def test_pods_are_admitted_throughout_a_rolling_restart_of_the_webhook(kind: Kind,
+                                                                       ns: str) -> None:
+    """A helm upgrade rolls the webhook's pods; a pod created meanwhile must not be refused
+    because a terminating replica stopped listening before its Service endpoint left."""
+    deploy = f"deploy/{kind.release}-webhook"
+    kind.kubectl("-n", kind.namespace, "rollout", "restart", deploy)
+    refused: list[str] = []
+    tries, settled_at = 0, None
+    while settled_at is None or time.monotonic() < settled_at + 10:
+        done = subprocess.run(
+            ["kubectl", "--kubeconfig", str(kind.kubeconfig), "-n", ns, "run", f"probe-{tries}",
+             f"--image={WORKLOAD_IMAGE}", "--restart=Never", "--dry-run=server", "-o", "name"],
+            capture_output=True, text=True, timeout=30, check=False)
+        tries += 1
+        if done.returncode:
+            refused.append(done.stderr.strip())
+        if settled_at is None and "successfully rolled out" in kind.kubectl(
+                "-n", kind.namespace, "rollout", "status", deploy, "--watch=false"):
+            settled_at = time.monotonic()
+        time.sleep(0.2)
+    assert tries >= 20, f"only {tries} pods tried during the rollout"
+    assert not refused, f"{len(refused)} of {tries} pods refused, e.g. {refused[0]}"
