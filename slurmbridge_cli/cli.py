@@ -14,8 +14,9 @@ from bridge import logs
 from bridge import status as status_view
 from bridge.config import CONFIG_FILE_ENV, Settings
 from bridge.config_reference import markdown
+from bridge.doctor import Check
 from bridge.doctor import run as run_doctor
-from bridge.kube.client import kube_client
+from bridge.kube.client import kube_client, opened_kube
 from bridge.policy.tenancy import TenancyError, TenancySource, placeholder_trust
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError
@@ -82,8 +83,9 @@ def status(config: Path | None, output: str) -> None:
         raise click.ClickException(str(exc)) from exc
 
     async def run() -> list[status_view.Row]:
-        async with SlurmClient(settings.slurm, trust=trust) as slurm:
-            return await status_view.collect(kube_client(settings.kube.kubeconfig), slurm)
+        async with (SlurmClient(settings.slurm, trust=trust) as slurm,
+                    opened_kube(settings.kube.kubeconfig) as kube):
+            return await status_view.collect(kube, slurm)
 
     try:
         rows = asyncio.run(run())
@@ -100,7 +102,12 @@ def status(config: Path | None, output: str) -> None:
 def doctor(config: Path | None) -> None:
     """Check slurmrestd, the token, the apiserver permissions and the wiring."""
     settings = load_settings(config)
-    checks = asyncio.run(run_doctor(settings, kube_client(settings.kube.kubeconfig)))
+
+    async def run() -> list[Check]:
+        async with opened_kube(settings.kube.kubeconfig) as kube:
+            return await run_doctor(settings, kube)
+
+    checks = asyncio.run(run())
     for check in checks:
         click.echo(check.line())
     if not all(c.ok for c in checks):

@@ -1,5 +1,7 @@
 """The bridge's Kubernetes client: lightkube's async client, its exchanges over aiohttp."""
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from lightkube import AsyncClient, KubeConfig
@@ -13,6 +15,17 @@ FIELD_MANAGER = "slurmbridge"
 def kube_client(kubeconfig: Path | None) -> AsyncClient:
     """From a kubeconfig file when given, else in-cluster / $KUBECONFIG as kubectl does."""
     return client_for(KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env())
+
+
+@asynccontextmanager
+async def opened_kube(kubeconfig: Path | None) -> AsyncIterator[AsyncClient]:
+    """A client for one CLI command, closed on the way out: an aiohttp session left open at
+    exit prints "Unclosed client session" over the command's output."""
+    kube = kube_client(kubeconfig)
+    try:
+        yield kube
+    finally:
+        await kube.close()
 
 
 def client_for(kubeconfig: KubeConfig) -> AsyncClient:

@@ -72,4 +72,5 @@ def _status(stack: BridgeStack, *args: str) -> str:
         env=stack.extender.env, capture_output=True, text=True, timeout=60, check=False,
     )
     assert done.returncode == 0, done.stderr
+    assert "Unclosed" not in done.stderr, f"status left its connections open: {done.stderr}"
     return done.stdout
