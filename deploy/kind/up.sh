@@ -174,6 +174,19 @@ install_bridge() {
     --set-json 'tenancy.default={}' \
     "$@" --wait --timeout 5m >/dev/null
   kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  wait_admission
+}
+
+# helm's --wait ends when the webhook's pods are Ready; the Service rules on the nodes follow
+# a moment later.  Until a pod is admitted the demo's would be refused: wait for one.
+wait_admission() {
+  local err
+  for _ in $(seq 1 60); do
+    err="$(kubectl -n "$DEMO_NS" run admission-probe --image="$PAUSE_IMAGE" --restart=Never \
+      --dry-run=server -o name 2>&1 >/dev/null)" && return
+    sleep 1
+  done
+  die "the admission webhook refuses pods after 60 s: $err"
 }
 
 # As deploy/demo: a native job holding 2 of a worker's 4 GPUs, a GPU pod and a 2-pod group
