@@ -90,7 +90,7 @@ class Bridge:
             self.kube, self.slurm, self.index, self.pods, self.pod_cache,
             orphan_grace=c.orphan_grace_seconds, claims=self.claims,
         )
-        self.nodesync = NodeSync(self.kube, self.slurm, self.nodes)
+        self.nodesync = NodeSync(self.kube, self.slurm, self.nodes, self.pod_cache)
         self._tasks: list[asyncio.Task[None]] = []
 
     def _admit(self, pod: PodModel) -> PodModel:

@@ -2,9 +2,11 @@
 
 Slurm DRAIN/DOWN/FAIL → taint ``slurmbridge.io/slurm-unavailable:NoSchedule`` and
 condition ``SlurmNodeAvailable=False`` carrying Slurm's reason.  A cordoned or
-NotReady Kubernetes node → Slurm drain with reason ``slurmbridge: <why>``.  The
-bridge only ever resumes drains whose reason carries its prefix: an admin's
-own drain is never undone.  Nodes mapped to Slurm carry ``slurmbridge.io/managed``.
+NotReady Kubernetes node → Slurm drain with reason ``slurmbridge: <why>`` (drains.py: a
+NotReady node's names the pods that may still run there); a deleted Node's drain stays,
+saying so.  The bridge only ever resumes drains whose reason carries its prefix, and only
+on a Node that is back: an admin's own drain is never undone.  Nodes mapped to Slurm carry
+``slurmbridge.io/managed``.
 """
 
 from datetime import UTC, datetime
@@ -15,50 +17,70 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from bridge import keys, metrics
+from bridge.controllers import drains
+from bridge.controllers.drains import ours
 from bridge.kube.nodes import NodeCache, NodeView, Taint
+from bridge.link.podcache import PodCache
 from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.types import SlurmNode
 
 log = structlog.get_logger(__name__)
 
-CORDONED = f"{keys.DRAIN_REASON_PREFIX} cordoned in Kubernetes"
-NOT_READY = f"{keys.DRAIN_REASON_PREFIX} Kubernetes node NotReady"
 
 
-def kube_trouble(node: NodeView) -> str | None:
-    """Why Slurm should stop placing work here, or None when the node is fine."""
-    if node.unschedulable:
-        return CORDONED
+def kube_trouble(node: NodeView, running: dict[str, int], before: str) -> str | None:
+    """Why Slurm should stop placing work here, or None when the node is fine.  ``running``:
+    the bridge's pods on the node that may still run (pod → job id)."""
     if not node.ready:
-        return NOT_READY
+        return drains.not_ready(running, before)
+    if node.unschedulable:
+        return drains.CORDONED
     return None
 
 
-def ours(reason: str) -> bool:
-    return reason.startswith(keys.DRAIN_REASON_PREFIX)
-
-
 class NodeSync:
-    def __init__(self, kube: KubePort, slurm: SlurmPort, nodes: NodeCache) -> None:
+    def __init__(self, kube: KubePort, slurm: SlurmPort, nodes: NodeCache,
+                 pods: PodCache) -> None:
         self._kube = kube
         self._slurm = slurm
         self._nodes = nodes
+        self._pods = pods
 
     async def reconcile_once(self) -> None:
         slurm_nodes = {n.name: n for n in await self._slurm.list_nodes()}
-        for node in await self._nodes.current():
+        kube_nodes = await self._nodes.current()
+        running = await self._running()
+        for node in kube_nodes:
             slurm_node = slurm_nodes.get(node.slurm_name)
             if slurm_node is None:
                 continue  # not a Slurm node: not ours to manage
-            slurm_node = await self._kube_to_slurm(node, slurm_node)
+            slurm_node = await self._kube_to_slurm(node, slurm_node, running.get(node.name, {}))
             await self._slurm_to_kube(node, slurm_node)
+        mapped = {node.slurm_name for node in kube_nodes}
+        for sn in slurm_nodes.values():  # no Node (any more): only the bridge's drains
+            if sn.name not in mapped and "DRAIN" in sn.states and ours(sn.reason):
+                await self._redrain(sn, drains.node_deleted(sn.reason))
 
-    async def _kube_to_slurm(self, node: NodeView, sn: SlurmNode) -> SlurmNode:
-        trouble = kube_trouble(node)
-        drained = "DRAIN" in sn.states
-        if trouble and not drained:
-            await self._slurm.drain(sn.name, trouble)
+    async def _running(self) -> dict[str, dict[str, int]]:
+        """Kubernetes node → {pod → job id} of the bridge's pods that may still run there."""
+        out: dict[str, dict[str, int]] = {}
+        for pod in await self._pods.current():
+            if pod.node_name and pod.job_id is not None and not pod.containers_stopped:
+                out.setdefault(pod.node_name, {})[str(pod)] = pod.job_id
+        return out
+
+    async def _redrain(self, sn: SlurmNode, reason: str) -> None:
+        if reason != sn.reason:
+            await self._slurm.drain(sn.name, reason)
             metrics.CONTROLLER_ACTIONS.labels("drain").inc()
+            log.info("nodesync.drain", node=sn.name, reason=reason)
+
+    async def _kube_to_slurm(self, node: NodeView, sn: SlurmNode,
+                             running: dict[str, int]) -> SlurmNode:
+        trouble = kube_trouble(node, running, sn.reason)
+        drained = "DRAIN" in sn.states
+        if trouble and (not drained or (ours(sn.reason) and trouble != sn.reason)):
+            await self._redrain(sn, trouble)
         elif trouble is None and drained and ours(sn.reason):
             await self._slurm.resume(sn.name)
             metrics.CONTROLLER_ACTIONS.labels("resume").inc()

@@ -29,6 +29,7 @@ from bridge.controllers.nodesync import NodeSync
 from bridge.jobs.request import JobRequest
 from bridge.kube.nodes import NodeCache
 from bridge.kube.pods import set_slurm_condition
+from bridge.link.podcache import PodCache
 from bridge.placement.reasons import clock
 from bridge.slurm.errors import SlurmRejected
 from slurmbridge_cli import kubectl
@@ -157,7 +158,7 @@ async def _world(workdir: Path) -> FakeKube:
         _node("login", taints=[Taint(key="dedicated", value="login", effect="NoSchedule")]),
     ):
         kube.add(node)
-    await NodeSync(kube, slurm, NodeCache(kube)).reconcile_once()
+    await NodeSync(kube, slurm, NodeCache(kube), PodCache(kube)).reconcile_once()
     _freeze(kube)
     return kube
 

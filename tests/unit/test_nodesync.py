@@ -4,14 +4,25 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from lightkube.models.core_v1 import NodeCondition, NodeSpec, NodeStatus, Taint
+from lightkube.models.core_v1 import (
+    ContainerState,
+    ContainerStateRunning,
+    ContainerStatus,
+    NodeCondition,
+    NodeSpec,
+    NodeStatus,
+    PodStatus,
+    Taint,
+)
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.controllers.nodesync import NodeSync
 from bridge.kube.nodes import NodeCache
+from bridge.link.podcache import PodCache
+from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, idle_node
 
 
@@ -31,7 +42,7 @@ def _world(*nodes: Node) -> tuple[NodeSync, FakeKube, FakeSlurm]:
     kube, fake_slurm = FakeKube(), FakeSlurm(("node1",))
     for node in nodes:
         kube.add(node)
-    return NodeSync(kube, fake_slurm, NodeCache(kube)), kube, fake_slurm
+    return NodeSync(kube, fake_slurm, NodeCache(kube), PodCache(kube)), kube, fake_slurm
 
 
 def _taints(kube: FakeKube, name: str) -> dict[str, str]:
@@ -128,7 +139,7 @@ async def test_node_sync_reads_the_watched_nodes_instead_of_listing_them_each_ro
     kube.add(_node("node1"))
     cache, task = await _watched(kube)
     try:
-        sync = NodeSync(kube, slurm, cache)
+        sync = NodeSync(kube, slurm, cache, PodCache(kube))
         listed = kube.lists["Node"]
         await sync.reconcile_once()
         assert _taints(kube, "node1") == {keys.MANAGED_TAINT: ""}
@@ -157,3 +168,56 @@ async def test_a_relabelled_or_deleted_node_maps_to_its_new_slurm_node_at_once()
         assert (cache.kube_name("node2"), cache.slurm_name("kube-a")) == ("node2", "kube-a")
     finally:
         task.cancel()
+
+
+def _running_pod(name: str, job_id: int, node: str = "node1") -> Pod:
+    pod = (PodBuilder(name, "research").annotate(keys.JOB_ID, str(job_id))
+           .spec(nodeName=node).build())
+    pod.status = PodStatus(phase="Running", containerStatuses=[ContainerStatus(
+        name="main", image="x", imageID="", ready=True, restartCount=0,
+        state=ContainerState(running=ContainerStateRunning()))])
+    return pod
+
+
+async def test_a_not_ready_node_names_the_pods_that_may_still_run_and_keeps_their_jobs() -> None:
+    """A kubelet that stops answering may leave its containers running: the drain says which
+    pods' jobs (and GPUs) stay taken, for the Slurm admin reading sinfo."""
+    sync, kube, slurm = _world(_node("node1", ready=False))
+    kube.add(_running_pod("train", 12))
+    kube.add(_running_pod("elsewhere", 13, node="node2"))
+    await sync.reconcile_once()
+    reason = slurm.nodes["node1"].reason
+    assert "NotReady" in reason and "research/train (job 12)" in reason, reason
+    assert "may still run" in reason and "elsewhere" not in reason, reason
+
+
+async def test_a_pod_deleted_while_its_node_is_not_ready_stays_named_as_deleted() -> None:
+    sync, kube, slurm = _world(_node("node1", ready=False))
+    kube.add(_running_pod("train", 12))
+    kube.add(_running_pod("other", 14))
+    await sync.reconcile_once()
+    await kube.delete(Pod, "train", namespace="research")  # kubectl delete --force
+    await sync.reconcile_once()
+    reason = slurm.nodes["node1"].reason
+    still, _, gone = reason.partition("deleted, jobs cancelled")
+    assert "research/other (job 14)" in still and "research/train (job 12)" in gone, reason
+    assert "containers may remain" in gone, reason
+    assert "DRAIN" in slurm.nodes["node1"].states
+
+
+async def test_a_deleted_node_keeps_its_drain_saying_so_and_an_admins_drain_is_untouched() -> None:
+    sync, kube, slurm = _world(_node("node1", ready=False))
+    slurm.nodes["node2"] = idle_node("node2", "DRAIN", reason="disk swap")  # an admin's
+    kube.add(_running_pod("train", 12))
+    await sync.reconcile_once()
+    await kube.delete(Pod, "train", namespace="research")  # the pod GC, after the Node went
+    await kube.delete(Node, "node1")
+    await sync.reconcile_once()
+    reason = slurm.nodes["node1"].reason
+    assert "DRAIN" in slurm.nodes["node1"].states, "a deleted Node's host may still run pods"
+    assert "Kubernetes node deleted" in reason and "research/train (job 12)" in reason, reason
+    assert slurm.nodes["node2"].reason == "disk swap"
+
+    kube.add(_node("node1"))  # the kubelet registers the Node again: its pods are gone
+    await sync.reconcile_once()
+    assert "DRAIN" not in slurm.nodes["node1"].states
