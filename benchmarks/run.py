@@ -2,7 +2,8 @@
 
 Prints a table and writes benchmarks/RESULTS.md.  B3, B4 and B7 run in-process (no Slurm, no
 Kubernetes); B1, B5 and B6 use the project's local Slurm (B1 and B6 also the control plane), as
-does SOAK (``--only SOAK --minutes M --seed S``: faults, not timings; never in the default set).
+does SOAK (``--only SOAK --minutes M --seed S[,S...]``: faults, not timings; never in the
+default set).
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--b6-repeats", type=int, default=1, help="rounds per limit (each is long)")
     g = p.add_argument_group("SOAK (seeded faults; only when named in --only)")
     g.add_argument("--minutes", type=float, default=30.0, help="SOAK: minutes of load and faults")
-    g.add_argument("--seed", type=int, default=1, help="SOAK: the seed of the faults and the load")
+    g.add_argument("--seed", default="1",
+                   help="SOAK: the seed of the faults and the load; several (1,2,3) run one "
+                        "after the other, each reported as [seed N]")
     args = p.parse_args(argv)
     args.only = [b.strip().upper() for b in args.only.split(",") if b.strip()]
     unknown = set(args.only) - set(TITLES)
@@ -184,8 +187,9 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
     def soak() -> Outcome:
         from benchmarks.soak import bench as m  # noqa: PLC0415
 
-        return m.run(m.Config(minutes=args.minutes, seed=args.seed,
-                              slurm_version=args.slurm_version))
+        seeds = [int(s) for s in args.seed.split(",") if s.strip()]
+        return m.run_seeds(m.Config(minutes=args.minutes, slurm_version=args.slurm_version),
+                           seeds)
 
     return {"B1": b1, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "SOAK": soak}
 

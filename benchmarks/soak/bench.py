@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import subprocess
 import tempfile
@@ -51,6 +52,21 @@ class Config:
     slurm_version: str = "26.05"
     check_seconds: float = 5.0
     end_timeout: float = 180.0
+
+
+def run_seeds(cfg: Config, seeds: list[int]) -> Outcome:
+    """One run per seed, in turn, in one outcome: each figure and note as ``[seed N] ...``."""
+    if len(seeds) == 1:
+        return run(dataclasses.replace(cfg, seed=seeds[0]))
+    merged = Outcome(bench="SOAK", title=TITLE, repeats=1)
+    for seed in seeds:
+        one = run(dataclasses.replace(cfg, seed=seed))
+        merged.figures += [dataclasses.replace(f, name=f"[seed {seed}] {f.name}")
+                           for f in one.figures]
+        merged.notes += [f"[seed {seed}] {note}" for note in one.notes]
+        if one.status == FAILED:
+            merged.status, merged.error = FAILED, f"seed {seed}: {one.error}"
+    return merged
 
 
 def run(cfg: Config) -> Outcome:
