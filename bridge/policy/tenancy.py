@@ -185,6 +185,8 @@ class TenancySource:
         if path is not None:
             self._map = parse(self._read(path), str(path))
             self._stamp = self._stamp_of(path)
+        # Each distinct namespace → user mapping in force since start (see ever_ran_as).
+        self._runs_as: dict[_RunsAs, TenancyMap] = {_runs_as(self._map): self._map}
 
     @staticmethod
     def _read(path: Path) -> str:
@@ -215,6 +217,7 @@ class TenancySource:
             if stamp != self._stamp:
                 try:
                     self._map = parse(self._read(self.path), str(self.path))
+                    self._runs_as.setdefault(_runs_as(self._map), self._map)
                     self.error = None
                     log.info("tenancy.reloaded", file=str(self.path),
                              namespaces=len(self._map.namespaces))
@@ -225,18 +228,34 @@ class TenancySource:
                 self._stamp = stamp
         return self._map
 
+    def ever_ran_as(self, namespace: str, user: str) -> bool:
+        """Some mapping in force since start ran ``namespace`` as ``user``: the jobs the bridge
+        submitted then stay its own after an admin remaps or removes the namespace."""
+        self.current()
+        return any((t := m.tenant(namespace)) is not None and t.user == user
+                   for m in self._runs_as.values())
+
+
+_RunsAs = tuple[tuple[tuple[str, str | None], ...], str | None]
+
+
+def _runs_as(mapping: TenancyMap) -> _RunsAs:
+    """What a mapping says of users: namespace → user, and the default's user."""
+    default = mapping.default.user if mapping.default else None
+    return tuple(sorted((ns, t.user) for ns, t in mapping.namespaces.items())), default
+
 
 def placeholder_trust(source: TenancySource) -> Callable[[str, str], bool]:
     """``(slurm_user, job_name) -> bool`` for the Slurm client: a job named
-    ``k8s:<namespace>/...`` is one of the bridge's placeholders when the tenancy (as it is
-    now) runs that namespace as that user.  Anyone can name a job so: the user must match."""
+    ``k8s:<namespace>/...`` is one of the bridge's placeholders when the tenancy runs (or,
+    since this process started, ran) that namespace as that user.  Anyone can name a job so:
+    the user must match."""
 
     def trusted(user: str, job_name: str) -> bool:
         if not job_name.startswith(keys.JOB_NAME_PREFIX):
             return False
         namespace = job_name[len(keys.JOB_NAME_PREFIX):].split("/", 1)[0]
-        tenant = source.current().tenant(namespace)
-        return tenant is not None and tenant.user is not None and tenant.user == user
+        return source.ever_ran_as(namespace, user)
 
     return trusted
 

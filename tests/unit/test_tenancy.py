@@ -215,4 +215,20 @@ def test_placeholders_are_trusted_only_for_the_user_their_namespace_runs_as(
     assert not trusted("alice", "train")  # not a placeholder name
     assert not trusted("alice", "k8s:lost/x")  # an unmapped namespace
     _rewrite(tenancy_file, MAPPING.replace("user: alice", "user: carol"))
-    assert not trusted("alice", "k8s:team-a/train") and trusted("carol", "k8s:team-a/train")
+    assert trusted("carol", "k8s:team-a/train")
+
+
+def test_a_placeholder_stays_trusted_after_its_namespace_is_remapped_or_removed(
+    tenancy_file: Path,
+) -> None:
+    """The jobs the bridge submitted under an earlier mapping are still its own: cancelled
+    with their pods.  Forgotten, they would run on with their GPUs and the pod would get a
+    second job (CI met it: a test restored the tenancy while its pod's job was starting)."""
+    trusted = placeholder_trust(TenancySource(tenancy_file))
+    assert trusted("alice", "k8s:team-a/train")
+    _rewrite(tenancy_file, MAPPING.replace("user: alice", "user: carol"))
+    assert trusted("alice", "k8s:team-a/train") and trusted("carol", "k8s:team-a/train")
+    _rewrite(tenancy_file, "namespaces: {}\n")
+    assert trusted("alice", "k8s:team-a/train") and trusted("bob", "k8s:team-b/x")
+    assert not trusted("bob", "k8s:team-a/train")  # never ran team-a: forged
+    assert not trusted("carol", "k8s:team-b/x")
