@@ -6,6 +6,9 @@
 #   deploy/kind/up.sh env      print KUBECONFIG, Slurm URL, token file, ... (KEY=VALUE)
 #   deploy/kind/up.sh demo-clean   remove the demo's pods and native job (tests/kind want idle nodes)
 #   deploy/kind/up.sh build    only build what `up` needs (tools and images), start nothing
+#   deploy/kind/up.sh install [extra helm flags...]   only helm upgrade --install the bridge
+#     (on a cluster `up` made; SLURMBRIDGE_KIND_CHART and SLURMBRIDGE_IMAGE pick another chart
+#     directory and image, e.g. an older release's: tests/kind/test_upgrade.py)
 # Steps: Docker engine → kind (built from sigs.k8s.io/kind) and the node image
 # (deploy/kind/node-image.sh: control plane $KIND_K8S_VERSION, kubelet $KIND_KUBELET_VERSION,
 # containerd, slurmd 26.05) → kind
@@ -25,6 +28,7 @@ HELM_VERSION="${HELM_VERSION:-3.22.0}"
 NAMESPACE="${SLURMBRIDGE_NAMESPACE:-slurmbridge-system}"
 RELEASE="${SLURMBRIDGE_RELEASE:-slurmbridge}"
 IMAGE="${SLURMBRIDGE_IMAGE:-slurmbridge:dev}"
+CHART="${SLURMBRIDGE_KIND_CHART:-$repo/deploy/helm/slurmbridge}"
 DEMO_NS="${SLURMBRIDGE_DEMO_NAMESPACE:-slurm-demo}"
 REST_PORT="${KIND_SLURM_REST_PORT:-6850}"   # slurmrestd on 127.0.0.1, clear of the chroot clusters' ports
 CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
@@ -64,14 +68,18 @@ down() {
   docker rm -f "$SLURM" >/dev/null 2>&1 || true
 }
 
+node_images() {
+  NODE_IMAGE="$(bash "$here/node-image.sh")"
+  # The pause image the node's kubeadm names: the demo's containers run it.
+  PAUSE_IMAGE="$(docker image inspect -f '{{index .Config.Labels "slurmbridge.pause"}}' "$NODE_IMAGE")"
+}
+
 # Every image `up` runs, built here (each cached; an unchanged recipe rebuilds nothing).
 build() {
   bash "$repo/deploy/docker/engine.sh"
   bash "$repo/deploy/docker/privileged.sh"
   tools
-  NODE_IMAGE="$(bash "$here/node-image.sh")"
-  # The pause image the node's kubeadm names: the demo's containers run it.
-  PAUSE_IMAGE="$(docker image inspect -f '{{index .Config.Labels "slurmbridge.pause"}}' "$NODE_IMAGE")"
+  node_images
   if ! docker image inspect "$SLURM_IMAGE" >/dev/null 2>&1; then
     log "building $SLURM_IMAGE (deploy/slurm/Dockerfile)"
     docker build -q --build-arg BASE="$(bash "$repo/deploy/docker/base-image.sh" sid)" \
@@ -165,7 +173,7 @@ install_bridge() {
   kubectl -n "$NAMESPACE" create secret generic slurmbridge-slurm-jwt \
     --from-file=token="$STATE/slurm/token/token" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   log "helm upgrade --install $RELEASE (slurmrestd http://$(slurm_ip):6820, kube-scheduler v$K8S_VERSION)"
-  helm upgrade --install "$RELEASE" "$repo/deploy/helm/slurmbridge" \
+  helm upgrade --install "$RELEASE" "$CHART" \
     --namespace "$NAMESPACE" \
     --set image.repository="${tagged%:*}" --set image.tag="${tagged##*:}" --set image.pullPolicy=Never \
     --set slurm.url="http://$(slurm_ip):6820" --set slurm.user=slurm \
@@ -283,8 +291,9 @@ demo_clean() {
 case "${1:-up}" in
   up) shift || true; up "$@" ;;
   build) build ;;
+  install) shift; tools; node_images; install_bridge "$@" ;;
   down) down ;;
   env) env_out ;;
   demo-clean) demo_clean ;;
-  *) echo "usage: $0 [up [extra helm flags...]] | build | down | env | demo-clean" >&2; exit 2 ;;
+  *) echo "usage: $0 [up [extra helm flags...]] | build | install [extra helm flags...] | down | env | demo-clean" >&2; exit 2 ;;
 esac
