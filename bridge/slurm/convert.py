@@ -116,7 +116,15 @@ def slurm_node(info: NodeInfo) -> SlurmNode:
         cpus=info.cpus,
         memory_mb=info.real_memory,
         gres=info.gres,
+        topology=topology_units(info.topology),
     )
+
+
+def topology_units(text: str) -> tuple[tuple[str, str], ...]:
+    """``tree:leaf1,block:b1`` → (("tree", "leaf1"), ("block", "b1")); a part without a unit is
+    skipped."""
+    pairs = (part.strip().partition(":") for part in text.split(","))
+    return tuple((name, unit) for name, _, unit in pairs if name and unit)
 
 
 def accounting(

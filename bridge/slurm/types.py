@@ -75,6 +75,9 @@ class SlurmNode:
     cpus: int
     memory_mb: int
     gres: str  # as configured, e.g. "gpu:8"
+    # (topology, unit) pairs, e.g. (("tree", "leaf1"), ("block", "b1")): what slurmrestd shows of
+    # Slurm's topology (25.05+, a node's Topology=); () on 24.11 or a node that names none.
+    topology: tuple[tuple[str, str], ...] = ()
 
     @property
     def unavailable(self) -> bool:

@@ -61,6 +61,37 @@ gres_conf() {  # the GPU and shard devices of every node (placeholder files, one
   echo "NodeName=$typed Name=gpu Type=3g.40gb File=$dev[$half-$last]"
 }
 
+# Network topology, where Slurm has topology.yaml (25.05+; several topologies in one cluster):
+# partitions main and debug keep the flat cluster default; partition `tree` places by leaf
+# switches of 2 nodes each under one spine (--switches=N), partition `block` by blocks of 2
+# nodes (--segment=N).  Each node also names its units (NodeName ... Topology=tree:leafI,block:bI),
+# the only form slurmrestd shows (a node's "topology"; no endpoint serves the structure).
+# Tests choose by partition.  24.11 has one topology plugin per cluster: it stays flat.
+has_topology_yaml() {
+  v="$(dpkg-query -W -f='${Version}' slurmctld 2>/dev/null | cut -d- -f1)"
+  [ -n "$v" ] && [ "$(printf '%s\n25.05\n' "$v" | sort -V | head -n 1)" = "25.05" ]
+}
+
+topology_units() {  # topology_units K: the units of node K (pairs of nodes)
+  echo "tree:leaf$(( (${1} + 1) / 2 )),block:b$(( (${1} + 1) / 2 ))"
+}
+
+topology_yaml() {  # for $nodes nodes (even): leaves/blocks node[2i-1,2i]
+  pairs=$((nodes / 2))
+  printf -- '---\n- topology: flat\n  cluster_default: true\n  flat: true\n'
+  printf -- '- topology: tree\n  cluster_default: false\n  tree:\n    switches:\n'
+  printf -- '      - switch: spine\n        children: leaf[1-%d]\n' "$pairs"
+  i=1; while [ "$i" -le "$pairs" ]; do
+    printf -- '      - switch: leaf%d\n        nodes: node[%d-%d]\n' "$i" $((2 * i - 1)) $((2 * i))
+    i=$((i + 1))
+  done
+  printf -- '- topology: block\n  cluster_default: false\n  block:\n    block_sizes:\n      - 2\n    blocks:\n'
+  i=1; while [ "$i" -le "$pairs" ]; do
+    printf -- '      - block: b%d\n        nodes: node[%d-%d]\n' "$i" $((2 * i - 1)) $((2 * i))
+    i=$((i + 1))
+  done
+}
+
 configure() {
   name="$1"; base="$2"
   nodes="${NODES:-4}"; cpus="${CPUS:-64}"; mem="${MEMORY_MB:-262144}"; gpus="${GPUS:-8}"
@@ -122,12 +153,21 @@ CONF
   if ls /usr/lib/*/slurm-wlm/metrics_openmetrics.so >/dev/null 2>&1; then
     echo "MetricsType=metrics/openmetrics" >> /etc/slurm/slurm.conf
   fi
+  topology=""; rm -f /etc/slurm/topology.yaml
+  if has_topology_yaml && [ "$nodes" -ge 2 ] && [ $((nodes % 2)) -eq 0 ]; then
+    topology=yes; topology_yaml > /etc/slurm/topology.yaml
+  fi
   k=1; while [ "$k" -le "$nodes" ]; do
-    echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 10 + k)) CPUs=$cpus RealMemory=$mem Gres=$(node_gres "node$k") State=UNKNOWN" >> /etc/slurm/slurm.conf
+    units=""; [ -z "$topology" ] || units="Topology=$(topology_units "$k") "
+    echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 10 + k)) CPUs=$cpus RealMemory=$mem Gres=$(node_gres "node$k") ${units}State=UNKNOWN" >> /etc/slurm/slurm.conf
     k=$((k + 1))
   done
   echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" >> /etc/slurm/slurm.conf
   echo "PartitionName=debug Nodes=ALL MaxTime=60 State=UP" >> /etc/slurm/slurm.conf
+  if [ -n "$topology" ]; then
+    echo "PartitionName=tree Nodes=ALL MaxTime=INFINITE State=UP Topology=tree" >> /etc/slurm/slurm.conf
+    echo "PartitionName=block Nodes=ALL MaxTime=INFINITE State=UP Topology=block" >> /etc/slurm/slurm.conf
+  fi
 
   gres_conf > /etc/slurm/gres.conf
   echo "CgroupPlugin=disabled" > /etc/slurm/cgroup.conf

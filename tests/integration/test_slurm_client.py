@@ -147,3 +147,30 @@ async def test_drain_and_resume_carry_the_reason(
         await slurm_client.resume(node)
     resumed = next(n for n in await slurm_client.list_nodes() if n.name == node)
     assert "DRAIN" not in resumed.states
+
+
+def _leaf_of(slurm: SlurmTarget) -> dict[str, str]:
+    """node → its leaf switch in topology ``tree``, as ``scontrol show topology`` says."""
+    leaves: dict[str, str] = {}
+    for line in slurm.admin("scontrol", "show", "topology", "tree").splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if fields.get("Level") == "0":
+            for node in slurm.admin("scontrol", "show", "hostnames", fields["Nodes"]).split():
+                leaves[node] = fields["SwitchName"]
+    return leaves
+
+
+async def test_nodes_carry_the_topology_units_slurm_shows(
+    slurm: SlurmTarget, slurm_client: SlurmClient
+) -> None:
+    """recipe.sh gives 25.05+ a tree and a block topology (partitions ``tree``, ``block``);
+    24.11 has no topology.yaml and its parser no node topology."""
+    nodes = await slurm_client.list_nodes()
+    if tuple(int(p) for p in slurm.version.split(".")[:2]) < (25, 5):
+        assert all(n.topology == () for n in nodes)
+        return
+    leaves = _leaf_of(slurm)
+    assert len(set(leaves.values())) == 2, leaves  # two leaf switches under the spine
+    for node in nodes:
+        assert ("tree", leaves[node.name]) in node.topology, (node.name, node.topology)
+        assert [name for name, _ in node.topology] == ["tree", "block"]

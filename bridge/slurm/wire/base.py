@@ -130,6 +130,7 @@ class NodeInfo(WireModel):
     cpus: int = 0
     real_memory: int = 0
     gres: str = ""
+    topology: str = ""  # v0.0.43+: "tree:leaf1,block:b1", the node's units (NodeName Topology=)
 
 
 class NodesResponse(Envelope):
