@@ -11,6 +11,8 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from bridge import keys
 from bridge.config import Settings
+from bridge.controllers.nodesync import topology_labels
+from bridge.kube.nodes import node_view
 from bridge.placement.grace import grace_warning
 from bridge.policy.tenancy import TenancyError, TenancySource, Tenant
 from bridge.slurm.client import SlurmClient
@@ -160,8 +162,36 @@ async def _grace_checks(kube: AsyncClient, known: Accounting) -> AsyncIterator[C
                         warning=True)
 
 
+async def topology_checks(settings: Settings, kube: AsyncClient) -> AsyncIterator[Check]:
+    """The topologies Slurm's nodes name (what slurmrestd shows of them), and each Node whose
+    ``slurmbridge.io/topology-*`` labels disagree."""
+    try:
+        async with SlurmClient(settings.slurm.model_copy(update={"retries": 0})) as client:
+            slurm_nodes = {n.name: n for n in await client.list_nodes()}
+    except SlurmError:
+        return  # slurm_checks said why
+    named = [n for n in slurm_nodes.values() if n.topology]
+    if not named:
+        yield Check(True, "Slurm topology: no node names a unit; Nodes get no topology labels",
+                    "on Slurm 25.05+ name each node's units on its NodeName line "
+                    "(Topology=tree:leaf1,...): slurmrestd shows no other form", warning=True)
+        return
+    topologies = sorted({name for n in named for name, _ in n.topology})
+    yield Check(True, f"Slurm topology: {', '.join(topologies)} on {len(named)} of "
+                      f"{len(slurm_nodes)} Slurm nodes")
+    async for node in kube.list(Node):
+        view = node_view(node)
+        sn = slurm_nodes.get(view.slurm_name) if view else None
+        if view is not None and sn is not None and topology_labels(view, sn):
+            yield Check(True, f"node {view.name}: topology labels {dict(view.topology)} are not "
+                              f"Slurm's units {dict(sn.topology)}",
+                        "node sync sets them each round: is the bridge's leader running?",
+                        warning=True)
+
+
 async def run(settings: Settings, kube: AsyncClient) -> list[Check]:
     return (
         [c async for c in slurm_checks(settings)] + [c async for c in kube_checks(kube)]
         + [c async for c in tenancy_checks(settings, kube)]
+        + [c async for c in topology_checks(settings, kube)]
     )

@@ -61,6 +61,10 @@ GPUS: Final = PREFIX + "gpus"
 JOB_ID: Final = PREFIX + "job-id"
 # Also the Node label naming the Slurm node behind a Kubernetes node (else: equal names).
 SLURM_NODE: Final = PREFIX + "slurm-node"
+# Node labels node sync keeps equal to the Slurm node's topology units, one per topology:
+# slurmbridge.io/topology-<topology>=<unit>, e.g. topology-tree=leaf1, topology-block=b1 (the
+# levels a Kueue Topology lists).  Only labels with this prefix are ever written or removed.
+TOPOLOGY_LABEL_PREFIX: Final = PREFIX + "topology-"
 GPU_IDS: Final = PREFIX + "gpu-ids"
 # CUDA_VISIBLE_DEVICES as the container numbers its GPUs: 0..n-1 under the NVIDIA container
 # runtime (it mounts only the GPU_IDS devices), the physical indices where nothing renumbers.

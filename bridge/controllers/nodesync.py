@@ -6,9 +6,11 @@ NotReady Kubernetes node → Slurm drain with reason ``slurmbridge: <why>`` (dra
 NotReady node's names the pods that may still run there); a deleted Node's drain stays,
 saying so.  The bridge only ever resumes drains whose reason carries its prefix, and only
 on a Node that is back: an admin's own drain is never undone.  Nodes mapped to Slurm carry
-``slurmbridge.io/managed``.
+``slurmbridge.io/managed``, and one ``slurmbridge.io/topology-<topology>=<unit>`` label per
+topology unit Slurm gives their node (Slurm 25.05+); no other label is touched.
 """
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +27,8 @@ from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.types import SlurmNode
 
 log = structlog.get_logger(__name__)
+
+_LABEL_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 
@@ -98,15 +102,19 @@ class NodeSync:
         if unavailable:
             wanted.append({"key": keys.UNAVAILABLE_TAINT, "effect": "NoSchedule",
                            "value": _taint_value(sn)})
+        patch: dict[str, Any] = {"metadata": {}}
         if _taint_set(wanted) != _taint_set(taints):
-            patch: dict[str, Any] = {
-                "metadata": {"resourceVersion": str(node.resource_version)},
-                "spec": {"taints": wanted},
-            }
-            await self._kube.patch(Node, node.name, patch, patch_type=PatchType.MERGE)
+            patch["spec"] = {"taints": wanted}
             metrics.CONTROLLER_ACTIONS.labels("taint").inc()
             log.info("nodesync.taints", node=node.name, unavailable=unavailable,
                      reason=sn.reason)
+        if labels := topology_labels(node, sn):
+            patch["metadata"]["labels"] = labels
+            metrics.CONTROLLER_ACTIONS.labels("label").inc()
+            log.info("nodesync.topology_labels", node=node.name, labels=labels)
+        if "spec" in patch or labels:
+            patch["metadata"]["resourceVersion"] = str(node.resource_version)
+            await self._kube.patch(Node, node.name, patch, patch_type=PatchType.MERGE)
         await self._condition(node, sn)
 
     async def _condition(self, node: NodeView, sn: SlurmNode) -> None:
@@ -127,6 +135,22 @@ class NodeSync:
             Node.Status, node.name, {"status": {"conditions": [condition]}},
             patch_type=PatchType.STRATEGIC,
         )
+
+
+def topology_labels(node: NodeView, sn: SlurmNode) -> dict[str, str | None]:
+    """The merge patch that makes the Node's ``slurmbridge.io/topology-*`` labels Slurm's
+    units ({} when they are); a unit no label can carry is left out (logged)."""
+    wanted: dict[str, str | None] = {}
+    for topology, unit in sn.topology:
+        key = keys.TOPOLOGY_LABEL_PREFIX + topology
+        if _LABEL_PART.fullmatch(key.split("/", 1)[1]) and _LABEL_PART.fullmatch(unit):
+            wanted[key] = unit
+        else:
+            log.warning("nodesync.topology_unlabelable", node=node.name, topology=topology,
+                        unit=unit, hint="a label name and value: 63 characters of [-_.a-zA-Z0-9]")
+    if sorted(wanted.items()) == sorted(node.topology):
+        return {}
+    return wanted | {key: None for key, _ in node.topology if key not in wanted}
 
 
 def _taint(taint: Taint) -> dict[str, Any]:

@@ -26,6 +26,7 @@ class NodeView:
     ready: bool  # its Ready condition is True
     taints: tuple[Taint, ...]
     slurm_condition: tuple[str, str] | None  # SlurmNodeAvailable's (status, message)
+    topology: tuple[tuple[str, str], ...] = ()  # its slurmbridge.io/topology-* labels, sorted
 
     @property
     def key(self) -> str:
@@ -55,6 +56,8 @@ def node_view(node: Node) -> NodeView | None:
             for t in (spec.taints if spec else None) or []
         ),
         slurm_condition=(slurm.status, slurm.message or "") if slurm else None,
+        topology=tuple(sorted((k, v) for k, v in (meta.labels or {}).items()
+                              if k.startswith(keys.TOPOLOGY_LABEL_PREFIX))),
     )
 
 

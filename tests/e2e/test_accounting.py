@@ -9,8 +9,6 @@ which the running webhook and extender re-read: no restart between tests.
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -82,14 +80,6 @@ def _sacct(slurm: SlurmTarget, job_id: str) -> dict[str, str]:
     return dict(zip(names, line.split("|"), strict=False))
 
 
-def _cli(stack: BridgeStack, *args: str) -> subprocess.CompletedProcess[str]:
-    """``slurmbridge`` as an admin runs it, with the stack's settings."""
-    return subprocess.run(
-        [sys.executable, "-m", "slurmbridge_cli", *args], env=stack.extender.env,
-        capture_output=True, text=True, timeout=60, check=False,
-    )
-
-
 def _gpu_pod(name: str, gpus: int = 1, **spec: Any) -> Pod:
     return PodBuilder(name).gpus(gpus).spec(**spec).build()
 
@@ -134,13 +124,13 @@ async def test_pods_of_two_namespaces_run_as_their_own_account_and_user(
         assert any([f.strip() for f in ln.split("|")[:2]] == [account, user] for ln in shares), (
             shares)
     # The admin's view of the bridge shows the same.
-    status = _cli(bridge_stack, "status", "-o", "json")
+    status = bridge_stack.cli("status", "-o", "json")
     assert status.returncode == 0, status.stderr
     shown = {r["pod"]: r for r in json.loads(status.stdout)}
     assert (shown[f"{ns_a}/train"]["account"], shown[f"{ns_a}/train"]["user"]) == (
         "team-a", "alice")
     assert shown[f"{ns_b}/train"]["user"] == "bob"
-    doctor = _cli(bridge_stack, "doctor")
+    doctor = bridge_stack.cli("doctor")
     tenancy_lines = [ln for ln in doctor.stdout.splitlines() if "tenancy" in ln]
     assert len(tenancy_lines) == 2 and all(ln.startswith("PASS") for ln in tenancy_lines), (
         doctor.stdout)

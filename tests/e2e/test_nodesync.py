@@ -1,6 +1,7 @@
 """Node health crosses over both ways, each side carrying the other's reason."""
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
@@ -96,3 +97,49 @@ async def test_an_admins_drain_is_never_undone(
     finally:
         await _cordon(kube, "kube-node2", False)
         slurm.admin("scontrol", "update", "nodename=node2", "state=resume")
+
+
+def _units(stack: BridgeStack, slurm_node: str) -> dict[str, str]:
+    """Slurm's own word on a node's topology units (``scontrol show node``: Topology=...)."""
+    out = stack.slurm.admin("scontrol", "show", "node", slurm_node)
+    text = next((w.split("=", 1)[1] for w in out.split() if w.startswith("Topology=")), "")
+    return dict(p.split(":", 1) for p in text.split(",") if ":" in p)
+
+
+def _topology_labels(node: Node) -> dict[str, str]:
+    labels = (node.metadata.labels if node.metadata else None) or {}
+    return {k.removeprefix(keys.TOPOLOGY_LABEL_PREFIX): v for k, v in labels.items()
+            if k.startswith(keys.TOPOLOGY_LABEL_PREFIX)}
+
+
+async def test_node_labels_carry_slurms_topology_and_follow_a_change(
+    bridge_stack: BridgeStack, kube: AsyncClient
+) -> None:
+    """recipe.sh gives Slurm 25.05+ a tree and a block topology with each node's units on its
+    NodeName line; 24.11 stays flat, and its Nodes get no topology label."""
+    for kube_node, slurm_node in bridge_stack.kube_nodes.items():
+        units = _units(bridge_stack, slurm_node)
+        await wait_for(functools.partial(_labelled, kube, kube_node, units), 15,
+                       what=f"{kube_node}'s topology labels equal to Slurm's {units}")
+    doctor = bridge_stack.cli("--log-level", "warning", "doctor", timeout=120).stdout
+    topology = [line for line in doctor.splitlines() if "topology" in line]
+    if not _units(bridge_stack, "node1"):
+        assert bridge_stack.slurm.version == "24.11", "no topology on a 25.05+ Slurm"
+        assert topology[0].startswith("WARN  Slurm topology: no node names a unit"), topology
+        return
+    assert topology == [f"PASS  Slurm topology: block, tree on {len(bridge_stack.kube_nodes)} "
+                        f"of {len(bridge_stack.kube_nodes)} Slurm nodes"], topology
+    slurm = bridge_stack.slurm
+    slurm.admin("scontrol", "update", "nodename=node1", "topology=tree:leaf2")
+    try:
+        await wait_for(lambda: _labelled(kube, "kube-node1", {"tree": "leaf2"}), 15,
+                       what="kube-node1's labels after node1 moved to leaf2, out of its block")
+    finally:
+        slurm.admin("scontrol", "update", "nodename=node1", "topology=tree:leaf1,block:b1")
+    await wait_for(lambda: _labelled(kube, "kube-node1", {"tree": "leaf1", "block": "b1"}), 15,
+                   what="kube-node1's labels back to leaf1 and b1")
+
+
+async def _labelled(kube: AsyncClient, kube_node: str, units: dict[str, str]) -> bool:
+    return _topology_labels(await _node(kube, kube_node)) == units
+

@@ -2,8 +2,6 @@
 as a table and as JSON.  (The dashboard over Prometheus: test_monitoring.py.)"""
 
 import json
-import subprocess
-import sys
 
 import pytest
 from lightkube import AsyncClient
@@ -67,10 +65,7 @@ def _job_id(pod: Pod) -> str:
 
 def _status(stack: BridgeStack, *args: str) -> str:
     """``slurmbridge status`` as an operator runs it, with the extender's settings."""
-    done = subprocess.run(
-        [sys.executable, "-m", "slurmbridge_cli", "--log-level", "warning", "status", *args],
-        env=stack.extender.env, capture_output=True, text=True, timeout=60, check=False,
-    )
+    done = stack.cli("--log-level", "warning", "status", *args)
     assert done.returncode == 0, done.stderr
     assert "Unclosed" not in done.stderr, f"status left its connections open: {done.stderr}"
     return done.stdout

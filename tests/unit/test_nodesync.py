@@ -1,6 +1,7 @@
 """Node health both ways (NodeSync), against the in-memory fakes of Slurm and the apiserver."""
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -19,8 +20,8 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from bridge import keys
-from bridge.controllers.nodesync import NodeSync
-from bridge.kube.nodes import NodeCache
+from bridge.controllers.nodesync import NodeSync, topology_labels
+from bridge.kube.nodes import NodeCache, node_view
 from bridge.link.podcache import PodCache
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, idle_node
@@ -221,3 +222,37 @@ async def test_a_deleted_node_keeps_its_drain_saying_so_and_an_admins_drain_is_u
     kube.add(_node("node1"))  # the kubelet registers the Node again: its pods are gone
     await sync.reconcile_once()
     assert "DRAIN" not in slurm.nodes["node1"].states
+
+
+def _labels(kube: FakeKube, name: str) -> dict[str, str]:
+    node = kube.obj(Node, name)
+    assert node is not None
+    return dict(node.get("metadata", {}).get("labels") or {})
+
+
+async def test_a_nodes_topology_labels_follow_slurms_units_and_leave_other_labels_alone() -> None:
+    node = _node("node1")
+    assert node.metadata is not None
+    node.metadata.labels = {"team": "ml", f"{keys.TOPOLOGY_LABEL_PREFIX}old": "x"}
+    sync, kube, slurm = _world(node)
+    slurm.nodes["node1"] = dataclasses.replace(
+        slurm.nodes["node1"], topology=(("tree", "leaf1"), ("block", "b1")))
+    await sync.reconcile_once()
+    assert _labels(kube, "node1") == {
+        "team": "ml", f"{keys.TOPOLOGY_LABEL_PREFIX}tree": "leaf1",
+        f"{keys.TOPOLOGY_LABEL_PREFIX}block": "b1",
+    }
+    # scontrol reconfigure after the admin moved the node to the other leaf and out of blocks
+    slurm.nodes["node1"] = dataclasses.replace(slurm.nodes["node1"], topology=(("tree", "leaf2"),))
+    await sync.reconcile_once()
+    assert _labels(kube, "node1") == {"team": "ml", f"{keys.TOPOLOGY_LABEL_PREFIX}tree": "leaf2"}
+    writes = kube.writes
+    await sync.reconcile_once()  # nothing changed: no write
+    assert kube.writes == writes
+
+
+def test_a_unit_no_label_can_carry_is_left_out() -> None:
+    view = node_view(_node("node1"))
+    assert view is not None
+    sn = dataclasses.replace(idle_node("node1"), topology=(("tree", "leaf 1!"), ("block", "b1")))
+    assert topology_labels(view, sn) == {f"{keys.TOPOLOGY_LABEL_PREFIX}block": "b1"}
