@@ -81,7 +81,10 @@ class Intake:
 
     async def run(self) -> None:
         """Follow the pod cache, and list the unbound pods once (the cache keeps views, not
-        Pods); submit with ``workers`` in parallel until cancelled."""
+        Pods); submit with ``workers`` in parallel until cancelled.  Each term starts from
+        nothing seen: the last one's releases were dropped with its lead, so its gated pods
+        must be tracked again."""
+        self._seen.clear()
         self._cache.follow(self)
         try:
             async with asyncio.TaskGroup() as tasks:

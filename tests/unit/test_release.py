@@ -264,3 +264,36 @@ async def test_a_burst_of_started_jobs_keeps_the_releases_in_flight_bounded(
     await world.bridge.releaser.drain()
     assert 0 < patches.most <= RELEASES_IN_FLIGHT
     assert all(not world.pod(f"p{i}")["spec"].get("schedulingGates") for i in range(pods))
+
+
+async def test_a_pod_whose_release_a_lost_lead_cut_short_is_released_in_the_next_term(
+    tmp_path: Path,
+) -> None:
+    """SOAK seed 2 met it: the apiserver restarted right after the leader submitted a gated
+    pod's job; its release failed, the lease lapsed (the releases were dropped), and the same
+    replica led again: its intake had seen the pod already and never tracked it again."""
+    world = World(tmp_path)
+    cache = asyncio.create_task(world.bridge.pod_cache.run())
+    await world.bridge.pod_cache.wait_synced()
+    term = asyncio.create_task(world.bridge.intake.run())
+    world.kube.add(PodBuilder("p", "ns").gated().build())
+    try:
+        await _until(lambda: len(world.slurm.submitted) == 1)
+        [job_id] = world.slurm.jobs
+        world.kube.down = True  # the release fails, and the lease lapses
+        world.slurm.start(job_id, "node1")
+        await world.bridge.poller.poll_once()
+        await asyncio.sleep(0.05)
+        term.cancel()  # the lead is lost
+        await asyncio.gather(term, return_exceptions=True)
+        world.kube.down = False
+        term = asyncio.create_task(world.bridge.intake.run())  # and taken again
+        await wait_for(lambda: not world.pod("p")["spec"].get("schedulingGates"), 5,
+                       interval=0.01, what="the pod released in the new term")
+        assert world.pod("p")["metadata"]["annotations"][keys.JOB_ID] == str(job_id)
+        assert len(world.slurm.submitted) == 1
+    finally:
+        for task in (term, cache):
+            task.cancel()
+        await asyncio.gather(term, cache, return_exceptions=True)
+        await world.bridge.notifier.drain()
