@@ -45,6 +45,9 @@ class Resynced:
     # (as held, as read) for every record the listing replaced with a new reading: a job
     # submitted while the listing ran included, which nobody else will report changed.
     replaced: list[tuple[SlurmJob, SlurmJob]] = field(default_factory=list)
+    # Live placeholders the index did not hold: e.g. a submit whose answer was lost, kept
+    # over the duplicate the bridge tracked; their pods wait on them from now on.
+    discovered: list[SlurmJob] = field(default_factory=list)
 
 
 def _keeper(jobs: list[SlurmJob], pinned: int | None = None) -> SlurmJob:
@@ -209,20 +212,22 @@ class JobIndex:
                         )
                         await self._client.cancel(extra.job_id)
                         cancelled.append(extra.job_id)
-        replaced = []
+        replaced, discovered = [], []
         for job in listing:
             if job.job_id not in cancelled:
                 old = held.get(job.job_id)
                 self.record(job, read=old is not job)
                 if old is not None and old is not job:
                     replaced.append((old, job))
+                elif old is None and job.owner is not None and job.state.is_live:
+                    discovered.append(job)
         self._seen_at = {i: t for i, t in self._seen_at.items() if i in self._by_id}
         # Submit locks and pins of owners whose jobs left Slurm's listing: not kept forever.
         self._locks = {
             o: lock for o, lock in self._locks.items() if lock.locked() or o in self._by_owner
         }
         self._pinned = {o: i for o, i in self._pinned.items() if o in self._by_owner}
-        return Resynced(cancelled, replaced)
+        return Resynced(cancelled, replaced, discovered)
 
 
     async def _placeholders(self, rebuild: bool) -> list[SlurmJob]:

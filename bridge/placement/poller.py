@@ -176,6 +176,8 @@ class Poller:
         for old, new in resynced.replaced:
             if _changed(old, new):
                 await self._on_change(old, new)
+        for job in resynced.discovered:  # news to every reader, as a change would be
+            await self._on_change(job, job)
 
     async def _started(self, before: SlurmJob) -> None:
         """The state list says RUNNING (it started, or it ran unseen for a while): where is

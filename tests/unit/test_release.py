@@ -297,3 +297,26 @@ async def test_a_pod_whose_release_a_lost_lead_cut_short_is_released_in_the_next
             task.cancel()
         await asyncio.gather(term, cache, return_exceptions=True)
         await world.bridge.notifier.drain()
+
+
+async def test_a_pod_whose_tracked_job_a_resync_cancelled_for_an_older_running_one_is_released(
+    world: World,
+) -> None:
+    """SOAK seed 3 met it: submits whose answers a cut ate left older jobs for the pod in
+    Slurm; the resync kept the oldest (already running) and cancelled the one the bridge
+    tracked, and nothing ever reported the kept job: the pod stayed gated, told nothing."""
+    world.kube.add(PodBuilder("p", "ns").gated().build())
+    await _until(lambda: len(world.slurm.submitted) == 1)
+    [tracked] = world.slurm.jobs
+    owner = world.slurm.jobs[tracked].owner
+    world.slurm.put(SlurmJob(  # an earlier submit whose answer was lost: unknown to the index
+        tracked - 50, world.slurm.jobs[tracked].name, JobState.RUNNING, "None", owner,
+        Allocation(("node3",), {}),
+    ))
+    await world.bridge.poller.resync()
+    await world.bridge.releaser.drain()
+    assert world.slurm.jobs[tracked].state is JobState.CANCELLED
+    pod = world.pod("p")
+    assert not pod["spec"].get("schedulingGates")
+    assert pod["metadata"]["annotations"][keys.JOB_ID] == str(tracked - 50)
+    assert pod["metadata"]["annotations"][keys.SLURM_NODE] == "node3"

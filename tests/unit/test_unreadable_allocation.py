@@ -83,6 +83,8 @@ async def test_an_unknown_allocation_is_read_again_each_poll_until_it_is_known()
 
     poller = Poller(fake, index, on_change, interval=0.01, resync_interval=3600)
     await poller.resync()
+    assert [c.job_id for c in changes] == [7]  # discovered: its readers hear of it
+    changes.clear()
     await poller.poll_once()
     assert changes == []  # still unreadable: nothing to release
     fake.start(7, "node4", gpus=(3,))  # the answer reads now
