@@ -31,7 +31,6 @@ log = structlog.get_logger(__name__)
 _LABEL_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
-
 def kube_trouble(node: NodeView, running: dict[str, int], before: str) -> str | None:
     """Why Slurm should stop placing work here, or None when the node is fine.  ``running``:
     the bridge's pods on the node that may still run (pod → job id)."""
@@ -53,7 +52,8 @@ class NodeSync:
     async def reconcile_once(self) -> None:
         slurm_nodes = {n.name: n for n in await self._slurm.list_nodes()}
         kube_nodes = await self._nodes.current()
-        running = await self._running()
+        # Only a NotReady node's drain names pods: no walk over every pod on a healthy round.
+        running = await self._running() if any(not n.ready for n in kube_nodes) else {}
         for node in kube_nodes:
             slurm_node = slurm_nodes.get(node.slurm_name)
             if slurm_node is None:
