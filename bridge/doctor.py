@@ -17,7 +17,7 @@ from bridge.placement.grace import grace_warning
 from bridge.policy.tenancy import TenancyError, TenancySource, Tenant
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
-from bridge.slurm.types import Accounting
+from bridge.slurm.types import Accounting, SlurmNode
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,17 +54,21 @@ _WEBHOOK_KINDS = {
 }
 
 
-async def slurm_checks(settings: Settings) -> AsyncIterator[Check]:
+async def slurm_checks(settings: Settings,
+                       nodes: list[SlurmNode] | None = None) -> AsyncIterator[Check]:
+    """``nodes``: filled with Slurm's nodes as read here (the topology checks use them)."""
     url = settings.slurm.url
     try:
         async with SlurmClient(settings.slurm.model_copy(update={"retries": 0})) as client:
             parser = await client.connect()
             yield Check(True, f"slurmrestd at {url} answers; data parser {parser} "
                               f"({client.family.placeholder} placeholders)")
-            nodes = await client.list_nodes()
+            listed = await client.list_nodes()
+            if nodes is not None:
+                nodes.extend(listed)
             credential = "JWT key" if settings.slurm.jwt_key_file else "token"
             yield Check(True, f"{credential} for Slurm user {settings.slurm.user!r} works "
-                              f"({len(nodes)} Slurm nodes)")
+                              f"({len(listed)} Slurm nodes)")
     except SlurmUnavailable as exc:
         yield Check(False, f"slurmrestd at {url} unreachable: {exc}",
                     "is slurmrestd running and is slurm.url right?")
@@ -162,14 +166,12 @@ async def _grace_checks(kube: AsyncClient, known: Accounting) -> AsyncIterator[C
                         warning=True)
 
 
-async def topology_checks(settings: Settings, kube: AsyncClient) -> AsyncIterator[Check]:
+async def topology_checks(nodes: list[SlurmNode], kube: AsyncClient) -> AsyncIterator[Check]:
     """The topologies Slurm's nodes name (what slurmrestd shows of them), and each Node whose
-    ``slurmbridge.io/topology-*`` labels disagree."""
-    try:
-        async with SlurmClient(settings.slurm.model_copy(update={"retries": 0})) as client:
-            slurm_nodes = {n.name: n for n in await client.list_nodes()}
-    except SlurmError:
-        return  # slurm_checks said why
+    ``slurmbridge.io/topology-*`` labels disagree.  No ``nodes``: slurm_checks said why."""
+    if not nodes:
+        return
+    slurm_nodes = {n.name: n for n in nodes}
     named = [n for n in slurm_nodes.values() if n.topology]
     if not named:
         yield Check(True, "Slurm topology: no node names a unit; Nodes get no topology labels",
@@ -190,8 +192,9 @@ async def topology_checks(settings: Settings, kube: AsyncClient) -> AsyncIterato
 
 
 async def run(settings: Settings, kube: AsyncClient) -> list[Check]:
+    nodes: list[SlurmNode] = []
     return (
-        [c async for c in slurm_checks(settings)] + [c async for c in kube_checks(kube)]
+        [c async for c in slurm_checks(settings, nodes)] + [c async for c in kube_checks(kube)]
         + [c async for c in tenancy_checks(settings, kube)]
-        + [c async for c in topology_checks(settings, kube)]
+        + [c async for c in topology_checks(nodes, kube)]
     )
