@@ -117,7 +117,7 @@ def test_pods_are_admitted_throughout_a_rolling_restart_of_the_webhook(kind: Kin
     deploy = f"deploy/{kind.release}-webhook"
     kind.kubectl("-n", kind.namespace, "rollout", "restart", deploy)
     refused: list[str] = []
-    tries, settled_at = 0, None
+    tries, settled_at, during = 0, None, 0
     while settled_at is None or time.monotonic() < settled_at + 10:
         done = subprocess.run(
             ["kubectl", "--kubeconfig", str(kind.kubeconfig), "-n", ns, "run", f"probe-{tries}",
@@ -128,7 +128,8 @@ def test_pods_are_admitted_throughout_a_rolling_restart_of_the_webhook(kind: Kin
             refused.append(done.stderr.strip())
         if settled_at is None and "successfully rolled out" in kind.kubectl(
                 "-n", kind.namespace, "rollout", "status", deploy, "--watch=false"):
-            settled_at = time.monotonic()
+            settled_at, during = time.monotonic(), tries
         time.sleep(0.2)
-    assert tries >= 20, f"only {tries} pods tried during the rollout"
+    # A probe costs two kubectl calls, over a second on a busy machine: count the rollout's.
+    assert during >= 5, f"only {during} pods tried before the rollout settled"
     assert not refused, f"{len(refused)} of {tries} pods refused, e.g. {refused[0]}"
