@@ -147,6 +147,9 @@ class NamespacePolicy(BaseModel):
     wckeys: list[str] = Field(default_factory=list, description="wckeys pods may set; empty: none")
     allow_constraints: bool = Field(False, description="pods may set node feature constraints")
     allow_exclusive: bool = Field(False, description="pods may ask for whole nodes (exclusive)")
+    allow_topology: bool = Field(
+        False, description="pods may ask for switches, a switch wait or a segment size"
+    )
     max_priority: int | None = Field(
         None, ge=0, description="highest job priority pods may set; unset: no priority"
     )

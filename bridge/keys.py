@@ -30,9 +30,16 @@ SLURM_USER: Final = PREFIX + "slurm-user"
 # (gres/gpu:<type>:N, e.g. a MIG-style slice 1g.10gb).
 GPU_SHARDS: Final = PREFIX + "gpu-shards"
 GPU_TYPE: Final = PREFIX + "gpu-type"
+# Network topology the job's nodes must keep to (Slurm's --switches=N@wait, --segment=N): at
+# most N leaf switches (topology/tree), waiting up to topology-wait for them before Slurm
+# places the job on more; or segments of N nodes, each within one block (topology/block).
+SWITCHES: Final = PREFIX + "switches"
+TOPOLOGY_WAIT: Final = PREFIX + "topology-wait"
+SEGMENT: Final = PREFIX + "segment"
+TOPOLOGY_ANNOTATIONS: Final = (SWITCHES, TOPOLOGY_WAIT, SEGMENT)
 USER_ANNOTATIONS: Final = (
     PARTITION, ACCOUNT, QOS, RESERVATION, WCKEY, CONSTRAINTS, PRIORITY, TIME_LIMIT, EXCLUSIVE,
-    JOB_NAME, SLURM_USER, GPU_SHARDS, GPU_TYPE,
+    JOB_NAME, SLURM_USER, GPU_SHARDS, GPU_TYPE, *TOPOLOGY_ANNOTATIONS,
 )
 
 # SchedMD slurm-bridge's pod annotations (its docs/workload.md), read as aliases of the

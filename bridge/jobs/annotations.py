@@ -16,9 +16,9 @@ from typing import TypeVar
 from bridge import keys
 from bridge.jobs.aliases import resolve
 from bridge.jobs.errors import InvalidPodRequest
-from bridge.jobs.request import SlurmPlacement
+from bridge.jobs.request import SlurmPlacement, TopologyAsk
 from bridge.jobs.timelimit import ACCEPTED as TIME_LIMIT_FORM
-from bridge.jobs.timelimit import SLURM_UINT32_MAX, parse_time_limit
+from bridge.jobs.timelimit import SLURM_UINT32_MAX, parse_duration_seconds, parse_time_limit
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII)
 _NAME_FORM = "a Slurm name: 1-64 characters among letters, digits, '_', '.', '-'"
@@ -28,6 +28,7 @@ _CONSTRAINTS_FORM = (
     "letters, digits and _-.&|,[]()*:! only"
 )
 _COUNT = re.compile(r"[0-9]{1,10}", re.ASCII)
+SLURM_UINT16_MAX = 2**16 - 3
 
 T = TypeVar("T")
 
@@ -96,11 +97,25 @@ def _positive(text: str) -> int:
     return _count(text, minimum=1)
 
 
+def _segment(text: str) -> int:
+    """Slurm keeps the segment size in 16 bits, the top two values reserved."""
+    if not _COUNT.fullmatch(text) or not 1 <= int(text) <= SLURM_UINT16_MAX:
+        raise ValueError(f"a whole number from 1 to {SLURM_UINT16_MAX}")
+    return int(text)
+
+
 def _time_limit(text: str) -> int:
     try:
         return parse_time_limit(text)
     except ValueError:
         raise ValueError(TIME_LIMIT_FORM) from None
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration_seconds(text)
+    except ValueError:
+        raise ValueError(TIME_LIMIT_FORM.replace("minutes", "a wait in minutes", 1)) from None
 
 
 def _text(text: str) -> str:
@@ -151,6 +166,7 @@ def slurm_options(annotations: Mapping[str, str] | None) -> SlurmOptions:
         constraints=read(keys.CONSTRAINTS, _constraints),
         priority=read(keys.PRIORITY, _count),
         exclusive=read(keys.EXCLUSIVE, _flag) or False,
+        topology=_topology(read, values),
     )
     return SlurmOptions(
         placement,
@@ -160,6 +176,28 @@ def slurm_options(annotations: Mapping[str, str] | None) -> SlurmOptions:
         gpu_type=read(keys.GPU_TYPE, _gpu_type),
         job_name=read(keys.JOB_NAME, _text),
     )
+
+
+def _topology(
+    read: Callable[[str, Callable[[str], int]], int | None], values: Mapping[str, str]
+) -> TopologyAsk | None:
+    """--switches=N@wait or --segment=N: each belongs to one topology plugin, and a job's
+    partition has one topology, so asking for both can never be what a user means."""
+    switches, segment = read(keys.SWITCHES, _positive), read(keys.SEGMENT, _segment)
+    wait = read(keys.TOPOLOGY_WAIT, _duration)
+    if wait is not None and switches is None:
+        accepted = f"a wait for the switches of {keys.SWITCHES}: set that annotation too"
+        raise InvalidPodRequest(keys.TOPOLOGY_WAIT, values[keys.TOPOLOGY_WAIT], accepted,
+                               kind="annotation")
+    if switches is not None and segment is not None:
+        accepted = (
+            f"either {keys.SWITCHES} (a partition with a tree topology) or {keys.SEGMENT} "
+            "(a block topology): a partition has one topology"
+        )
+        raise InvalidPodRequest(keys.SEGMENT, values[keys.SEGMENT], accepted, kind="annotation")
+    if switches is None and segment is None:
+        return None
+    return TopologyAsk(switches=switches, wait_seconds=wait, segment=segment)
 
 
 def pod_group(labels: Mapping[str, str] | None) -> PodGroup | None:

@@ -6,6 +6,17 @@ from bridge.jobs.owner import Owner
 
 
 @dataclass(frozen=True, slots=True)
+class TopologyAsk:
+    """How the job's nodes keep to the network: ``switches`` leaf switches at most, waited for
+    up to ``wait_seconds`` (None: Slurm's max_switch_wait), or segments of ``segment`` nodes,
+    each within one block.  One of the two: a partition has one topology."""
+
+    switches: int | None = None
+    wait_seconds: int | None = None
+    segment: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SlurmPlacement:
     """Where and under whose name Slurm runs the job: the knobs a pod sets by annotation.
 
@@ -21,6 +32,7 @@ class SlurmPlacement:
     constraints: str | None = None
     priority: int | None = None
     exclusive: bool = False
+    topology: TopologyAsk | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ ACCEPTED = "minutes (e.g. 90), or D-HH:MM:SS, D-HH:MM, D-HH, HH:MM:SS or MM:SS"
 # (NO_VAL, INFINITE).
 SLURM_UINT32_MAX = 2**32 - 3
 MAX_MINUTES = SLURM_UINT32_MAX
+MAX_WAIT_SECONDS = 2**31 - 1  # slurmrestd reads a switch wait as a signed 32-bit number
 
 _WITH_DAYS = re.compile(r"([0-9]+)-([0-9]+)(?::([0-9]+)(?::([0-9]+))?)?", re.ASCII)
 _WITHOUT_DAYS = re.compile(r"([0-9]+)(?::([0-9]+)(?::([0-9]+))?)?", re.ASCII)
@@ -34,3 +35,11 @@ def parse_time_limit(text: str) -> int:
     if not 1 <= minutes <= MAX_MINUTES:
         raise ValueError(f"time limit out of range: {text!r}")
     return minutes
+
+
+def parse_duration_seconds(text: str) -> int:
+    """Seconds in a Slurm duration (the time-limit syntax), e.g. the wait of ``--switches``."""
+    seconds = _seconds(text)
+    if seconds > MAX_WAIT_SECONDS:
+        raise ValueError(f"duration out of range: {text!r}")
+    return seconds

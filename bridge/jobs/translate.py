@@ -3,12 +3,13 @@
 from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
 
+from bridge import keys
 from bridge.jobs.annotations import pod_group, slurm_options
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.gpus import gpu_ask
 from bridge.jobs.names import placeholder_job_name
 from bridge.jobs.owner import PodOwner
-from bridge.jobs.request import JobRequest
+from bridge.jobs.request import JobRequest, TopologyAsk
 from bridge.jobs.resources import pod_resources
 from bridge.jobs.timelimit import MAX_MINUTES
 
@@ -27,6 +28,8 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
     group = pod_group(meta.labels)
     resources = pod_resources(pod)
     gpu = gpu_ask(options, resources.gpus)
+    nodes = group.size if group else 1
+    _check_segment(options.placement.topology, nodes)
     return JobRequest(
         name=placeholder_job_name(namespace, options.job_name or (group.name if group else name)),
         owner=PodOwner(uid),
@@ -35,10 +38,21 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
         gpus=gpu.gpus,
         gpu_type=gpu.gpu_type,
         gpu_shards=gpu.shards,
-        nodes=group.size if group else 1,
+        nodes=nodes,
         time_limit_minutes=options.time_limit_minutes or _deadline_minutes(pod),
         placement=options.placement,
     )
+
+
+def _check_segment(topology: TopologyAsk | None, nodes: int) -> None:
+    """Slurm refuses a job whose node count is not a multiple of its segment size."""
+    segment = topology.segment if topology else None
+    if segment is not None and nodes % segment:
+        accepted = (
+            f"a divisor of the job's {nodes} node(s), one per pod of the group: Slurm places "
+            "the nodes in segments of this many, each segment within one block"
+        )
+        raise InvalidPodRequest(keys.SEGMENT, str(segment), accepted, kind="annotation")
 
 
 def _required(value: str | None, field: str) -> str:

@@ -25,7 +25,7 @@ from bridge.policy.tenancy import TENANT_FIELDS, TenancyMap, TenancySource, miss
 # The user annotations a namespace policy restricts: every one that changes what Slurm grants.
 POLICY_ANNOTATIONS = (
     keys.ACCOUNT, keys.PARTITION, keys.QOS, keys.RESERVATION, keys.WCKEY, keys.CONSTRAINTS,
-    keys.PRIORITY, keys.TIME_LIMIT, keys.EXCLUSIVE, keys.SLURM_USER,
+    keys.PRIORITY, keys.TIME_LIMIT, keys.EXCLUSIVE, keys.SLURM_USER, *keys.TOPOLOGY_ANNOTATIONS,
 )
 
 _LISTS = (keys.ACCOUNT, keys.PARTITION, keys.QOS, keys.RESERVATION, keys.WCKEY, keys.SLURM_USER)
@@ -138,6 +138,8 @@ def _value_refusal(
         return f"annotation {label} is not allowed {ns}: an admin sets {setting}.allow_constraints"
     elif key == keys.EXCLUSIVE and value.lower() == "true" and not policy.allow_exclusive:
         return f"annotation {label} is not allowed {ns}: an admin sets {setting}.allow_exclusive"
+    elif key in keys.TOPOLOGY_ANNOTATIONS and not policy.allow_topology:
+        return f"annotation {label} is not allowed {ns}: an admin sets {setting}.allow_topology"
     return None
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bridge.jobs.request import JobRequest, SlurmPlacement
+from bridge.jobs.request import JobRequest, SlurmPlacement, TopologyAsk
 
 
 class WireModel(BaseModel):
@@ -165,6 +165,10 @@ class JobDescription(WireModel):
     constraints: str | None = None
     priority: NoVal | None = None
     shared: list[str] | None = None
+    # Network topology (every parser since v0.0.41): --switches=N@wait, --segment=N.
+    required_switches: NoVal | None = None
+    wait_for_switch: int | None = None  # seconds
+    segment_size: NoVal | None = None
     # Never requeued: a requeued job reads as PENDING while its pod still runs on the node
     # Slurm took back; the job ends instead and the pod is evicted with Slurm's reason.
     requeue: bool = False
@@ -198,7 +202,18 @@ class JobDescription(WireModel):
             "constraints": where.constraints,
             "priority": NoVal.of(where.priority) if where.priority is not None else None,
             "shared": ["none"] if where.exclusive else None,
+            **_topology(where.topology),
         }
+
+
+def _topology(ask: TopologyAsk | None) -> dict[str, Any]:
+    if ask is None:
+        return {}
+    return {
+        "required_switches": NoVal.of(ask.switches) if ask.switches is not None else None,
+        "wait_for_switch": ask.wait_seconds,
+        "segment_size": NoVal.of(ask.segment) if ask.segment is not None else None,
+    }
 
 
 def _gres(req: JobRequest) -> str | None:

@@ -97,7 +97,7 @@ ports, the bridge identity the webhook trusts).
 {{- $slurm := dict "url" .Values.slurm.url "user" .Values.slurm.user -}}
 {{- if .Values.slurm.dataParser }}{{ $_ := set $slurm "data_parser" .Values.slurm.dataParser }}{{ end -}}
 {{- $policy := .Values.admission.defaultPolicy -}}
-{{- $default := dict "accounts" ($policy.accounts | default list) "partitions" ($policy.partitions | default list) "qos" ($policy.qos | default list) "reservations" ($policy.reservations | default list) "wckeys" ($policy.wckeys | default list) "allow_constraints" ($policy.allowConstraints | default false) "allow_exclusive" ($policy.allowExclusive | default false) -}}
+{{- $default := dict "accounts" ($policy.accounts | default list) "partitions" ($policy.partitions | default list) "qos" ($policy.qos | default list) "reservations" ($policy.reservations | default list) "wckeys" ($policy.wckeys | default list) "allow_constraints" ($policy.allowConstraints | default false) "allow_exclusive" ($policy.allowExclusive | default false) "allow_topology" ($policy.allowTopology | default false) -}}
 {{- if not (kindIs "invalid" $policy.maxPriority) }}{{ $_ := set $default "max_priority" (int $policy.maxPriority) }}{{ end -}}
 {{- if not (kindIs "invalid" $policy.maxTimeLimitMinutes) }}{{ $_ := set $default "max_time_limit_minutes" (int $policy.maxTimeLimitMinutes) }}{{ end -}}
 {{- $admission := dict "enrolled_namespaces" .Values.admission.enrolledNamespaces "default_policy" $default "policies" .Values.admission.policies -}}
