@@ -155,10 +155,10 @@ async def _decide(
     if not in_scope:
         return AdmissionResponse.allow(request.uid)
     if endpoint == "validate":
-        denial = validate.check(request, pod, old, settings, translate, tenancy=tenancy)
-        if denial:
-            return AdmissionResponse.deny(request.uid, denial.code, denial.message)
-        return AdmissionResponse.allow(request.uid)
+        verdict = validate.check(request, pod, old, settings, translate, tenancy=tenancy)
+        if isinstance(verdict, validate.Denial):
+            return AdmissionResponse.deny(request.uid, verdict.code, verdict.message)
+        return AdmissionResponse.allow(request.uid, warnings=verdict)
     if old is not None:  # a pod's spec is (nearly) immutable: mutate on creation only
         return AdmissionResponse.allow(request.uid)
     try:

@@ -43,6 +43,31 @@ class SchedulingGroup(_Open):
     pod_group_name: str | None = Field(default=None, alias="podGroupName")
 
 
+class SpreadConstraint(_Open):
+    topology_key: str = Field(default="", alias="topologyKey")
+    when_unsatisfiable: str = Field(default="DoNotSchedule", alias="whenUnsatisfiable")
+
+
+class PodAffinityTerm(_Open):
+    topology_key: str = Field(default="", alias="topologyKey")
+
+
+class PodAffinity(_Open):
+    """``podAffinity`` or ``podAntiAffinity``: the hard terms read; the soft ones counted."""
+
+    required: list[PodAffinityTerm] | None = Field(
+        default=None, alias="requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    preferred: list[dict[str, Any]] | None = Field(
+        default=None, alias="preferredDuringSchedulingIgnoredDuringExecution"
+    )
+
+
+class Affinity(_Open):
+    pod_affinity: PodAffinity | None = Field(default=None, alias="podAffinity")
+    pod_anti_affinity: PodAffinity | None = Field(default=None, alias="podAntiAffinity")
+
+
 class PodSpec(_Open):
     containers: list[Container] = Field(min_length=1)
     init_containers: list[Container] | None = Field(default=None, alias="initContainers")
@@ -53,6 +78,10 @@ class PodSpec(_Open):
     scheduling_gates: list[dict[str, Any]] | None = Field(default=None, alias="schedulingGates")
     scheduling_group: SchedulingGroup | None = Field(default=None, alias="schedulingGroup")
     priority_class_name: str | None = Field(default=None, alias="priorityClassName")
+    topology_spread_constraints: list[SpreadConstraint] | None = Field(
+        default=None, alias="topologySpreadConstraints"
+    )
+    affinity: Affinity | None = None
 
 
 class OwnerReference(_Open):

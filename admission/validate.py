@@ -6,16 +6,18 @@ from typing import Any, cast
 
 from lightkube.models.core_v1 import Pod
 
+from admission.placement_rules import placement_rules
 from admission.pod import PodShape
 from admission.review import AdmissionRequest
 from bridge import keys
 from bridge.config import AdmissionSettings
 from bridge.jobs.aliases import canonical_key
 from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.request import JobRequest
 from bridge.policy.check import POLICY_ANNOTATIONS, deadline_refusal, policy_refusal
 from bridge.policy.tenancy import TenancySource, missing_tenant
 
-PodTranslator = Callable[[Pod], object]
+PodTranslator = Callable[[Pod], JobRequest]
 """``bridge.jobs.translate.job_request_for_pod``, or a stand-in in tests."""
 
 
@@ -35,8 +37,9 @@ def check(
     translate: PodTranslator,
     *,
     tenancy: TenancySource,
-) -> Denial | None:
-    """The first reason to refuse ``pod`` (CREATE, or UPDATE from ``old``), or None to admit."""
+) -> Denial | list[str]:
+    """The first reason to refuse ``pod`` (CREATE, or UPDATE from ``old``), or the warnings
+    to admit it with."""
     if old is None and pod.is_bound and pod.spec.scheduler_name == keys.SCHEDULER_NAME:
         return Denial(
             403,
@@ -72,9 +75,20 @@ def check(
         refusal = deadline_refusal(request.namespace, pod.spec.active_deadline_seconds, settings)
     if refusal:
         return Denial(403, refusal)
-    if old is None:
-        return _translation(request, translate)
-    return None
+    return [] if old is not None else _runnable(request, pod, translate)
+
+
+def _runnable(
+    request: AdmissionRequest, pod: PodShape, translate: PodTranslator
+) -> Denial | list[str]:
+    """A new pod: its job must translate, and Slurm must keep its own placement rules."""
+    job = _translation(request, translate)
+    if isinstance(job, Denial):
+        return job
+    rules = placement_rules(pod, job)
+    if rules.refusal:
+        return Denial(422, f"slurmbridge cannot run this pod: {rules.refusal}")
+    return rules.warnings
 
 
 def _gate_removed(
@@ -129,16 +143,15 @@ def _names(annotations: list[str]) -> str:
     return ("annotation " if len(annotations) == 1 else "annotations ") + ", ".join(annotations)
 
 
-def _translation(request: AdmissionRequest, translate: PodTranslator) -> Denial | None:
-    """Refuse what the pod → Slurm job translation would refuse later, with its message."""
+def _translation(request: AdmissionRequest, translate: PodTranslator) -> JobRequest | Denial:
+    """The pod's job, or the refusal the translation would give later, with its message."""
     raw: dict[str, Any] = dict(request.object or {})
     # The API server may leave metadata.namespace empty on CREATE; the request carries it.
     meta = raw.get("metadata") or {}
     raw["metadata"] = {**meta, "namespace": meta.get("namespace") or request.namespace}
     try:
-        translate(cast(Pod, Pod.from_dict(raw)))
+        return translate(cast(Pod, Pod.from_dict(raw)))
     except InvalidPodRequest as err:
         return Denial(422, f"slurmbridge cannot run this pod: {err}")
     except Exception as err:  # a shape the translation does not survive: never a 500
         return Denial(422, f"slurmbridge cannot run this pod: {type(err).__name__}: {err}")
-    return None

@@ -26,6 +26,7 @@ from admission.scope import CachedNamespaceLabels, NamespaceLookupError, kube_na
 from bridge import keys
 from bridge.config import AdmissionSettings, NamespacePolicy
 from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.request import JobRequest
 from bridge.policy.check import SubmitRefused, deadline_refusal, for_submit, policy_refusal
 from bridge.policy.tenancy import TenancyMap, TenancySource, Tenant
 
@@ -379,7 +380,7 @@ async def test_default_policy_applies_to_namespaces_without_their_own() -> None:
 
 
 async def test_translation_refusal_is_reported() -> None:
-    def translate(pod: Pod) -> object:
+    def translate(pod: Pod) -> JobRequest:
         raise InvalidPodRequest(
             keys.TIME_LIMIT, "forever", "minutes or D-HH:MM:SS", kind="annotation"
         )
