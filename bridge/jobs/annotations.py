@@ -181,20 +181,15 @@ def slurm_options(annotations: Mapping[str, str] | None) -> SlurmOptions:
 def _topology(
     read: Callable[[str, Callable[[str], int]], int | None], values: Mapping[str, str]
 ) -> TopologyAsk | None:
-    """--switches=N@wait or --segment=N: each belongs to one topology plugin, and a job's
-    partition has one topology, so asking for both can never be what a user means."""
+    """--switches=N@wait and --segment=N.  Each is read by one topology plugin, tree or block;
+    Slurm takes both on any partition and applies the one its topology reads, so a group
+    that must stay within one unit, whatever the kind, asks both."""
     switches, segment = read(keys.SWITCHES, _positive), read(keys.SEGMENT, _segment)
     wait = read(keys.TOPOLOGY_WAIT, _duration)
     if wait is not None and switches is None:
         accepted = f"a wait for the switches of {keys.SWITCHES}: set that annotation too"
         raise InvalidPodRequest(keys.TOPOLOGY_WAIT, values[keys.TOPOLOGY_WAIT], accepted,
                                kind="annotation")
-    if switches is not None and segment is not None:
-        accepted = (
-            f"either {keys.SWITCHES} (a partition with a tree topology) or {keys.SEGMENT} "
-            "(a block topology): a partition has one topology"
-        )
-        raise InvalidPodRequest(keys.SEGMENT, values[keys.SEGMENT], accepted, kind="annotation")
     if switches is None and segment is None:
         return None
     return TopologyAsk(switches=switches, wait_seconds=wait, segment=segment)

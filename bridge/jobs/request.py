@@ -9,7 +9,7 @@ from bridge.jobs.owner import Owner
 class TopologyAsk:
     """How the job's nodes keep to the network: ``switches`` leaf switches at most, waited for
     up to ``wait_seconds`` (None: Slurm's max_switch_wait), or segments of ``segment`` nodes,
-    each within one block.  One of the two: a partition has one topology."""
+    each within one block.  The partition's topology plugin applies the one it reads."""
 
     switches: int | None = None
     wait_seconds: int | None = None

@@ -8,6 +8,7 @@ the sentence goes into the event and the condition's message.
 import re
 from datetime import datetime
 
+from bridge.jobs.request import TopologyAsk
 from bridge.slurm.types import JobState, SlurmJob
 
 _WAIT = "the pod starts when jobs already running under it end"
@@ -115,6 +116,8 @@ def said_expected(message: str) -> str:
 def explain(job: SlurmJob) -> str:
     """Why a pending job waits, in words; Slurm's own code when the table has none."""
     reason = job.reason.strip()
+    if reason.lower() == "resources" and job.topology is not None:
+        return _topology_wait(job.topology)
     template = _PENDING.get(reason.lower())
     if template is not None:
         return _fill(template, job)
@@ -123,6 +126,25 @@ def explain(job: SlurmJob) -> str:
     if reason.lower().startswith("assoc"):
         return _fill(f"a limit of account {{account}} holds the job ({reason})", job)
     return f"Slurm's reason: {reason}"
+
+
+def _topology_wait(ask: TopologyAsk) -> str:
+    """Slurm says only "Resources" while a job waits for its switches or blocks."""
+    if ask.switches is not None:
+        n = ask.switches
+        wait = f"up to {_duration(ask.wait_seconds)}" if ask.wait_seconds else "a while"
+        return (f"the job asked for at most {n} leaf switch{'es' if n > 1 else ''} and no "
+                f"{'such set' if n > 1 else 'switch'} has enough nodes free together yet; Slurm "
+                f"waits {wait} (slurmbridge.io/topology-wait, capped by its max_switch_wait) "
+                "for one, then places the job on more switches")
+    return (f"the job's nodes go in segments of {ask.segment}, each within one block, and no "
+            "block has that many nodes free together yet; the pod starts when one has")
+
+
+def _duration(seconds: int) -> str:
+    minutes, rest = divmod(seconds, 60)
+    return f"{minutes} min {rest} s" if minutes and rest else (
+        f"{minutes} min" if minutes else f"{rest} s")
 
 
 # Submit refusals: a piece of Slurm's error text → what it means for the pod.

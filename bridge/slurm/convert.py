@@ -4,6 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 from bridge import keys
 from bridge.jobs.owner import Owner, owner_text, parse_owner
+from bridge.jobs.request import TopologyAsk
 from bridge.slurm.allocation import allocation_from, index_list
 from bridge.slurm.types import (
     NO_REASON,
@@ -105,7 +106,20 @@ def slurm_job(info: JobInfo, *, owned: bool, last_backfill: NoVal | None = None)
         expected_start=expected,
         backfill_at=_time(last_backfill) if expected and last_backfill else None,
         unreadable=unreadable,
+        topology=_topology(info) if owner is not None else None,
     )
+
+
+_UNSET = 2**32 - 3  # Slurm's NO_VAL and INFINITE sit above: not an ask
+
+
+def _topology(info: JobInfo) -> TopologyAsk | None:
+    switches = info.required_switches if 0 < info.required_switches < _UNSET else None
+    segment = info.segment_size if 0 < info.segment_size < 2**16 - 2 else None
+    if switches is None and segment is None:
+        return None
+    wait = info.maximum_switch_wait_time if switches is not None else None
+    return TopologyAsk(switches=switches, wait_seconds=wait, segment=segment)
 
 
 def slurm_node(info: NodeInfo) -> SlurmNode:

@@ -5,6 +5,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from bridge.jobs.owner import Owner
+from bridge.jobs.request import TopologyAsk
 
 # Slurm's reason for a job it has not looked at yet (and the bridge's before reading one).
 NO_REASON = "None"
@@ -65,6 +66,7 @@ class SlurmJob:
     # Why the allocation Slurm answered cannot be read ("": it could): the job is still its
     # owner's, and an unknown allocation is never a reason to release, bind or evict.
     unreadable: str = ""
+    topology: TopologyAsk | None = None  # the switches or segment it asked Slurm for
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,11 @@ from bridge.config import AdmissionSettings, NamespacePolicy
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.request import JobRequest, TopologyAsk
 from bridge.jobs.translate import job_request_for_pod
+from bridge.placement.reasons import explain
 from bridge.policy.check import policy_refusal
+from bridge.slurm.convert import slurm_job
+from bridge.slurm.types import SlurmJob
+from bridge.slurm.wire.base import JobInfo
 from bridge.slurm.wire.v0041 import describe as describe_batch
 from bridge.slurm.wire.v0044 import describe as describe_external
 from tests.unit.test_admission import OPEN, FakeLabels, make_pod, make_review, post
@@ -44,6 +48,13 @@ def test_switches_and_their_wait_reach_the_job_as_slurm_reads_them() -> None:
     }
 
 
+def test_both_asks_go_to_slurm_which_applies_the_one_its_partitions_topology_reads() -> None:
+    """Slurm 26.05 took -p tree --segment=2 and -p block --switches=1 (sbatch, -N2) alike."""
+    job = _job({keys.SWITCHES: "1", keys.SEGMENT: "4"}, GROUP_OF_4)
+    assert job.placement.topology == TopologyAsk(switches=1, segment=4)
+    assert set(_wire(job)) == {"required_switches", "segment_size"}
+
+
 def test_a_segment_reaches_the_job_and_nothing_is_asked_without_annotations() -> None:
     assert _wire(_job({keys.SEGMENT: "2"}, GROUP_OF_4)) == {
         "segment_size": {"set": True, "infinite": False, "number": 2}
@@ -55,7 +66,6 @@ def test_a_segment_reaches_the_job_and_nothing_is_asked_without_annotations() ->
     ("annotations", "labels", "field", "words"),
     [
         ({keys.TOPOLOGY_WAIT: "5"}, None, keys.TOPOLOGY_WAIT, "set that annotation too"),
-        ({keys.SWITCHES: "1", keys.SEGMENT: "2"}, GROUP_OF_4, keys.SEGMENT, "one topology"),
         ({keys.SEGMENT: "3"}, GROUP_OF_4, keys.SEGMENT, "a divisor of the job's 4 node"),
         ({keys.SEGMENT: "2"}, None, keys.SEGMENT, "a divisor of the job's 1 node"),
         ({keys.SWITCHES: "0"}, None, keys.SWITCHES, "a whole number from 1"),
@@ -184,3 +194,33 @@ async def test_soft_rules_are_admitted_with_a_warning_each(webhook: httpx.AsyncC
     assert len(warnings) == 2 and all("not applied" in w for w in warnings)
     assert "topologySpreadConstraints[0]" in warnings[0]
     assert "podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution" in warnings[1]
+
+
+# --- what Slurm says while the job waits for its switches or blocks ---------------------------
+
+
+def _pending(**fields: Any) -> SlurmJob:
+    """A placeholder as slurmrestd 26.05 lists it (v0.0.44 job_info, fields trimmed)."""
+    info = JobInfo.model_validate({
+        "job_id": 252, "name": "k8s:ml/ring", "comment": f"{keys.COMMENT_OWNER}group:ml/ring",
+        "job_state": ["PENDING"], "state_reason": "Resources", **fields,
+    })
+    return slurm_job(info, owned=True)
+
+
+def test_a_job_waiting_for_its_switch_says_so_though_slurm_says_resources() -> None:
+    job = _pending(required_switches=1, maximum_switch_wait_time=240, segment_size=0)
+    assert job.topology == TopologyAsk(switches=1, wait_seconds=240)
+    words = explain(job)
+    assert "at most 1 leaf switch and no switch has enough nodes free" in words
+    assert "waits up to 4 min" in words and "then places the job on more switches" in words
+    segment = explain(_pending(segment_size=2))
+    assert "segments of 2, each within one block" in segment
+
+
+def test_a_job_that_asked_no_topology_keeps_the_plain_resources_words() -> None:
+    for fields in ({}, {"required_switches": 0, "segment_size": 0},
+                   {"required_switches": 4294967294, "segment_size": 65534}):
+        job = _pending(**fields)
+        assert job.topology is None
+        assert explain(job).startswith("no node has the CPUs, memory or GPUs free")

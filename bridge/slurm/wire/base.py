@@ -55,6 +55,9 @@ class JobInfo(WireModel):
     qos: str = ""
     preempt_time: NoVal = NoVal()  # set (non-zero) once Slurm signalled preemption
     start_time: NoVal = NoVal()  # a pending job's: the backfill's estimate (0: none)
+    required_switches: int = 0  # --switches=N (0: not asked)
+    maximum_switch_wait_time: int = 0  # seconds, as Slurm capped it (max_switch_wait)
+    segment_size: int = 0  # --segment=N (data parser v0.0.43+)
 
 
 class JobsResponse(Envelope):
