@@ -62,7 +62,8 @@ def patch_for(
     ops += _gate_ops(pod)
     gpu_ops, gpus = _gpu_ops(pod)
     ops += gpu_ops
-    annotations = {**(defaults or {}), **({keys.GPUS: gpus} if gpus else {})}
+    implied = {k: v for k, v in group.asks.items() if k not in pod.annotations} if group else {}
+    annotations = {**(defaults or {}), **implied, **({keys.GPUS: gpus} if gpus else {})}
     ops += _metadata_ops(pod, "annotations", annotations)
     if group is not None:
         ops += _group_ops(pod, group)

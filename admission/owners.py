@@ -76,8 +76,20 @@ class _Policy(_Wire):
     gang: _Gang | None = None
 
 
+class _TopologyConstraint(_Wire):
+    key: str
+
+
+class _Constraints(_Wire):
+    topology: list[_TopologyConstraint] = Field(default_factory=list)
+
+
 class _PodGroupSpec(_Wire):
     scheduling_policy: _Policy = Field(default_factory=_Policy, alias="schedulingPolicy")
+    # TopologyAwareWorkloadScheduling (alpha in 1.36): all members within one domain of key.
+    scheduling_constraints: _Constraints | None = Field(
+        default=None, alias="schedulingConstraints"
+    )
 
 
 class PodGroupObject(_Wire):

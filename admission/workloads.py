@@ -23,7 +23,7 @@ the LWS worker index), so a replaced pod gets its predecessor's node.  Reading t
 """
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from admission.owners import (
     JOB,
@@ -49,6 +49,9 @@ class Membership:
     size: int
     rank: int | None
     source: str  # what said so, for messages: "Job ns/name", "PodGroup ns/name", ...
+    # Slurm annotations the workload implies (a PodGroup's topology constraint), written
+    # where the pod does not set them itself.
+    asks: dict[str, str] = field(default_factory=dict)
 
     def labels(self) -> dict[str, str]:
         labels = {keys.GROUP: self.name, keys.GROUP_SIZE: str(self.size)}
@@ -134,12 +137,43 @@ async def _pod_group(
         return None
     size = policy.min_count
     rank = _index(annotations, keys.JOB_COMPLETION_INDEX, "pod annotation")
-    return Membership(group_name(name), size, _ranked(rank, size), ref)
+    constraints = gang.spec.scheduling_constraints
+    domains = [t.key for t in constraints.topology] if constraints else []
+    return Membership(group_name(name), size, _ranked(rank, size), ref,
+                      asks=_one_domain(ref, domains, size))
+
+
+def _one_domain(ref: str, domain_keys: list[str], size: int) -> dict[str, str]:
+    """All members within one domain of a topology label: one leaf switch (tree) or one block
+    (block), whichever the partition's topology reads; Slurm takes both asks anywhere."""
+    if not domain_keys:
+        return {}
+    key = domain_keys[0]
+    if not key.startswith(keys.TOPOLOGY_LABEL_PREFIX):
+        raise WorkloadError(
+            f"{ref} asks its pods to share one {key}: Slurm places the group by its own network "
+            f"topology, which Nodes carry as {keys.TOPOLOGY_LABEL_PREFIX}<topology> labels; "
+            "use such a key (kubectl get nodes --show-labels)"
+        )
+    return {keys.SWITCHES: "1", keys.SEGMENT: str(size)}
+
+
+def _exclusive(ref: str, values: dict[str, str], *names: str) -> None:
+    """JobSet's and LWS's one-domain-per-child placement: one Slurm job cannot give it."""
+    for name in names:
+        if values.get(name, "").strip():
+            raise WorkloadError(
+                f"{ref} asks {name}={values[name]!r}: its pods run as one Slurm job, which "
+                f"Slurm keeps within one switch or block ({keys.SWITCHES}: \"1\" or "
+                f"{keys.SEGMENT} on the pod template) but cannot give each part a domain of "
+                "its own; remove the annotation"
+            )
 
 
 def _leader_worker_set(labels: dict[str, str], annotations: dict[str, str]) -> Membership:
     lws = labels[keys.LWS_NAME]
     ref = f"LeaderWorkerSet {lws}"
+    _exclusive(ref, annotations, keys.LWS_EXCLUSIVE_TOPOLOGY, keys.LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY)
     group = _index(labels, keys.LWS_GROUP_INDEX, "pod label")
     size = _index(annotations, keys.LWS_SIZE, "pod annotation")
     if group is None or not size:
@@ -157,6 +191,7 @@ async def _jobset(
     name = labels[keys.JOBSET_NAME]
     ref = f"JobSet {namespace}/{name}"
     jobset = await load(read, JOBSET, JobSetObject, namespace, name)
+    _exclusive(ref, jobset.metadata.annotations, keys.JOBSET_EXCLUSIVE_TOPOLOGY)
     size, offset = 0, None
     replicated = labels.get(keys.JOBSET_REPLICATED_JOB)
     job_index = _index(labels, keys.JOBSET_JOB_INDEX, "pod label")

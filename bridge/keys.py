@@ -107,6 +107,12 @@ LWS_NAME: Final = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX: Final = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX: Final = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_SIZE: Final = "leaderworkerset.sigs.k8s.io/size"
+# Their one-domain-per-job placement (a pod webhook of theirs adds pod (anti-)affinities): on
+# the JobSet; on LWS pods (the controller copies the LWS's).  One Slurm job per group cannot
+# give each child its own domain: refused, pointing to SWITCHES / SEGMENT.
+JOBSET_EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+LWS_EXCLUSIVE_TOPOLOGY: Final = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY: Final = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
 # A group's claim is a Lease in the bridge's namespace (link/records.py): this label marks
 # it; it carries SUBMITTING, JOB_ID, OWNER and, as JSON, the node each member got.
 GROUP_CLAIM: Final = PREFIX + "group-claim"

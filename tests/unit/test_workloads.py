@@ -4,6 +4,7 @@ Owners are plain dicts shaped as the API server returns them, served by a fake r
 the pods are shaped as each controller creates them (keys cited in bridge/keys.py).
 """
 
+import re
 from typing import Any, cast
 
 import pytest
@@ -157,6 +158,30 @@ async def test_long_pod_group_names_become_valid_label_values() -> None:
     assert found is not None and found.name == name
 
 
+async def test_a_pod_group_kept_in_one_slurm_topology_unit_asks_slurm_for_one() -> None:
+    """TopologyAwareWorkloadScheduling: every member within one domain of the key."""
+    spec = {"schedulingPolicy": {"gang": {"minCount": 4}},
+            "schedulingConstraints": {"topology": [{"key": keys.TOPOLOGY_LABEL_PREFIX + "t"}]}}
+    owners = Owners((POD_GROUP, {"metadata": {"name": "ring"}, "spec": spec}))
+    found = await membership(pod(pod_group_name="ring"), NS, owners)
+    assert found is not None
+    assert found.asks == {keys.SWITCHES: "1", keys.SEGMENT: "4"}
+    own = pod(pod_group_name="ring", annotations={keys.SWITCHES: "2"})
+    ops = mutate.patch_for(own, group=found)
+    written = {op["path"]: op["value"] for op in ops if "/annotations/" in op["path"]}
+    assert written == {"/metadata/annotations/slurmbridge.io~1segment": "4"}  # pod's own kept
+
+
+async def test_a_pod_group_kept_in_a_domain_slurm_does_not_know_is_refused() -> None:
+    spec = {"schedulingPolicy": {"gang": {"minCount": 2}},
+            "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}]}}
+    owners = Owners((POD_GROUP, {"metadata": {"name": "ring"}, "spec": spec}))
+    rack = re.escape("share one topology.kubernetes.io/rack")
+    with pytest.raises(WorkloadError, match=rack) as refused:
+        await membership(pod(pod_group_name="ring"), NS, owners)
+    assert keys.TOPOLOGY_LABEL_PREFIX in str(refused.value)
+
+
 # --- JobSet and LeaderWorkerSet (labels as their controllers set them) ---------------------
 
 
@@ -189,6 +214,20 @@ async def test_lws_group_is_one_replica_ranked_by_worker_index() -> None:
     worker = pod(labels=labels, annotations={keys.LWS_SIZE: "4"})
     found = await membership(worker, NS, Owners())
     assert found == Membership("vllm-1", 4, 2, "LeaderWorkerSet vllm")
+
+
+async def test_one_domain_per_child_of_jobset_and_lws_is_refused_naming_the_annotation() -> None:
+    jobset = {"metadata": {"name": "llm", "annotations": {
+        keys.JOBSET_EXCLUSIVE_TOPOLOGY: keys.TOPOLOGY_LABEL_PREFIX + "tree"}},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2}]}}
+    with pytest.raises(WorkloadError, match=re.escape(keys.JOBSET_EXCLUSIVE_TOPOLOGY)) as refused:
+        await membership(jobset_pod("workers", 0, 0), NS, Owners((JOBSET, jobset)))
+    assert f"{keys.SWITCHES}: \"1\"" in str(refused.value)
+    labels = {keys.LWS_NAME: "vllm", keys.LWS_GROUP_INDEX: "0", keys.LWS_WORKER_INDEX: "0"}
+    for key in (keys.LWS_EXCLUSIVE_TOPOLOGY, keys.LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY):
+        leader = pod(labels=labels, annotations={keys.LWS_SIZE: "2", key: "rack"})
+        with pytest.raises(WorkloadError, match=re.escape(key)):
+            await membership(leader, NS, Owners())
 
 
 async def test_lws_pod_without_the_size_annotation_is_refused() -> None:
