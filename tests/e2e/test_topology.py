@@ -1,11 +1,13 @@
 """A group asks Slurm for network topology (issue 24 item 2): ``slurmbridge.io/switches``
-becomes ``--switches=N@wait``, and Slurm keeps the group's nodes under one leaf switch or
-makes it wait, the pods telling why; a pod's own spread Slurm cannot keep is refused.
+becomes ``--switches=N@wait`` and ``slurmbridge.io/segment`` ``--segment=N``, and Slurm keeps
+the group's nodes under one leaf switch or in one block, or makes it wait, the pods telling
+why; a pod's own spread Slurm cannot keep is refused.
 
-The local Slurm 25.05+ (deploy/slurm/recipe.sh) has a tree topology, leaf switches of two
-nodes under a spine, used by partition ``tree``; 24.11 stays flat (one topology plugin per
-cluster), where Slurm records the ask and places the group anyway.  Leaves are read with the
-admin's ``scontrol show topology``, not the product."""
+The local Slurm 25.05+ (deploy/slurm/recipe.sh) has a tree topology (leaf switches of two
+nodes under a spine, partition ``tree``) and a block one (blocks of two nodes, partition
+``block``); 24.11 stays flat (one topology plugin per cluster), where Slurm records the ask
+and places the group anyway.  Units are read with the admin's ``scontrol show topology``,
+not the product."""
 
 import re
 
@@ -31,18 +33,23 @@ from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 
 pytestmark = pytest.mark.e2e
 
-ASK = {keys.PARTITION: "tree", keys.SWITCHES: "1", keys.TOPOLOGY_WAIT: "4:00"}
+WAIT = {keys.SWITCHES: "1", keys.TOPOLOGY_WAIT: "4:00"}
+# topology -> (its units as scontrol shows them, the group's ask, words the pod is told)
+ASKS = {
+    "tree": (r"Level=0\b.*?\bNodes=(\S+)", WAIT, "at most 1 leaf switch"),
+    "block": (r"BlockName=\S+.*?\bNodes=(\S+)", {keys.SEGMENT: "2"},
+              "segments of 2, each within one block"),
+}
 
 
-def _leaves(slurm: SlurmTarget) -> list[tuple[str, ...]]:
-    """The nodes under each leaf switch (level 0) of topology ``tree``."""
-    out = slurm.admin("scontrol", "show", "topology", "tree")
-    return [expand_hostlist(m.group(1))
-            for m in re.finditer(r"Level=0\b.*?\bNodes=(\S+)", out)]
+def _units(slurm: SlurmTarget, topology: str) -> list[tuple[str, ...]]:
+    """The nodes of each leaf switch (tree) or block of a topology, as the admin sees them."""
+    out = slurm.admin("scontrol", "show", "topology", topology)
+    return [expand_hostlist(m.group(1)) for m in re.finditer(ASKS[topology][0], out)]
 
 
 def _native(slurm: SlurmTarget, node: str) -> str:
-    return slurm.admin("sbatch", "--parsable", "-J", "native-leaf", "--exclusive", "-w", node,
+    return slurm.admin("sbatch", "--parsable", "-J", "native-unit", "--exclusive", "-w", node,
                        "-o", "/dev/null", "--wrap", "sleep 900").strip()
 
 
@@ -52,33 +59,41 @@ def _group(name: str, annotations: dict[str, str]) -> list[Pod]:
             for i in range(2)]
 
 
-async def test_a_group_asking_one_switch_gets_one_leaf_or_waits_saying_why(
+@pytest.mark.parametrize("topology", sorted(ASKS))
+async def test_a_group_kept_in_one_unit_waits_saying_why_then_lands_in_one(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
+    topology: str,
 ) -> None:
+    """One leaf switch (tree, ``switches: 1``) or one block (block, ``segment: 2``) for a
+    group of 2: with one node of each unit busy, two nodes are free but in two units, so the
+    group waits and is told why; it lands on the unit that frees up.  The local 24.11 stays
+    flat (one topology plugin per cluster): Slurm takes the ask, records it, and places the
+    group as it would without."""
     slurm = bridge_stack.slurm
     await slurm_idle(slurm)
-    ns = await e2e_namespace("switches")
+    ns = await e2e_namespace(topology)
+    _, ask, words = ASKS[topology]
     if slurm.version == "24.11":
-        for pod in _group("flat", {keys.SWITCHES: "1", keys.TOPOLOGY_WAIT: "4:00"}):
+        for pod in _group("flat", ask):
             await create_pod(kube, ns, pod)
         job = show_job(slurm, await wait_slurm_job(slurm, ns, "flat"))
-        assert job.fields.get("Switches") == "1@00:04:00", job.fields
+        if topology == "tree":
+            assert job.fields.get("Switches") == "1@00:04:00", job.fields
         for i in range(2):
             await wait_bound(kube, ns, f"flat-{i}")
         return
-    leaves = _leaves(slurm)
-    assert len(leaves) >= 2 and all(len(nodes) == 2 for nodes in leaves), leaves
-    (a1, _), (b1, b2) = leaves[0], leaves[1]
-    # One node of each leaf busy: two nodes are free, but under two switches.
+    units = _units(slurm, topology)
+    assert len(units) >= 2 and all(len(nodes) == 2 for nodes in units), units
+    (a1, _), (b1, b2) = units[0], units[1]
     natives = [_native(slurm, a1), _native(slurm, b1)]
     try:
         await wait_for(lambda: all(show_job(slurm, j).state == "RUNNING" for j in natives), 60,
                        interval=0.5, what=f"native jobs {natives} RUNNING")
-        for pod in _group("ring", ASK):
+        for pod in _group("ring", {keys.PARTITION: topology, **ask}):
             await create_pod(kube, ns, pod)
         job_id = await wait_slurm_job(slurm, ns, "ring")
-        job = show_job(slurm, job_id)
-        assert job.fields.get("Switches") == "1@00:04:00", job.fields
+        if topology == "tree":
+            assert show_job(slurm, job_id).fields.get("Switches") == "1@00:04:00"
         reason = await wait_for(
             lambda: (j.reason if (j := show_job(slurm, job_id)).state == "PENDING"
                      and j.reason not in ("", "None") else None),
@@ -89,14 +104,14 @@ async def test_a_group_asking_one_switch_gets_one_leaf_or_waits_saying_why(
                          if r == keys.EventReason.PENDING.value and f"reason {reason}" in m), None)
 
         message = await wait_for(told, 60, interval=1, what=f"ring-0 told Slurm's {reason}")
-        assert "switch" in message.lower(), message  # in words, not only Slurm's code
+        assert words in message, message  # in words: Slurm itself says only its code
         for i in range(2):
             pod = await kube.get(Pod, f"ring-{i}", namespace=ns)
             assert pod.spec is not None and not pod.spec.nodeName
-        slurm.admin("scancel", natives.pop())  # leaf b is whole again
+        slurm.admin("scancel", natives.pop())  # unit b is whole again
         bound = [await wait_bound(kube, ns, f"ring-{i}") for i in range(2)]
         nodes = sorted(bridge_stack.slurm_node_of(p.spec.nodeName or "") for p in bound if p.spec)
-        assert nodes == sorted((b1, b2)), f"group placed on {nodes}, not under one leaf {b1, b2}"
+        assert nodes == sorted((b1, b2)), f"group placed on {nodes}, not in one unit {b1, b2}"
     finally:
         for native in natives:
             slurm.admin("scancel", native)
