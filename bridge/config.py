@@ -111,6 +111,11 @@ class ControllerSettings(BaseModel):
     lease_name: str = "slurmbridge-controllers"
     lease_seconds: int = Field(15, ge=3, description="leader lease duration")
     identity: str | None = Field(None, description="leader identity; default hostname_pid")
+    external_node_feature: str = Field(
+        "slurmbridge-external", pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="Slurm feature of every node registered for a Node labelled "
+        "slurmbridge.io/external-node=true (a NodeSet by it puts them in partitions)",
+    )
 
 
 class ExtenderSettings(BaseModel):

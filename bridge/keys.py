@@ -123,6 +123,13 @@ GROUP_NODES: Final = PREFIX + "group-nodes"
 # (bridge/link/release.py).  Only the bridge may remove it.
 SLURM_GATE: Final = PREFIX + "slurm"
 
+# Node label: a Kubernetes node without slurmd that Slurm schedules all the same, registered
+# as an EXTERNAL Slurm node (Slurm 25.11+; bridge/controllers/external.py).
+EXTERNAL_NODE: Final = PREFIX + "external-node"
+# Condition reason (on NODE_CONDITION_SLURM) of a Node labelled external that Slurm has not
+# taken (a Slurm too old, a refusal): the message says why and what to do.
+REASON_EXTERNAL_NOT_REGISTERED: Final = "ExternalNodeNotRegistered"
+
 # Namespace label that enrols every pod of the namespace.
 NAMESPACE_ENROLLED: Final = PREFIX + "enabled"
 

@@ -70,6 +70,12 @@ class SlurmPort(Protocol):
 
     async def resume(self, node: str) -> None: ...
 
+    async def add_node(self, node_conf: str) -> None:
+        """Register a dynamic node (a slurm.conf NodeName= line); SlurmUnsupported before
+        Slurm 25.11."""
+
+    async def delete_node(self, node: str) -> None: ...
+
     async def accounting(self) -> Accounting:
         """Accounts, users and QOS from slurmdbd."""
         ...

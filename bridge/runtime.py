@@ -9,6 +9,7 @@ from lightkube.models.core_v1 import Pod as PodModel
 from bridge import keys, metrics
 from bridge.binding.binder import Binder
 from bridge.config import Settings
+from bridge.controllers.external import ExternalNodes
 from bridge.controllers.leader import LeaderElector
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
@@ -78,8 +79,7 @@ class Bridge:
         )
         self.poller = Poller(
             self.slurm, self.index, self._job_changed,
-            interval=p.poll_interval_seconds,
-            fast_interval=p.fast_poll_interval_seconds,
+            interval=p.poll_interval_seconds, fast_interval=p.fast_poll_interval_seconds,
             fast_window=p.fast_poll_window_seconds,
             resync_interval=p.resync_interval_seconds,
             reasons_per_cycle=p.reasons_per_cycle, reason_interval=p.reason_refresh_seconds,
@@ -91,6 +91,7 @@ class Bridge:
             orphan_grace=c.orphan_grace_seconds, claims=self.claims,
         )
         self.nodesync = NodeSync(self.kube, self.slurm, self.nodes, self.pod_cache)
+        self.external = ExternalNodes(self.kube, self.slurm, self.nodes, c.external_node_feature)
         self._tasks: list[asyncio.Task[None]] = []
 
     def _admit(self, pod: PodModel) -> PodModel:
@@ -151,7 +152,8 @@ class Bridge:
     async def _reconcile(self) -> None:
         while True:
             if self.poller.healthy:  # act on nothing uncertain: Slurm's view must be fresh
-                for name, step in (("lifecycle", self.lifecycle), ("nodesync", self.nodesync)):
+                for name, step in (("lifecycle", self.lifecycle), ("external", self.external),
+                                   ("nodesync", self.nodesync)):
                     try:
                         await step.reconcile_once()
                         metrics.RECONCILES.labels(name, "ok").inc()

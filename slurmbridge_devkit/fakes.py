@@ -30,7 +30,7 @@ from lightkube.types import PatchType
 from bridge.config import Settings
 from bridge.jobs.request import JobRequest
 from bridge.runtime import Bridge
-from bridge.slurm.errors import SlurmJobNotFound, SlurmUnavailable
+from bridge.slurm.errors import SlurmJobNotFound, SlurmRejected, SlurmUnavailable
 from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, SlurmNode
 from slurmbridge_cli.compose import build_bridge
 
@@ -69,6 +69,8 @@ class FakeSlurm:
         self.down = False  # True: every call fails as an unreachable slurmrestd would
         self.requests: Counter[str] = Counter()  # calls per SlurmPort operation
         self.states_returned = 0  # job states answered by ``job_states``, summed (bytes' proxy)
+        self.node_confs: list[str] = []  # every add_node asked
+        self.refuse_nodes = ""  # non-empty: add_node fails with this error, as Slurm's
         self._ids = itertools.count(first_id)
 
     def _check_up(self) -> None:
@@ -146,6 +148,7 @@ class FakeSlurm:
 
     async def list_nodes(self) -> list[SlurmNode]:
         self._check_up()
+        self.requests["list_nodes"] += 1
         return list(self.nodes.values())
 
     async def drain(self, node: str, reason: str) -> None:
@@ -157,6 +160,27 @@ class FakeSlurm:
         self._check_up()
         n = self.nodes[node]
         self.nodes[node] = dataclasses.replace(n, states=n.states - {"DRAIN"}, reason="")
+
+    async def add_node(self, node_conf: str) -> None:
+        """Like slurmctld: a NodeName= line becomes a dynamic node (IDLE, its features)."""
+        self._check_up()
+        self.node_confs.append(node_conf)
+        if self.refuse_nodes:
+            raise SlurmRejected("add_node", [self.refuse_nodes], 200)
+        fields = dict(part.split("=", 1) for part in node_conf.split())
+        states = {"IDLE", "DYNAMIC_NORM"} | ({"EXTERNAL"} if fields.get("State") == "EXTERNAL"
+                                           else set())
+        self.nodes[fields["NodeName"]] = SlurmNode(
+            fields["NodeName"], frozenset(states), "", int(fields.get("CPUs", "1")),
+            int(fields.get("RealMemory", "0")), fields.get("Gres", ""),
+            features=frozenset(fields.get("Features", "").split(",")) - {""},
+        )
+
+    async def delete_node(self, node: str) -> None:
+        self._check_up()
+        if self.nodes[node].states & {"ALLOCATED", "MIXED", "COMPLETING"}:
+            raise SlurmRejected("delete_node", [f"Node {node} has jobs"], 200)
+        del self.nodes[node]
 
     async def accounting(self) -> Accounting:
         self._check_up()

@@ -11,10 +11,20 @@ from typing import Any
 from lightkube.resources.core_v1 import Node
 
 from bridge import keys
+from bridge.jobs.quantity import parse_quantity
 from bridge.kube.watchcache import WatchCache, resource_version
 
 # A taint as the apiserver holds it: key, value ("" when none), effect, timeAdded or None.
 Taint = tuple[str, str, str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Allocatable:
+    """What a Node offers pods (``status.allocatable``), as Slurm counts it."""
+
+    cpus: int
+    memory_mb: int
+    gpus: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +37,7 @@ class NodeView:
     taints: tuple[Taint, ...]
     slurm_condition: tuple[str, str] | None  # SlurmNodeAvailable's (status, message)
     topology: tuple[tuple[str, str], ...] = ()  # its slurmbridge.io/topology-* labels, sorted
+    external: Allocatable | None = None  # labelled slurmbridge.io/external-node=true: its size
 
     @property
     def key(self) -> str:
@@ -58,7 +69,23 @@ def node_view(node: Node) -> NodeView | None:
         slurm_condition=(slurm.status, slurm.message or "") if slurm else None,
         topology=tuple(sorted((k, v) for k, v in (meta.labels or {}).items()
                               if k.startswith(keys.TOPOLOGY_LABEL_PREFIX))),
+        external=(
+            allocatable(status.allocatable if status else None)
+            if (meta.labels or {}).get(keys.EXTERNAL_NODE, "").lower() == "true" else None
+        ),
     )
+
+
+def allocatable(values: dict[str, str] | None) -> Allocatable:
+    """Whole CPUs and MiB rounded down (Slurm must not promise more than the Node has); a
+    quantity that does not parse counts as none."""
+    def amount(key: str, unit: int) -> int:
+        try:
+            return int(parse_quantity((values or {}).get(key, "0")) // unit)
+        except ValueError:
+            return 0
+
+    return Allocatable(amount("cpu", 1), amount("memory", 2**20), amount(keys.GPU_RESOURCE, 1))
 
 
 class NodeCache(WatchCache[NodeView]):

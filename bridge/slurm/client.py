@@ -34,6 +34,7 @@ from bridge.slurm.errors import (
     SlurmProtocolError,
     SlurmRejected,
     SlurmUnavailable,
+    SlurmUnsupported,
 )
 from bridge.slurm.http import Exchange
 from bridge.slurm.rest import SlurmRest
@@ -56,6 +57,7 @@ from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, Qo
 log = structlog.get_logger(__name__)
 
 RESOURCES_SINCE = "v0.0.44"  # GET /resources/{job_id}: Slurm 25.11
+NEW_NODE_SINCE = "v0.0.44"  # POST /new/node/: Slurm 25.11
 IDS_PER_REQUEST = 400  # "job_id=" + an 8-digit id + "&": 16 bytes each, 6.4 kB a query
 
 PlaceholderTrust = Callable[[str, str], bool]
@@ -202,6 +204,23 @@ class SlurmClient:
 
     async def resume(self, node: str) -> None:
         await self._update_node(node, NodeUpdate(state=["RESUME"]))
+
+    async def add_node(self, node_conf: str) -> None:
+        """Create a dynamic node from a slurm.conf ``NodeName=`` line (needs MaxNodeCount)."""
+        version = await self.connect()
+        if not negotiate.at_least(version, NEW_NODE_SINCE):
+            raise SlurmUnsupported(
+                f"slurmrestd speaks data parser {version} at most, without POST /new/node/: "
+                f"registering a node needs Slurm 25.11+ ({NEW_NODE_SINCE}); an admin runs "
+                f"`scontrol create {node_conf}` instead"
+            )
+        await self.rest.call("POST", "/new/node/", "add_node", Envelope,
+                             body={"node_conf": node_conf}, idempotent=False)
+        log.info("slurm.node_added", node_conf=node_conf)
+
+    async def delete_node(self, node: str) -> None:
+        await self.rest.call("DELETE", f"/node/{node}", "delete_node", Envelope)
+        log.info("slurm.node_deleted", node=node)
 
     async def _update_node(self, node: str, update: NodeUpdate) -> None:
         await self.rest.call(

@@ -131,6 +131,10 @@ def slurm_node(info: NodeInfo) -> SlurmNode:
         memory_mb=info.real_memory,
         gres=info.gres,
         topology=topology_units(info.topology),
+        features=frozenset(
+            f.strip() for f in (info.features.split(",") if isinstance(info.features, str)
+                                else info.features) if f.strip()
+        ),
     )
 
 

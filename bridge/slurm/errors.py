@@ -17,6 +17,11 @@ class SlurmProtocolError(SlurmError):
     """slurmrestd answered something we cannot use (no common data parser, bad JSON)."""
 
 
+class SlurmUnsupported(SlurmError):
+    """This Slurm (its newest data parser) cannot do what was asked; the message names the
+    version needed and what an admin does instead."""
+
+
 class SlurmRejected(SlurmError):
     """Slurm refused the request itself, e.g. an unknown partition or account."""
 

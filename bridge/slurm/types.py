@@ -80,6 +80,7 @@ class SlurmNode:
     # (topology, unit) pairs, e.g. (("tree", "leaf1"), ("block", "b1")): what slurmrestd shows of
     # Slurm's topology (25.05+, a node's Topology=); () on 24.11 or a node that names none.
     topology: tuple[tuple[str, str], ...] = ()
+    features: frozenset[str] = frozenset()
 
     @property
     def unavailable(self) -> bool:

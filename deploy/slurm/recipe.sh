@@ -67,10 +67,12 @@ gres_conf() {  # the GPU and shard devices of every node (placeholder files, one
 # nodes (--segment=N).  Each node also names its units (NodeName ... Topology=tree:leafI,block:bI),
 # the only form slurmrestd shows (a node's "topology"; no endpoint serves the structure).
 # Tests choose by partition.  24.11 has one topology plugin per cluster: it stays flat.
-has_topology_yaml() {
+slurm_at_least() {  # slurm_at_least 25.05: the installed slurmctld is that version or newer
   v="$(dpkg-query -W -f='${Version}' slurmctld 2>/dev/null | cut -d- -f1)"
-  [ -n "$v" ] && [ "$(printf '%s\n25.05\n' "$v" | sort -V | head -n 1)" = "25.05" ]
+  [ -n "$v" ] && [ "$(printf '%s\n%s\n' "$v" "$1" | sort -V | head -n 1)" = "$1" ]
 }
+
+has_topology_yaml() { slurm_at_least 25.05; }
 
 topology_units() {  # topology_units K: the units of node K (pairs of nodes)
   echo "tree:leaf$(( (${1} + 1) / 2 )),block:b$(( (${1} + 1) / 2 ))"
@@ -167,6 +169,15 @@ CONF
   if [ -n "$topology" ]; then
     echo "PartitionName=tree Nodes=ALL MaxTime=INFINITE State=UP Topology=tree" >> /etc/slurm/slurm.conf
     echo "PartitionName=block Nodes=ALL MaxTime=INFINITE State=UP Topology=block" >> /etc/slurm/slurm.conf
+  fi
+  # External nodes (Slurm 25.11+: POST /new/node/): Kubernetes nodes without slurmd the bridge
+  # registers as dynamic nodes with feature slurmbridge-external; the NodeSet by that feature
+  # is partition `external` (they also join the Nodes=ALL partitions).
+  if slurm_at_least 25.11; then
+    { echo "MaxNodeCount=$((nodes + 8))"
+      echo "NodeSet=external Feature=slurmbridge-external"
+      echo "PartitionName=external Nodes=external MaxTime=INFINITE State=UP"
+    } >> /etc/slurm/slurm.conf
   fi
 
   gres_conf > /etc/slurm/gres.conf

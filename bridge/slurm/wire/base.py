@@ -134,6 +134,7 @@ class NodeInfo(WireModel):
     real_memory: int = 0
     gres: str = ""
     topology: str = ""  # v0.0.43+: "tree:leaf1,block:b1", the node's units (NodeName Topology=)
+    features: list[str] | str = Field(default_factory=list)  # a list, or CSV in some parsers
 
 
 class NodesResponse(Envelope):
