@@ -92,6 +92,11 @@ async def _condition(kube: AsyncClient, ns: str, name: str) -> tuple[str, str, s
     return "", "", ""
 
 
+async def _said_preempted(kube: AsyncClient, ns: str, name: str) -> tuple[str, str, str] | None:
+    said = await _condition(kube, ns, name)
+    return said if said[1] == keys.REASON_PREEMPTED else None
+
+
 async def test_pods_of_two_namespaces_run_as_their_own_account_and_user(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
     tenancy: Mapper,
@@ -192,7 +197,10 @@ async def test_a_high_priority_native_job_preempts_a_low_priority_pod(
 
             (_, message), = await wait_for(preempted, 90, interval=1, what="SlurmPreempted")
             assert "preempted by Slurm" in message and job in message and "QOS low" in message
-            status, reason, _ = await _condition(kube, ns, "victim")
+            # The event is written first, the condition right after: wait for both.
+            status, reason, _ = await wait_for(
+                lambda: _said_preempted(kube, ns, "victim"), 15, interval=0.5,
+                what="victim's condition PreemptedBySlurm")
             assert (status, reason) == ("False", keys.REASON_PREEMPTED)
             evicted = await kube.get(Pod, "victim", namespace=ns)
             assert evicted.metadata is not None and evicted.metadata.deletionTimestamp
