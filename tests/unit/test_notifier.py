@@ -225,7 +225,7 @@ async def test_an_estimate_is_shown_again_only_when_it_moves_by_more_than_the_se
     await notifier.drain()
     said = _messages(kube)
     assert [reason for reason, _ in said] == ["SlurmPending"] * 3
-    assert f"expected to start at {later:%H:%M} UTC" in said[1][1]
+    assert f"expected to start at {clock(later, datetime.now(UTC))}" in said[1][1]
     assert "expected" not in said[2][1]  # Slurm no longer estimates it: the words say so
 
 
@@ -245,7 +245,8 @@ async def test_every_member_of_a_group_is_told_its_groups_expected_start() -> No
     events = [(body["involvedObject"]["name"], body["message"])
               for verb, kind, body in kube.written if kind == "Event"]
     assert sorted(name for name, _ in events) == ["w0", "w1"]
-    assert all(f"expected to start at {SOON:%H:%M} UTC" in message for _, message in events)
+    started = f"expected to start at {clock(SOON, datetime.now(UTC))}"
+    assert all(started in message for _, message in events)
 
 
 async def test_a_burst_of_pending_pods_keeps_the_notifiers_writes_in_flight_bounded() -> None:
