@@ -59,7 +59,7 @@ def _what_happened(job: SlurmJob) -> str:
         where = ",".join(job.allocation.nodes) if job.allocation else "?"
         return f"Slurm job {job.job_id} was restarted on other resources ({where})"
     verb = "no longer runs" if job.state.is_live else "ended"
-    return f"Slurm job {job.job_id} {verb} ({job.state}, reason {job.reason})"
+    return f"Slurm job {job.job_id} {verb} ({job.state_text}, reason {job.reason})"
 
 
 def _tied_to(pod: PodView, job: SlurmJob) -> bool:
@@ -208,7 +208,7 @@ class Lifecycle:
             qos = f" (QOS {job.qos})" if job.qos else ""
             message = (
                 f"preempted by Slurm: job {job.job_id}{qos} gave its resources to a "
-                f"higher-priority job ({job.state}, reason {job.reason}); evicting the pod, "
+                f"higher-priority job ({job.state_text}, reason {job.reason}); evicting the pod, "
                 f"which has its terminationGracePeriodSeconds={pod.grace_seconds} to stop"
             )
         else:

@@ -132,7 +132,7 @@ class Placer:
         if job is not None and not job.state.is_live:
             if tied_to(pod, job):
                 raise Refused(
-                    f"Slurm job {job.job_id} for this pod ended ({job.state}, reason "
+                    f"Slurm job {job.job_id} for this pod ended ({job.state_text}, reason "
                     f"{job.reason}); the bridge will not resubmit it: recreate the pod"
                 )
             replacing, job = job.job_id, None  # the group's next run (e.g. a resumed Job)

@@ -29,6 +29,14 @@ def job_state(states: list[str]) -> JobState:
     raise ValueError(f"Slurm job state {states!r} has no base state the bridge knows")
 
 
+def ended_as(states: list[str]) -> JobState | None:
+    """The end state Slurm lists beside COMPLETING, if any."""
+    if "COMPLETING" not in states:
+        return None
+    return next((JobState(s) for s in states
+                 if s in JobState.__members__ and not JobState(s).is_live), None)
+
+
 def owner_from_comment(comment: str) -> Owner | None:
     for part in comment.split():
         if part.startswith(keys.COMMENT_OWNER):
@@ -107,6 +115,7 @@ def slurm_job(info: JobInfo, *, owned: bool, last_backfill: NoVal | None = None)
         backfill_at=_time(last_backfill) if expected and last_backfill else None,
         unreadable=unreadable,
         topology=_topology(info) if owner is not None else None,
+        ended_as=ended_as(info.job_state),
     )
 
 

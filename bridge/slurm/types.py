@@ -67,6 +67,14 @@ class SlurmJob:
     # owner's, and an unknown allocation is never a reason to release, bind or evict.
     unreadable: str = ""
     topology: TopologyAsk | None = None  # the switches or segment it asked Slurm for
+    # How a COMPLETING job ended (Slurm lists e.g. [CANCELLED, COMPLETING] until its nodes
+    # are free): what its pod is told; None otherwise.
+    ended_as: JobState | None = None
+
+    @property
+    def state_text(self) -> str:
+        """``CANCELLED, COMPLETING`` while an ended job still completes, else the state."""
+        return f"{self.ended_as}, {self.state}" if self.ended_as else str(self.state)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,11 +47,10 @@ async def test_scancel_evicts_the_pod_with_the_reason(
 
     # Two poll intervals, plus the controller's own period and the apiserver round trips.
     events = await wait_for(evicted, 4 * POLL + 4, interval=0.25, what="eviction event")
-    # Slurm lists a cancelled job as [CANCELLED, COMPLETING] until its nodes are released, and
-    # the bridge reads that as COMPLETING (it still holds the nodes): a poll may catch either.
-    # Known gap: the message then does not say CANCELLED (see the issue note).
+    # Slurm lists a cancelled job as [CANCELLED, COMPLETING] until its nodes are released: a
+    # poll may catch either, and the message says CANCELLED in both.
     message = events[0][1]
-    assert job_id in message and ("CANCELLED" in message or "(COMPLETING," in message), message
+    assert job_id in message and "CANCELLED" in message, message
     assert await _gone_or_terminating(kube, ns, "victim")
 
 

@@ -1,5 +1,6 @@
 """Pods and their jobs live and die together (Lifecycle), against the in-memory fakes."""
 
+import dataclasses
 from typing import Any, cast
 
 from lightkube.resources.core_v1 import Pod
@@ -10,9 +11,11 @@ from bridge.jobs.owner import PodOwner
 from bridge.link.podcache import PodCache
 from bridge.placement.index import JobIndex
 from bridge.placement.pods import PodRegistry
+from bridge.slurm.convert import comment_for, slurm_job
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from tests.unit.test_gpu_forms import _captured
 
 UID = "0000-pod-uid"
 JOB = 101
@@ -130,6 +133,25 @@ async def test_a_bound_pod_whose_job_ended_is_evicted_with_an_event_saying_why()
     assert f"Slurm job {JOB} ended (TIMEOUT" in event["message"]
     await world.lifecycle.reconcile_once()
     assert len(world.kube.evicted) == 1  # once
+
+
+async def test_a_cancelled_job_still_completing_is_named_cancelled_in_the_eviction() -> None:
+    """Slurm lists a cancelled job as [CANCELLED, COMPLETING] until its nodes are free; the
+    bridge treats it as COMPLETING (it still holds the nodes), and the pod is told both."""
+    info = _captured("24.11-v0.0.42-job-gpu3_idx0-2.json")
+    info = info.model_copy(update={"job_state": ["CANCELLED", "COMPLETING"],
+                                   "comment": comment_for(PodOwner(UID))})
+    read = slurm_job(info, owned=True)
+    assert read.state is JobState.COMPLETING and read.ended_as is JobState.CANCELLED
+    world = World()
+    world.job()
+    world.pod()
+    world.slurm.put(dataclasses.replace(read, job_id=JOB, allocation=None))
+    world.polled()
+    await world.lifecycle.reconcile_once()
+    assert world.kube.evicted == ["ns/p"]
+    [event] = world.kube.events(keys.EventReason.JOB_ENDED)
+    assert f"Slurm job {JOB} no longer runs (CANCELLED, COMPLETING" in event["message"]
 
 
 async def test_one_stale_observation_is_not_enough_to_evict() -> None:
