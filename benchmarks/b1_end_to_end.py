@@ -27,13 +27,14 @@ cost while they wait and the time from the release of capacity until all are bou
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lightkube import AsyncClient
 
-from benchmarks import b1_report, live, pyspy
+from benchmarks import b1_report, gopprof, live, pyspy
 from benchmarks.b1_full import FullRun, pods_bound_when_full
 from benchmarks.b1_full import summary as full_summary
 from benchmarks.b1_measure import (
@@ -53,6 +54,8 @@ from slurmbridge_devkit.stack import BridgeStack
 
 NODES = 4
 POD_MEMORY_MB = 512
+# The profiled round at 500 pods takes 10-15 s: its busy part, not the idle tail.
+_APISERVER_PROFILE_SECONDS = 8
 # The bridge as shipped (timings, log level info): start_stack's fast test timings (1 s polls,
 # a resync every 30 s) would put extra full listings of Slurm's queue into the measured window.
 SHIPPED = Settings()
@@ -195,21 +198,25 @@ async def _profiled(
     cfg: Config, slurm: SlurmTarget, cp: ControlPlane, kube: AsyncClient,
     *, stack: BridgeStack, limits: Limits, runs: Runs,
 ) -> str:
-    """An extra bridge round (not in the figures) with py-spy sampling the extender."""
+    """An extra bridge round (not in the figures) with py-spy sampling the extender and
+    kube-apiserver's own CPU profile of its first ``_APISERVER_PROFILE_SECONDS``."""
     proc = stack.extender.proc
     assert proc is not None
-    raw = stack.work / "extender.pyspy.txt"
+    raw, go_profile = stack.work / "extender.pyspy.txt", stack.work / "apiserver.pprof"
     pods, (qps, _) = cfg.pods[0], cfg.limits[-1]
     try:
-        with pyspy.recording(proc.pid, raw):
+        with pyspy.recording(proc.pid, raw), \
+                gopprof.recording(cp, go_profile, _APISERVER_PROFILE_SECONDS):
             one = await pods_bound(kube, slurm, cp, keys.SCHEDULER_NAME, pods, lim=limits)
-    except (TimeoutError, OSError, RuntimeError) as exc:
+        apiserver = gopprof.summary(go_profile)
+    except (TimeoutError, OSError, RuntimeError, subprocess.CalledProcessError) as exc:
         runs.errors.append(f"profiled round: {type(exc).__name__}: {str(exc)[:300]}")
         return ""
     head = (f"One extra bridge round of {pods} pods at qps {qps:g}, not in the figures, with "
-            f"py-spy sampling the extender at 100 Hz: {summary(one)}; CPU: "
+            f"py-spy sampling the extender at 100 Hz and kube-apiserver's pprof over the "
+            f"round's first {_APISERVER_PROFILE_SECONDS} s: {summary(one)}; CPU: "
             f"{live.format_cpu(one.cpu)}.")
-    return head + "\n\n" + pyspy.summary(raw)
+    return "\n\n".join((head, pyspy.summary(raw), apiserver))
 
 
 def _log(pods: int, qps: float, rep: int, repeats: int, got: dict[str, SystemRun]) -> None:
