@@ -27,7 +27,6 @@ cost while they wait and the time from the release of capacity until all are bou
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,19 +203,18 @@ async def _profiled(
     assert proc is not None
     raw, go_profile = stack.work / "extender.pyspy.txt", stack.work / "apiserver.pprof"
     pods, (qps, _) = cfg.pods[0], cfg.limits[-1]
+    apiserver = gopprof.ApiserverProfile(cp, go_profile, _APISERVER_PROFILE_SECONDS)
     try:
-        with pyspy.recording(proc.pid, raw), \
-                gopprof.recording(cp, go_profile, _APISERVER_PROFILE_SECONDS):
+        with pyspy.recording(proc.pid, raw), apiserver:
             one = await pods_bound(kube, slurm, cp, keys.SCHEDULER_NAME, pods, lim=limits)
-        apiserver = gopprof.summary(go_profile)
-    except (TimeoutError, OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+    except (TimeoutError, OSError, RuntimeError) as exc:
         runs.errors.append(f"profiled round: {type(exc).__name__}: {str(exc)[:300]}")
         return ""
     head = (f"One extra bridge round of {pods} pods at qps {qps:g}, not in the figures, with "
             f"py-spy sampling the extender at 100 Hz and kube-apiserver's pprof over the "
             f"round's first {_APISERVER_PROFILE_SECONDS} s: {summary(one)}; CPU: "
             f"{live.format_cpu(one.cpu)}.")
-    return "\n\n".join((head, pyspy.summary(raw), apiserver))
+    return "\n\n".join((head, pyspy.summary(raw), apiserver.summary()))
 
 
 def _log(pods: int, qps: float, rep: int, repeats: int, got: dict[str, SystemRun]) -> None:

@@ -9,11 +9,9 @@ pprof``, whose profiles carry their own symbols.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 from slurmbridge_devkit.kube import ControlPlane
@@ -24,25 +22,40 @@ _ROW = re.compile(r"^\s*(\S+)\s+([\d.]+)%\s+[\d.]+%\s+(\S+)\s+([\d.]+)%\s+(.+)$"
 _OURS = ("k8s.io/apiserver/", "k8s.io/kubernetes/", "k8s.io/apimachinery/", "go.etcd.io/")
 
 
-@contextlib.contextmanager
-def recording(cp: ControlPlane, out: Path, seconds: int) -> Iterator[None]:
-    """kube-apiserver's CPU profile of the first ``seconds`` of the block into ``out``."""
-    with out.open("wb") as sink:
-        proc = subprocess.Popen(
-            [str(cp.bin_dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig), "get", "--raw",
-             f"/debug/pprof/profile?seconds={seconds}", "--request-timeout", f"{seconds + 30}s"],
-            stdout=sink, stderr=subprocess.PIPE,
-        )
+class ApiserverProfile:
+    """kube-apiserver's CPU profile of the first ``seconds`` of the block into ``out``.  A
+    profile that cannot be had never fails the round: ``summary`` says why it is missing."""
+
+    def __init__(self, cp: ControlPlane, out: Path, seconds: int) -> None:
+        self._cmd = [str(cp.bin_dir / "kubectl"), "--kubeconfig", str(cp.kubeconfig), "get",
+                     "--raw", f"/debug/pprof/profile?seconds={seconds}",
+                     "--request-timeout", f"{seconds + 30}s"]
+        self._out, self._seconds = out, seconds
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._error = ""
+
+    def __enter__(self) -> ApiserverProfile:
+        with self._out.open("wb") as sink:
+            self._proc = subprocess.Popen(self._cmd, stdout=sink, stderr=subprocess.PIPE)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._proc is not None
         try:
-            yield
-        finally:
-            try:
-                _, err = proc.communicate(timeout=seconds + 60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"kube-apiserver's profile: {err.decode(errors='replace')[-300:]}")
+            err = self._proc.communicate(timeout=self._seconds + 60)[1]
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            err = self._proc.communicate()[1]
+        if self._proc.returncode != 0:
+            self._error = err.decode(errors="replace").strip()[-300:]
+
+    def summary(self, top: int = 15) -> str:
+        try:
+            if self._error:
+                raise RuntimeError(self._error)
+            return summary(self._out, top)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            return f"kube-apiserver's CPU profile: none ({exc})"
 
 
 def _top(profile: Path, *flags: str) -> list[tuple[float, float, str]]:

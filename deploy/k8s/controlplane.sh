@@ -311,7 +311,7 @@ start_apiserver() {
     --enable-admission-plugins NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
     --endpoint-reconciler-type none \
     --feature-gates "$FEATURE_GATES" --runtime-config "$RUNTIME_CONFIG" \
-    --allow-privileged=true --profiling=false
+    --allow-privileged=true --profiling=true
   wait_ready kube-apiserver apiserver_healthy
 }
 
