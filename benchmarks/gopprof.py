@@ -18,8 +18,12 @@ from slurmbridge_devkit.kube import ControlPlane
 
 # A ``go tool pprof -top`` row: flat flat% sum% cum cum% function.
 _ROW = re.compile(r"^\s*(\S+)\s+([\d.]+)%\s+[\d.]+%\s+(\S+)\s+([\d.]+)%\s+(.+)$")
-# Frames that say what the apiserver was doing (its own packages), not how (runtime, net).
+# Frames that say what the apiserver was doing (its own packages), not how (runtime, net)...
 _OURS = ("k8s.io/apiserver/", "k8s.io/kubernetes/", "k8s.io/apimachinery/", "go.etcd.io/")
+# ...leaving out the handler chain every request passes through (authn, flow control, ...).
+_CHAIN = re.compile(r"filterlatency|DefaultBuildHandlerChain|/filters[./]|server/filters|"
+                    r"impersonation|server\.director|server/mux|flowcontrol|finisher\.|"
+                    r"responsewriter|APIServerHandler")
 
 
 class ApiserverProfile:
@@ -73,9 +77,11 @@ def _top(profile: Path, *flags: str) -> list[tuple[float, float, str]]:
 
 def summary(profile: Path, top: int = 15) -> str:
     """The apiserver's own functions by inclusive share, and the top functions by own share."""
-    by_cum = [row for row in _top(profile, "-cum") if row[2].startswith(_OURS)]
+    by_cum = [row for row in _top(profile, "-cum")
+              if row[2].startswith(_OURS) and not _CHAIN.search(row[2])]
     by_flat = _top(profile)
-    lines = ["kube-apiserver's CPU profile (pprof), its own functions, inclusive:"]
+    lines = ["kube-apiserver's CPU profile (pprof), its own functions past the handler chain, "
+             "inclusive:"]
     lines += [f"  {cum:5.1f} %  {name}" for _, cum, name in by_cum[:top]]
     lines += ["", f"Top {top} functions by own time:"]
     lines += [f"  {flat:5.1f} %  {name}" for flat, _, name in by_flat[:top]]
