@@ -9,8 +9,7 @@ per profile, with every feasible node's name (``nodeCacheCapable: true``).  So B
   handler that does nothing (target >= 0.7x).
 
 Two servers, each in its own process and served exactly as ``slurmbridge extender`` serves
-(``logs.configure("info")``, the extender's server, ``extender.server.plain_server``, over
-plain HTTP/1.1, as kube-scheduler's HTTP/1.1 fallback sees it):
+(``logs.configure("info")``, ``uvicorn.run(app, log_config=None)``: access log on):
 
 - ``bridge``: the real app (``create_app(bridge, manage_lifecycle=False)``) over the dev
   kit's in-memory fakes (``benchmarks/synthetic.py``), its index holding ``jobs`` running
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
@@ -60,7 +60,6 @@ from benchmarks.common import (
 )
 from benchmarks.synthetic import filter_answer, kube_node, load, offline_bridge, pod
 from bridge import logs
-from extender import server as extender_server
 from extender.app import create_app
 
 Scope = MutableMapping[str, Any]
@@ -173,7 +172,7 @@ def serve(kind: str, port: int, jobs: int, nodes: int, profile_to: str | None) -
     if profiler is not None:
         profiler.enable()
     try:
-        extender_server.run(extender_server.plain_server(timed, "127.0.0.1", port))
+        uvicorn.run(timed, host="127.0.0.1", port=port, log_config=None)
     finally:
         if profiler is not None and profile_to:
             profiler.disable()
@@ -211,7 +210,7 @@ def server(
         yield url
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # the server shuts down cleanly; the profile is saved
+            proc.send_signal(signal.SIGINT)  # uvicorn shuts down cleanly; the profile is saved
             try:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -373,6 +372,8 @@ def profile_summary(path: Path, calls: int, top: int = 10) -> str:
         ("fastapi/routing.py", "serialize_response"): "  FastAPI response serialization",
         ("fastapi/routing.py", "run_endpoint_function"): "  FastAPI endpoint call",
         ("fastapi/routing.py", "request_body_to_args"): "  FastAPI body -> ExtenderArgs",
+        ("uvicorn/protocols/http/httptools_impl.py", "run_asgi"): "uvicorn request in total",
+        ("logging/__init__.py", "callHandlers"): "logging handlers (access log)",
     }
     found: dict[str, tuple[float, int]] = {}
     for (filename, _, func), (_, nc, _, ct, _) in raw.items():
@@ -503,12 +504,11 @@ def notes(cfg: Config, writes: int) -> list[str]:
         f"writes counted by the fake over all bridge runs: {writes} (must be 0).",
         "Bare: a FastAPI `/filter` that reads the body and returns pre-encoded bytes of the "
         "same answer (no validation, no model, no serialization): the floor of FastAPI + "
-        "the extender's server on this machine for these bodies.",
+        "uvicorn on this machine for these bodies.",
         "Client: a minimal asyncio HTTP/1.1 client in the runner process (httpx itself "
         "saturates near 250 req/s here); latency is per call on the client. Server: its own "
-        "process, the extender's server (granian, embedded in the app's uvloop) over plain "
-        "HTTP/1.1 with the info log as `slurmbridge extender` configures it (stderr to a "
-        "file). `service time in the app` is measured by an ASGI wrapper "
+        "process, uvicorn as `slurmbridge extender` runs it (access log on at level info, "
+        "stderr to a file). `service time in the app` is measured by an ASGI wrapper "
         "around the app (routing, body validation, handler, serialization; no HTTP "
         "parsing). Client and server share this machine's 2 CPUs; bridge and bare are "
         "measured back to back, the order alternating per repeat.",

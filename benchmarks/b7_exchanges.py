@@ -16,8 +16,8 @@ is not the client's).  The exchanges:
 - ``state poll``: ``GET /slurm/v0.0.44/jobs/state/?job_id=..`` naming 10 jobs, a small
   answer.
 
-Side by side in one client process per repeat, on uvloop (the extender's loop: its server
-runs on it), the stacks interleaved in rounds (their order rotating) so that the machine's
+Side by side in one client process per repeat, on uvloop (the extender's loop: uvicorn
+picks it), the stacks interleaved in rounds (their order rotating) so that the machine's
 load falls on all of them alike; each figure is the median of the repeats:
 
 - ``httpx``: a bare ``httpx.AsyncClient`` (bytes only, no decoding);

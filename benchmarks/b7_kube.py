@@ -19,8 +19,8 @@ Issue 22, item 4, measured as ``b7_exchanges`` measures slurmrestd's (which call
 - the extender's served exchanges, server CPU per request: ``/filter`` (256 candidates)
   and ``/bind`` served by the bridge's app over the dev kit's fakes (as B3 builds it, the
   fakes holding the pods and their allocated jobs) and by a bare FastAPI handler answering
-  the same bytes, each served by the extender's server (granian, plain HTTP/1.1) in its
-  own process, driven by a keep-alive client in the runner's process; the server reports its
+  the same bytes, each uvicorn server in its own process (as ``slurmbridge extender``
+  serves), driven by a keep-alive client in the runner's process; the server reports its
   own ``time.process_time()`` before and after each batch.
 """
 
@@ -544,8 +544,9 @@ def _bare_extender() -> Any:
 
 
 def serve_extender(side: str, port: int) -> None:
+    import uvicorn  # noqa: PLC0415
+
     from bridge import logs  # noqa: PLC0415
-    from extender.server import plain_server, run  # noqa: PLC0415
 
     logs.configure("info")  # as `slurmbridge extender` does
     if side == "bridge":
@@ -557,7 +558,7 @@ def serve_extender(side: str, port: int) -> None:
         app = create_app(bridge, manage_lifecycle=False)
     else:
         app = _bare_extender()
-    run(plain_server(_cpu_wrapped(app), "127.0.0.1", port))
+    uvicorn.run(_cpu_wrapped(app), host="127.0.0.1", port=port, log_config=None)
 
 
 def _served_bodies() -> dict[str, Callable[[int], bytes]]:
@@ -734,21 +735,20 @@ def notes(cfg: KubeConfig) -> list[str]:
         "generated API's per-call work (parameter checks, body sanitizing, header and URL "
         "building, its REST wrapper) comes on top; not profiled further here.",
         "The extender's `bridge / bare` ratios have no target (they are not a choice of "
-        "stack: they show what the bridge's own work adds to the server + FastAPI's floor); "
+        "stack: they show what the bridge's own work adds to uvicorn + FastAPI's floor); "
         "issue 22's target for the extender is the per-pod CPU figure (<= 5 ms; B1 measures "
         "it under load, with its apiserver reads, which the fakes here do not pay).",
         f"extender served: server CPU per request (the server's `time.process_time()` read "
         f"over HTTP before and after each batch of {cfg.served}, the two reads included), "
         "one keep-alive connection from the runner's process (asyncio streams, as B3), "
         f"sides alternating per repeat; `bridge` is `create_app(bridge)` over the dev kit's "
-        f"fakes holding {EXTENDER_JOBS:,} pods and their allocated jobs, served by the "
-        "extender's server (granian, plain HTTP/1.1) with the info log as `slurmbridge "
-        "extender`; each bind binds a pod not bound before (the fake apiserver's Binding); "
-        "`bare` is FastAPI on the same server "
+        f"fakes holding {EXTENDER_JOBS:,} pods and their allocated jobs, served by uvicorn "
+        "with the info log as `slurmbridge extender`; each bind binds a pod not bound "
+        "before (the fake apiserver's Binding); `bare` is FastAPI on the same uvicorn "
         "answering the same bytes without work (B3's bare handler, plus /bind).",
         "Versions: " + ", ".join(f"{m} {version(m)}" for m in (
             "lightkube", "httpx2", "aiohttp", "kubernetes_asyncio", "msgspec", "fastapi",
-            "granian")) + ". Not adopted by this benchmark: a figure that wins by >= 1.5x "
+            "uvicorn")) + ". Not adopted by this benchmark: a figure that wins by >= 1.5x "
         "names a candidate; the product's stacks change only with every test green.",
     ]
 

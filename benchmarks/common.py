@@ -200,8 +200,8 @@ def machine_facts() -> dict[str, str]:
         "memory": _mem_total(),
         "kernel": platform.release(),
         "Python": sys.version.split()[0],
-        "fastapi / granian / uvicorn / httpx / pydantic": " / ".join(
-            _version(m) for m in ("fastapi", "granian", "uvicorn", "httpx", "pydantic")
+        "fastapi / uvicorn / httpx / pydantic": " / ".join(
+            _version(m) for m in ("fastapi", "uvicorn", "httpx", "pydantic")
         ),
         "uvloop / httptools": " / ".join(_version(m) for m in ("uvloop", "httptools")),
         "load average at start (1/5/15 min)": " / ".join(f"{x:.2f}" for x in load),

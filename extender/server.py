@@ -4,24 +4,14 @@ Whoever can call filter makes the bridge submit Slurm jobs, so the protocol port
 accepts only callers presenting a client certificate signed by ``client_ca_file``
 (kube-scheduler's extender ``tlsConfig``).  Probes and Prometheus get a second,
 plain port that serves nothing that acts.
-
-Granian (Rust: hyper, rustls) serves both, embedded in the bridge's own event loop.  It
-speaks HTTP/2, which kube-scheduler's extender client prefers (ALPN): its binds run in
-parallel, and over HTTP/1.1 Go keeps at most 2 idle connections per host, so each burst
-of binds opened and closed TLS connections, a full mutual-TLS handshake each, in the
-bridge's process.  Over HTTP/2 they share one connection.
 """
 
 import asyncio
-import signal
-from pathlib import Path
-from typing import Any
+import contextlib
+import ssl
+from collections.abc import Iterator
 
-import uvloop
-from granian.constants import HTTPModes, Interfaces, SSLProtocols
-from granian.errors import FatalError
-from granian.log import LogLevels
-from granian.server.embed import Server
+import uvicorn
 
 from bridge.config import ExtenderSettings
 from bridge.runtime import Bridge
@@ -32,8 +22,16 @@ class TLSConfigError(ValueError):
     """The extender was asked to start without its TLS material."""
 
 
-def _tls_files(settings: ExtenderSettings) -> tuple[Path, Path, Path]:
-    """Certificate, key and client CA; refuses to go without them."""
+class _Companion(uvicorn.Server):
+    """A server running beside the main one: it stops when the main one does."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the main server owns SIGTERM/SIGINT
+
+
+def api_config(bridge: Bridge, settings: ExtenderSettings) -> uvicorn.Config:
+    """The protocol server: HTTPS, client certificate required; refuses to go without TLS."""
     files = {
         "SLURMBRIDGE_EXTENDER__TLS_CERT_FILE": settings.tls_cert_file,
         "SLURMBRIDGE_EXTENDER__TLS_KEY_FILE": settings.tls_key_file,
@@ -48,68 +46,28 @@ def _tls_files(settings: ExtenderSettings) -> tuple[Path, Path, Path]:
     missing = [str(p) for p in files.values() if p is not None and not p.is_file()]
     if missing:
         raise TLSConfigError(f"TLS file(s) not found: {', '.join(missing)}")
-    cert, key, ca = files.values()
-    assert cert is not None and key is not None and ca is not None
-    return cert, key, ca
-
-
-# Granian's errors (a failed startup, a worker gone) go to the bridge's log handlers; its
-# warnings (one per start: "embedded server is experimental") do not.
-_LOGS: dict[str, Any] = {"loggers": {"_granian": {"handlers": [], "propagate": True}}}
-
-
-def _server(app: Any, host: str, port: int, **options: Any) -> Server:
-    return Server(app, address=host, port=port, log_level=LogLevels.error,
-                  log_dictconfig=_LOGS, **options)
-
-
-def stop(server: Server) -> None:
-    """Ask ``server`` to finish its requests and return from ``serve``."""
-    server.stop()  # type: ignore[no-untyped-call]  # granian declares no types here
-
-
-def plain_server(app: Any, host: str, port: int) -> Server:
-    """Plain HTTP/1.1, no lifespan: the health port (the benchmarks serve apps this way)."""
-    return _server(app, host, port, interface=Interfaces.ASGINL, http=HTTPModes.http1)
-
-
-def api_server(bridge: Bridge, settings: ExtenderSettings) -> Server:
-    """The protocol server: HTTPS (HTTP/2 or 1.1), client certificate required; it runs the
-    app's lifespan, which starts and stops the bridge."""
-    cert, key, ca = _tls_files(settings)
-    return _server(
-        create_app(bridge), settings.host, settings.port,
-        interface=Interfaces.ASGI, http=HTTPModes.auto,
-        ssl_cert=cert, ssl_key=key, ssl_ca=ca, ssl_client_verify=True,
-        ssl_protocol_min=SSLProtocols.tls12,
+    return uvicorn.Config(
+        create_app(bridge), host=settings.host, port=settings.port, log_config=None,
+        ssl_certfile=str(settings.tls_cert_file), ssl_keyfile=str(settings.tls_key_file),
+        ssl_ca_certs=str(settings.client_ca_file), ssl_cert_reqs=ssl.CERT_REQUIRED,
     )
 
 
-def run(main: Server, *companions: Server) -> None:
-    """Serve on uvloop until SIGTERM/SIGINT or until ``main`` stops; the companions stop
-    with it."""
-
-    async def together() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop, main)
-        beside = [asyncio.create_task(c.serve()) for c in companions]
-        try:
-            await main.serve()
-        except FatalError as exc:  # the app did not start (granian logged why)
-            raise SystemExit(f"the server stopped ({exc}): the log above says why") from None
-        finally:
-            for companion in companions:
-                stop(companion)
-            await asyncio.gather(*beside)
-        if main.interrupt_children:  # the server's worker died (granian logged why)
-            raise SystemExit("the server stopped: the log above says why")
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(together())
-
-
 def serve(bridge: Bridge, settings: ExtenderSettings) -> None:
-    """Both servers; the protocol server owns the bridge's lifecycle."""
-    run(api_server(bridge, settings),
-        plain_server(create_health_app(bridge), settings.host, settings.health_port))
+    """Run both servers until SIGTERM/SIGINT; the protocol server owns the bridge's lifecycle."""
+    api = uvicorn.Server(api_config(bridge, settings))
+    health = _Companion(uvicorn.Config(
+        create_health_app(bridge), host=settings.host, port=settings.health_port,
+        log_config=None, lifespan="off",
+    ))
+
+    async def both() -> None:
+        companion = asyncio.create_task(health.serve())
+        try:
+            await api.serve()
+        finally:
+            health.should_exit = True
+            await companion
+
+    with asyncio.Runner(loop_factory=api.config.get_loop_factory()) as runner:
+        runner.run(both())

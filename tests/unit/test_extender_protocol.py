@@ -1,9 +1,6 @@
 """The extender's HTTP surface: exact protocol keys, and no 5xx whatever the body."""
 
-import asyncio
-import contextlib
 import json
-import socket
 import ssl
 import uuid
 from collections.abc import AsyncIterator
@@ -19,7 +16,7 @@ from hypothesis import strategies as st
 from bridge.config import ExtenderSettings, Settings, SlurmSettings
 from bridge.runtime import Bridge
 from extender.app import create_app, create_health_app
-from extender.server import TLSConfigError, api_server, stop
+from extender.server import TLSConfigError, api_config
 from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
 
@@ -106,70 +103,23 @@ async def test_random_bodies_never_get_a_5xx(
     assert resp.status_code < 500, resp.text
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def _tls_open(port: int, context: ssl.SSLContext) -> str | None:
-    """The protocol ALPN settled on, after a request is sent (TLS 1.3 refuses a client
-    without a certificate only after the handshake, at the first read)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
-    try:
-        writer.write(b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")
-        await writer.drain()
-        if not await reader.read(1):
-            raise ConnectionResetError("closed without an answer")
-        alpn: str | None = writer.get_extra_info("ssl_object").selected_alpn_protocol()
-        return alpn
-    finally:
-        writer.close()
-
-
-async def test_the_protocol_port_requires_a_client_certificate_and_speaks_http2(
-    tmp_path: Path,
-) -> None:
-    """No TLS material, no extender: whoever reaches filter could submit Slurm jobs.  Served,
-    it refuses callers without a certificate of the client CA and offers HTTP/2, on which
-    kube-scheduler's parallel binds share one connection (no TLS handshake per burst)."""
+def test_the_protocol_port_requires_a_client_certificate(tmp_path: Path) -> None:
+    """No TLS material, no extender: whoever reaches filter could submit Slurm jobs."""
     cfg = Settings(slurm=SlurmSettings(url="http://127.0.0.1:9", token="t"))
     with pytest.raises(TLSConfigError) as err:
-        api_server(unreachable(cfg), ExtenderSettings())
+        api_config(unreachable(cfg), ExtenderSettings())
     assert "CLIENT_CA_FILE" in str(err.value) and "TLS_CERT_FILE" in str(err.value)
 
-    ca, stranger = trustme.CA(), trustme.CA()
+    ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
     served = ca.issue_cert("127.0.0.1")
     served.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
     served.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
-    port = _free_port()
-    tls = ExtenderSettings(host="127.0.0.1", port=port, tls_cert_file=tmp_path / "tls.crt",
-                           tls_key_file=tmp_path / "tls.key", client_ca_file=tmp_path / "ca.crt")
-    server = api_server(build_bridge(cfg, slurm=FakeSlurm(), kube=FakeKube()), tls)
-    serving = asyncio.create_task(server.serve())
-    try:
-        def client(issuer: trustme.CA | None) -> ssl.SSLContext:
-            context = ssl.create_default_context()
-            ca.configure_trust(context)
-            context.set_alpn_protocols(["h2", "http/1.1"])
-            if issuer is not None:
-                issuer.issue_cert("kube-scheduler").configure_cert(context)
-            return context
-
-        for _ in range(100):
-            with contextlib.suppress(OSError):
-                assert await _tls_open(port, client(ca)) == "h2"
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError(f"the extender never answered on port {port}")
-        for refused in (None, stranger):
-            with pytest.raises((ssl.SSLError, ConnectionResetError)):
-                await _tls_open(port, client(refused))
-    finally:
-        stop(server)
-        await asyncio.wait_for(serving, 10)
+    tls = ExtenderSettings(tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key",
+                           client_ca_file=tmp_path / "ca.crt")
+    config = api_config(unreachable(cfg), tls)
+    config.load()
+    assert config.ssl is not None and config.ssl.verify_mode == ssl.CERT_REQUIRED
 
 
 async def test_health_app_serves_probes_and_metrics_only() -> None:
