@@ -17,8 +17,6 @@ from bridge.config import ExtenderSettings
 from bridge.runtime import Bridge
 from extender.app import create_app, create_health_app
 
-_STARTED_POLL_SECONDS = 0.05  # uvicorn sets Server.started and has no event for it
-
 
 class TLSConfigError(ValueError):
     """The extender was asked to start without its TLS material."""
@@ -64,15 +62,9 @@ def serve(bridge: Bridge, settings: ExtenderSettings) -> None:
     ))
 
     async def both() -> None:
-        # uvicorn runs the app's startup (the bridge's) before it binds the protocol port: the
-        # health port opens only after that, so no probe or test finds a replica healthy
-        # whose protocol port still refuses connections.
-        serving = asyncio.create_task(api.serve())
-        while not (api.started or serving.done()):
-            await asyncio.sleep(_STARTED_POLL_SECONDS)
         companion = asyncio.create_task(health.serve())
         try:
-            await serving
+            await api.serve()
         finally:
             health.should_exit = True
             await companion

@@ -9,6 +9,7 @@ placing two group members on one node.
 
 import asyncio
 import contextlib
+import functools
 import json
 import re
 import signal
@@ -656,6 +657,16 @@ async def test_two_replicas_never_put_two_group_members_on_one_node(
         replace_scheduler(bridge_stack)
 
 
+async def _listening(url: str) -> bool:
+    host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+    try:
+        _, writer = await asyncio.open_connection(host, int(port))
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
 async def _race_two_replicas(
     stack: BridgeStack, kube: AsyncClient, http: httpx.AsyncClient, ns: str, *,
     replicas: list[BridgeProcess], urls: list[str],
@@ -663,6 +674,10 @@ async def _race_two_replicas(
     try:
         for replica in replicas:
             replica.start()
+        # Healthy is not yet serving: uvicorn binds the protocol port only after the bridge's
+        # startup, while the health port already answers (CI once met the gap).
+        for url in urls:
+            await wait_for(functools.partial(_listening, url), 30, what=f"{url} listening")
         labels = {keys.GROUP: "pair", keys.GROUP_SIZE: "2"}
         for i in range(2):
             await create_pod(kube, ns, pod_manifest(f"member-{i}", labels=labels))
