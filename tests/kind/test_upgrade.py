@@ -79,9 +79,20 @@ def test_helm_upgrade_under_load_loses_and_duplicates_nothing(kind: Kind, ns: st
               phases(kind, ns).items() if phase == "Running"}
 
     upgrade = install()
+    refused = []
     for i in range(DURING):
-        kind.apply(ns, pod_manifest(f"during-{i}", "sleep 20"))
+        manifest = pod_manifest(f"during-{i}", "sleep 20")
+        try:
+            kind.apply(ns, manifest)
+        except AssertionError as exc:
+            # The old release (before the chart's preStop delay) stops its webhook replicas
+            # at once, so a create routed to one is refused: the user sees the error, nothing
+            # is lost silently. Created again, as a user would; counted below.
+            refused.append(str(exc)[-200:])
+            time.sleep(2)
+            kind.apply(ns, manifest)
         time.sleep(1)
+    assert len(refused) <= 2, f"creates refused during the upgrade: {refused}"
     finished(upgrade, "helm upgrade to this checkout")
 
     everyone = LONG + SHORT + DURING
