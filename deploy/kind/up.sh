@@ -47,7 +47,10 @@ tools() {
   export PATH="$kind_bin:$k8s_bin:$CACHE/helm-$HELM_VERSION/bin:$PATH"
 }
 
-workers() { docker ps --filter "label=io.x-k8s.kind.cluster=$CLUSTER" --filter label=io.x-k8s.kind.role=worker --format '{{.Names}}' | sort -V; }
+# Workers with slurmd (hybrid), and those without (cluster.yaml's kind.slurmbridge.io/slurmd=false:
+# the tests make them EXTERNAL Slurm nodes).  Node name = container name.
+workers() { kubectl get nodes -l '!node-role.kubernetes.io/control-plane,kind.slurmbridge.io/slurmd!=false' -o name | sed 's|^node/||' | sort -V; }
+external_workers() { kubectl get nodes -l 'kind.slurmbridge.io/slurmd=false' -o name | sed 's|^node/||' | sort -V; }
 slurm_ip() { docker inspect -f '{{with index .NetworkSettings.Networks "kind"}}{{.IPAddress}}{{end}}' "$SLURM" 2>/dev/null; }
 
 env_out() {
@@ -96,6 +99,9 @@ create_cluster() {
     # Stopped nodes, or nodes of an older node image (its recipe changed since).
     stopped="$(kind get nodes --name "$CLUSTER" | xargs docker inspect -f '{{.Name}} {{.State.Running}} {{.Image}}' \
       | grep -v " true $image_id\$" || true)"
+    # Made from another cluster.yaml (e.g. before the worker without slurmd): not this one.
+    local want; want="$(grep -c '^  - role:' "$here/cluster.yaml")"
+    (( $(kind get nodes --name "$CLUSTER" | wc -l) == want )) || stopped+=" nodes other than cluster.yaml's $want"
     if [[ -z "$stopped" ]]; then
       kind export kubeconfig --name "$CLUSTER" --kubeconfig "$KUBECONFIG" >/dev/null 2>&1
       # Nodes restarted with the engine may come back broken (e.g. other addresses).
@@ -108,7 +114,7 @@ create_cluster() {
     log "kind cluster $CLUSTER is not usable (${stopped//$'\n'/, }): creating it again"
     kind delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG" >/dev/null
   fi
-  log "creating kind cluster $CLUSTER from $node_image (1 control plane + 2 workers)"
+  log "creating kind cluster $CLUSTER from $node_image (deploy/kind/cluster.yaml: 1 control plane + 3 workers)"
   mkdir -p "$STATE"
   kind create cluster --name "$CLUSTER" --config "$here/cluster.yaml" --image "$node_image" \
     --kubeconfig "$KUBECONFIG" --wait 5m
@@ -116,18 +122,22 @@ create_cluster() {
 
 # The Slurm controller on kind's network; its node list is the kind workers.
 start_slurm() {
-  local nodes; nodes="$(workers | xargs)"
+  local nodes external config; nodes="$(workers | xargs)"; external="$(external_workers | xargs)"
   [[ -n "$nodes" ]] || die "no kind workers found for cluster $CLUSTER"
+  # The container is made again when its nodes or its scripts change.
+  config="$(cat "$here/slurmctld.sh" "$repo/deploy/slurm/recipe.sh" | sha256sum | cut -c1-12) $nodes / $external"
   mkdir -p "$STATE/slurm/keys" "$STATE/slurm/token"
   [[ -s "$STATE/slurm/keys/slurm.key" ]] || head -c 1024 /dev/urandom > "$STATE/slurm/keys/slurm.key"
   [[ -s "$STATE/slurm/keys/jwt_hs256.key" ]] || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$STATE/slurm/keys/jwt_hs256.key"
-  if [[ "$(docker inspect -f '{{.State.Running}} {{index .Config.Labels "slurmbridge.nodes"}}' "$SLURM" 2>/dev/null)" != "true $nodes" ]]; then
+  if [[ "$(docker inspect -f '{{.State.Running}} {{index .Config.Labels "slurmbridge.config"}}' "$SLURM" 2>/dev/null)" != "true $config" ]]; then
     docker rm -f "$SLURM" >/dev/null 2>&1 || true
-    log "starting the Slurm controller $SLURM for nodes: $nodes"
+    rm -f "$STATE/slurm/token/token"
+    log "starting the Slurm controller $SLURM for nodes: $nodes (without slurmd: ${external:-none})"
     docker run -d --name "$SLURM" --hostname "$SLURM" --network kind --init \
-      --label "slurmbridge.nodes=$nodes" -e "SLURM_NODES=$nodes" \
+      --label "slurmbridge.config=$config" -e "SLURM_NODES=$nodes" -e "EXTERNAL_NODES=$external" \
       -p "127.0.0.1:$REST_PORT:6820" \
       -v "$here/slurmctld.sh:/usr/local/sbin/kind-slurmctld:ro" \
+      -v "$repo/deploy/slurm/recipe.sh:/usr/local/sbin/slurmbridge-recipe:ro" \
       -v "$STATE/slurm/keys:/keys:ro" -v "$STATE/slurm/token:/var/lib/slurmbridge" \
       --entrypoint /usr/local/sbin/kind-slurmctld "$SLURM_IMAGE" run >/dev/null
   fi

@@ -105,9 +105,8 @@ configure() {
   i=0; while [ "$i" -lt "$gpus" ]; do : > "/var/lib/slurmbridge-gpu/gpu$i"; i=$((i + 1)); done
   [ -s /etc/slurm/slurm.key ] || { head -c 1024 /dev/urandom > /etc/slurm/slurm.key; }
   [ -s /etc/slurm/jwt_hs256.key ] || { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/slurm/jwt_hs256.key; }
-  [ -s /etc/slurm/db.pass ] || { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/slurm/db.pass; }
-  chown slurm:slurm /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key /etc/slurm/db.pass
-  chmod 600 /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key /etc/slurm/db.pass
+  chown slurm:slurm /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key
+  chmod 600 /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key
 
   cat > /etc/slurm/slurm.conf <<CONF
 ClusterName=$name
@@ -183,13 +182,21 @@ CONF
   gres_conf > /etc/slurm/gres.conf
   echo "CgroupPlugin=disabled" > /etc/slurm/cgroup.conf
 
+  slurmdbd_conf $((base + 2))
+}
+
+# slurmdbd.conf (port $1) and MariaDB's: the accounting of one cluster, the database on a Unix
+# socket only.  configure writes it; kind's controller (deploy/kind/slurmctld.sh) too.
+slurmdbd_conf() {
+  [ -s /etc/slurm/db.pass ] || { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/slurm/db.pass; }
+  chown slurm:slurm /etc/slurm/db.pass; chmod 600 /etc/slurm/db.pass
   cat > /etc/slurm/slurmdbd.conf <<CONF
 AuthType=auth/slurm
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
 DbdHost=localhost
 DbdAddr=127.0.0.1
-DbdPort=$((base + 2))
+DbdPort=$1
 SlurmUser=slurm
 PidFile=/run/slurmctld/slurmdbd.pid
 LogFile=/var/log/slurm/slurmdbd.log
@@ -272,8 +279,9 @@ accounts() {
 case "${1:-}" in
   install) install_packages ;;
   configure) shift; configure "$@" ;;
+  slurmdbd-conf) shift; slurmdbd_conf "$@" ;;
   accounting) shift; accounting "$@" ;;
   accounts) accounts ;;
-  *) echo "usage: recipe.sh install | configure NAME PORT_BASE | accounting NAME | accounts" >&2
+  *) echo "usage: recipe.sh install | configure NAME PORT_BASE | slurmdbd-conf PORT | accounting NAME | accounts" >&2
      exit 2 ;;
 esac

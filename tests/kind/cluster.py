@@ -18,6 +18,7 @@ from bridge import keys
 
 REPO = Path(__file__).resolve().parents[2]
 UP = REPO / "deploy" / "kind" / "up.sh"
+KIND_SLURMD_LABEL = "kind.slurmbridge.io/slurmd"  # deploy/kind/cluster.yaml
 # The bridge image has a shell; test containers run it with their own command.
 WORKLOAD_IMAGE = "slurmbridge:dev"
 
@@ -76,7 +77,16 @@ class Kind:
         return run(["docker", "exec", node, *args], check=check)
 
     def workers(self) -> list[str]:
-        nodes = self.kubectl_json("get", "nodes", "-l", "!node-role.kubernetes.io/control-plane")
+        """The hybrid workers: kubelet and slurmd, one Slurm node each."""
+        return self._nodes("!node-role.kubernetes.io/control-plane,"
+                           f"{KIND_SLURMD_LABEL}!=false")
+
+    def external_workers(self) -> list[str]:
+        """Workers without slurmd (deploy/kind/cluster.yaml): Slurm nodes only as EXTERNAL."""
+        return self._nodes(f"{KIND_SLURMD_LABEL}=false")
+
+    def _nodes(self, selector: str) -> list[str]:
+        nodes = self.kubectl_json("get", "nodes", "-l", selector)
         return sorted(n["metadata"]["name"] for n in nodes["items"])
 
     # --- Slurm ------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 cleanup of the native Slurm jobs a test submits.  A missing cluster fails every test with
 what is missing and the command that starts it; nothing here skips."""
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,9 +29,10 @@ def kind() -> Kind:
     )
     problems = []
     try:
-        workers = cluster.workers()
-        if len(workers) < 2:
-            problems.append(f"2 kind workers wanted, found {workers}")
+        workers, external = cluster.workers(), cluster.external_workers()
+        if len(workers) < 2 or not external:
+            problems.append(f"2 kind workers with slurmd and 1 without wanted, found {workers} "
+                            f"and {external}")
     except (OSError, AssertionError) as exc:
         problems.append(f"kubectl cannot reach the kind cluster ({exc})")
     try:
@@ -64,8 +66,10 @@ def kind_jobs(cluster: Kind) -> list[str]:
 def ns(kind: Kind, request: pytest.FixtureRequest) -> Iterator[str]:
     """An enrolled namespace: every pod in it goes through Slurm."""
     name = unique_name(f"kt-{request.node.name}")
-    kind.kubectl("create", "namespace", name)
-    kind.kubectl("label", "namespace", name, f"{keys.NAMESPACE_ENROLLED}=true")
+    # Labelled in the create: the webhook must see the namespace enrolled from its first pod.
+    kind.kubectl("create", "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": {keys.NAMESPACE_ENROLLED: "true"}}}))
     yield name
     kind.kubectl("delete", "namespace", name, "--wait=false", check=False)
     # The bridge cancels the jobs of deleted pods: wait so the next test finds free GPUs.

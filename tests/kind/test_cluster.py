@@ -133,3 +133,19 @@ def test_pods_are_admitted_throughout_a_rolling_restart_of_the_webhook(kind: Kin
     # A probe costs two kubectl calls, over a second on a busy machine: count the rollout's.
     assert during >= 5, f"only {during} pods tried before the rollout settled"
     assert not refused, f"{len(refused)} of {tries} pods refused, e.g. {refused[0]}"
+
+
+def test_workers_carry_the_topology_units_of_kinds_slurm(kind: Kind) -> None:
+    """deploy/kind/slurmctld.sh: each hybrid worker under a leaf switch of its own, both in
+    block b1; node sync labels each Node with its units, as Kueue's TAS levels expect."""
+    def units(node: str) -> dict[str, str]:
+        labels = kind.kubectl_json("get", "node", node)["metadata"]["labels"]
+        return {k.removeprefix(keys.TOPOLOGY_LABEL_PREFIX): v for k, v in labels.items()
+                if k.startswith(keys.TOPOLOGY_LABEL_PREFIX)}
+
+    workers = kind.workers()
+    want = {node: {"tree": f"leaf{i}", "block": "b1"} for i, node in enumerate(workers, 1)}
+    wait(lambda: {n: units(n) for n in workers} == want, 60,
+         f"topology labels {want} on the workers")
+    shown = kind.slurm("scontrol", "show", "topology", "tree")
+    assert all(f"SwitchName=leaf{i} " in shown for i in (1, 2)), shown
