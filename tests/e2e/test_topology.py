@@ -135,3 +135,33 @@ async def test_a_spread_slurm_cannot_keep_is_refused_by_the_webhook(
     message = str(refused.value.status.message)
     assert "slurmbridge cannot run this pod: spec.topologySpreadConstraints[0]" in message
     assert "may share a node" in message, message
+
+
+async def test_a_group_larger_than_a_block_lands_in_whole_segments_and_an_uneven_one_is_refused(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
+) -> None:
+    """More members than one block holds: 4 pods asking segments of 2 take two whole blocks
+    (one node per pod, each segment within a block); 3 pods asking segments of 2 cannot be
+    cut so, and the webhook says why before any job exists.  On the flat 24.11 Slurm takes
+    the segment ask and places the group anyway."""
+    slurm = bridge_stack.slurm
+    await slurm_idle(slurm)
+    ns = await e2e_namespace("segments")
+    ask = {keys.SEGMENT: "2"} if slurm.version == "24.11" else \
+        {keys.SEGMENT: "2", keys.PARTITION: "block"}
+    labels = {keys.GROUP: "wide", keys.GROUP_SIZE: "4"}
+    for i in range(4):
+        await create_pod(kube, ns, pod_manifest(f"wide-{i}", labels=labels, annotations=ask))
+    bound = [await wait_bound(kube, ns, f"wide-{i}") for i in range(4)]
+    nodes = {bridge_stack.slurm_node_of(p.spec.nodeName or "") for p in bound if p.spec}
+    assert len(nodes) == 4, f"one node per pod, got {nodes}"
+    if slurm.version != "24.11":
+        blocks = _units(slurm, "block")
+        assert all(set(b) <= nodes for b in blocks), f"{nodes} are not whole blocks {blocks}"
+
+    uneven = {keys.GROUP: "odd", keys.GROUP_SIZE: "3"}
+    with pytest.raises(ApiError) as refused:
+        await create_pod(kube, ns, pod_manifest("odd-0", labels=uneven, annotations=ask))
+    message = str(refused.value.status.message)
+    assert keys.SEGMENT in message and "a divisor of the job's 3 node(s)" in message, message
+    assert not slurm.admin("squeue", "-h", "-n", f"k8s:{ns}/odd", "-o", "%i").strip()
