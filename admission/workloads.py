@@ -158,22 +158,24 @@ def _one_domain(ref: str, domain_keys: list[str], size: int) -> dict[str, str]:
     return {keys.SWITCHES: "1", keys.SEGMENT: str(size)}
 
 
-def _exclusive(ref: str, values: dict[str, str], *names: str) -> None:
-    """JobSet's and LWS's one-domain-per-child placement: one Slurm job cannot give it."""
-    for name in names:
-        if values.get(name, "").strip():
-            raise WorkloadError(
-                f"{ref} asks {name}={values[name]!r}: its pods run as one Slurm job, which "
-                f"Slurm keeps within one switch or block ({keys.SWITCHES}: \"1\" or "
-                f"{keys.SEGMENT} on the pod template) but cannot give each part a domain of "
-                "its own; remove the annotation"
-            )
+def _exclusive(ref: str, values: dict[str, str], name: str, cannot: str) -> None:
+    """JobSet's and LWS's one-domain-per-part placement: what of it a Slurm job cannot give
+    (``cannot``) is refused, naming what Slurm does give."""
+    if values.get(name, "").strip():
+        raise WorkloadError(
+            f"{ref} asks {name}={values[name]!r}: Slurm cannot give {cannot}; it keeps one "
+            f"Slurm job within one switch or block ({keys.SWITCHES}: \"1\" or {keys.SEGMENT} "
+            "on the pod template): ask that instead and remove the annotation"
+        )
 
 
 def _leader_worker_set(labels: dict[str, str], annotations: dict[str, str]) -> Membership:
     lws = labels[keys.LWS_NAME]
     ref = f"LeaderWorkerSet {lws}"
-    _exclusive(ref, annotations, keys.LWS_EXCLUSIVE_TOPOLOGY, keys.LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY)
+    _exclusive(ref, annotations, keys.LWS_EXCLUSIVE_TOPOLOGY,
+               "a domain no other group shares (each group is one Slurm job)")
+    _exclusive(ref, annotations, keys.LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY,
+               "each subgroup a domain of its own (the group's pods are one Slurm job)")
     group = _index(labels, keys.LWS_GROUP_INDEX, "pod label")
     size = _index(annotations, keys.LWS_SIZE, "pod annotation")
     if group is None or not size:
@@ -191,7 +193,8 @@ async def _jobset(
     name = labels[keys.JOBSET_NAME]
     ref = f"JobSet {namespace}/{name}"
     jobset = await load(read, JOBSET, JobSetObject, namespace, name)
-    _exclusive(ref, jobset.metadata.annotations, keys.JOBSET_EXCLUSIVE_TOPOLOGY)
+    _exclusive(ref, jobset.metadata.annotations, keys.JOBSET_EXCLUSIVE_TOPOLOGY,
+               "each child Job a domain of its own (the JobSet's pods are one Slurm job)")
     size, offset = 0, None
     replicated = labels.get(keys.JOBSET_REPLICATED_JOB)
     job_index = _index(labels, keys.JOBSET_JOB_INDEX, "pod label")

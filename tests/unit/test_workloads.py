@@ -223,11 +223,17 @@ async def test_one_domain_per_child_of_jobset_and_lws_is_refused_naming_the_anno
     with pytest.raises(WorkloadError, match=re.escape(keys.JOBSET_EXCLUSIVE_TOPOLOGY)) as refused:
         await membership(jobset_pod("workers", 0, 0), NS, Owners((JOBSET, jobset)))
     assert f"{keys.SWITCHES}: \"1\"" in str(refused.value)
+    assert "each child Job a domain of its own" in str(refused.value)
     labels = {keys.LWS_NAME: "vllm", keys.LWS_GROUP_INDEX: "0", keys.LWS_WORKER_INDEX: "0"}
-    for key in (keys.LWS_EXCLUSIVE_TOPOLOGY, keys.LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY):
+    # What Slurm cannot give, said for each: a group is one Slurm job, which Slurm keeps in one
+    # unit when asked, but not alone there; a subgroup cannot have a unit of its own.
+    refusals = ((keys.LWS_EXCLUSIVE_TOPOLOGY, "a domain no other group shares"),
+                (keys.LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY, "each subgroup a domain of its own"))
+    for key, cannot in refusals:
         leader = pod(labels=labels, annotations={keys.LWS_SIZE: "2", key: "rack"})
-        with pytest.raises(WorkloadError, match=re.escape(key)):
+        with pytest.raises(WorkloadError, match=re.escape(key)) as refused:
             await membership(leader, NS, Owners())
+        assert cannot in str(refused.value) and keys.SWITCHES in str(refused.value), refused
 
 
 async def test_lws_pod_without_the_size_annotation_is_refused() -> None:
