@@ -3,8 +3,12 @@
 kube-scheduler calls an extender's ``/filter`` once per scheduling cycle, one pod at a time
 per profile, with every feasible node's name (``nodeCacheCapable: true``).  So B3 measures:
 
-- sequential ``/filter`` calls (one in flight) with 256 and with 5,000 candidate node
-  names: client-side p50/p99 (target p99 <= 2 ms), and the service time inside the app;
+- sequential ``/filter`` calls (one in flight) with 1, 256 and 5,000 candidate node names:
+  client-side p50/p99 (target p99 <= 2 ms), and the service time inside the app.  One
+  candidate is the gated pipeline's call: the release narrowed the pod to Slurm's node, so
+  kube-scheduler's own filters leave that node alone, and the pod cache holds the released
+  pod (filter decides from memory).  256 and 5,000 are a pod that came without the gate
+  (the webhook bypassed): the filter reads it from the apiserver;
 - throughput with 100 requests in flight (256 candidates), as a ratio to a bare FastAPI
   handler that does nothing (target >= 0.7x).
 
@@ -58,7 +62,14 @@ from benchmarks.common import (
     package_of,
     percentile,
 )
-from benchmarks.synthetic import filter_answer, kube_node, load, offline_bridge, pod
+from benchmarks.synthetic import (
+    filter_answer,
+    kube_node,
+    load,
+    offline_bridge,
+    pod,
+    released_pod,
+)
 from bridge import logs
 from extender.app import create_app
 
@@ -76,7 +87,9 @@ RPS_RATIO_FLOOR = 0.7
 class Config:
     repeats: int = 3
     jobs: int = 10_000
-    candidates: tuple[int, ...] = (256, 5_000)  # node names per filter call
+    candidates: tuple[int, ...] = (1, 256, 5_000)  # node names per filter call
+    released: tuple[int, ...] = (1,)  # candidate counts whose pods are released gated pods
+    throughput_at: int = 256  # candidates per call of the throughput series
     sequential: int = 2_000  # timed calls one at a time, per candidate count, side, repeat
     warmup: int = 200  # untimed calls before each timed series
     concurrency: int = 100
@@ -149,10 +162,12 @@ def bare_app(nodes: int) -> FastAPI:
     return app
 
 
-def bridge_app(jobs: int, nodes: int) -> tuple[ASGIApp, Callable[[], dict[str, Any]]]:
+def bridge_app(
+    jobs: int, nodes: int, released: bool
+) -> tuple[ASGIApp, Callable[[], dict[str, Any]]]:
 
     bridge, kube = offline_bridge()
-    load(bridge, kube, jobs, nodes, pods=True)
+    load(bridge, kube, jobs, nodes, pods=True, released=released)
     app = create_app(bridge, manage_lifecycle=False)
 
     def extra() -> dict[str, Any]:
@@ -161,10 +176,12 @@ def bridge_app(jobs: int, nodes: int) -> tuple[ASGIApp, Callable[[], dict[str, A
     return app, extra
 
 
-def serve(kind: str, port: int, jobs: int, nodes: int, profile_to: str | None) -> None:
+def serve(
+    kind: str, port: int, jobs: int, nodes: int, *, released: bool, profile_to: str | None
+) -> None:
     logs.configure("info")  # what `slurmbridge extender` does with its default --log-level
     if kind == "bridge":
-        app, extra = bridge_app(jobs, nodes)
+        app, extra = bridge_app(jobs, nodes, released)
     else:
         app, extra = bare_app(nodes), dict
     timed = Timed(app, extra)
@@ -186,6 +203,8 @@ def server(
     port = free_port()
     cmd = [sys.executable, "-m", "benchmarks.b3_filter_latency", "serve", kind,
            "--port", str(port), "--jobs", str(cfg.jobs), "--nodes", str(nodes)]
+    if nodes in cfg.released:
+        cmd.append("--released")
     if profile_to is not None:
         cmd += ["--profile-to", str(profile_to)]
     log_path = workdir / f"server-{kind}-{nodes}.log"
@@ -319,7 +338,8 @@ class Seq:
 def bodies(cfg: Config, nodes: int) -> Callable[[int], bytes]:
     """ExtenderArgs for call ``i``: pod ``i % jobs`` with ``nodes`` candidate names (the
     names are encoded once: 5,000 names x 10,000 pods would not fit in memory)."""
-    pods = [json.dumps(pod(i), separators=(",", ":")).encode() for i in range(cfg.jobs)]
+    made = (lambda i: released_pod(i, nodes)) if nodes in cfg.released else pod
+    pods = [json.dumps(made(i), separators=(",", ":")).encode() for i in range(cfg.jobs)]
     names = json.dumps([kube_node(k) for k in range(1, nodes + 1)]).encode()
     return lambda i: b'{"Pod":' + pods[i % len(pods)] + b',"NodeNames":' + names + b"}"
 
@@ -409,7 +429,7 @@ def run(cfg: Config) -> Outcome:
     def fig(key: str, name: str, unit: str) -> Figure:
         return figs.setdefault(key, Figure(name, unit))
 
-    first = cfg.candidates[0]
+    first = cfg.throughput_at
     writes = 0
     with tempfile.TemporaryDirectory(prefix="slurmbridge-b3-") as tmp:
         workdir = Path(tmp)
@@ -429,10 +449,10 @@ def run(cfg: Config) -> Outcome:
                         ("service_p99", "service time in the app p99", s.service_p99),
                         ("gc_max", "longest GC pause in the series", s.gc_max_ms),
                     ):
-                        fig(f"{side}.{nodes}.{key}", f"{name}, {nodes:,} nodes ({side})",
+                        fig(f"{side}.{nodes}.{key}", f"{name}, {where(cfg, nodes)} ({side})",
                             "ms").samples.append(value)
                     fig(f"{side}.{nodes}.gc_per_call", f"GC collections per 1,000 calls, "
-                        f"{nodes:,} nodes ({side})", "").samples.append(1000 * s.gc_per_call)
+                        f"{where(cfg, nodes)} ({side})", "").samples.append(1000 * s.gc_per_call)
                     if s.rps is not None:
                         fig(f"{side}.rps", f"throughput at {cfg.concurrency} in flight, "
                             f"{first:,} nodes ({side})", "req/s").samples.append(s.rps)
@@ -440,8 +460,8 @@ def run(cfg: Config) -> Outcome:
                           f"p50 {fmt(s.p50)} ms, p99 {fmt(s.p99)} ms"
                           + (f", {fmt(s.rps)} req/s" if s.rps is not None else ""), flush=True)
                 writes += got["bridge"].apiserver_writes
-                fig(f"ratio.{nodes}.p99", f"p99 ratio bridge / bare, one at a time, {nodes:,} "
-                    "nodes", "x").samples.append(got["bridge"].p99 / got["bare"].p99)
+                fig(f"ratio.{nodes}.p99", f"p99 ratio bridge / bare, one at a time, "
+                    f"{where(cfg, nodes)}", "x").samples.append(got["bridge"].p99 / got["bare"].p99)
                 rps_b, rps_0 = got["bridge"].rps, got["bare"].rps
                 if rps_b is not None and rps_0 is not None:
                     fig("ratio.rps", f"throughput ratio bridge / bare at {cfg.concurrency} in "
@@ -467,6 +487,13 @@ def run(cfg: Config) -> Outcome:
     )
 
 
+def where(cfg: Config, nodes: int) -> str:
+    """A series' name: its candidate count, and a released pod's path."""
+    if nodes in cfg.released:
+        return f"{nodes:,} node{'s' if nodes > 1 else ''}, released pod"
+    return f"{nodes:,} nodes"
+
+
 def profile_one(cfg: Config, nodes: int, workdir: Path) -> str:
     """cProfile of the bridge server over ``profile_requests`` sequential filters."""
     prof = workdir / f"bridge-{nodes}.prof"
@@ -478,27 +505,34 @@ def profile_one(cfg: Config, nodes: int, workdir: Path) -> str:
             break
         time.sleep(0.1)
     if not prof.exists():
-        return f"{nodes:,} nodes: (profile not written)"
-    return f"--- {nodes:,} candidate nodes ---\n" + profile_summary(prof, cfg.profile_requests)
+        return f"{where(cfg, nodes)}: (profile not written)"
+    return f"--- {where(cfg, nodes)} ---\n" + profile_summary(prof, cfg.profile_requests)
 
 
 def notes(cfg: Config, writes: int) -> list[str]:
-    first = cfg.candidates[0]
-    sizes = " and ".join(f"{n:,}" for n in cfg.candidates)
+    first = cfg.throughput_at
+    sizes = ", ".join(f"{n:,}" for n in cfg.candidates)
+    released = ", ".join(f"{n:,}" for n in cfg.released if n in cfg.candidates) or "none"
     return [
         f"Sequential: {cfg.sequential:,} timed `/filter` calls one at a time (after "
         f"{cfg.warmup:,} untimed) per side, candidate count and repeat, with {sizes} "
         "candidate NodeNames (nodeCacheCapable: true): what one kube-scheduler profile "
         "sends, one pod per scheduling cycle. The pod's Slurm node is among the candidates; "
-        "the answer keeps it and lists every other candidate as unresolvable.",
+        "the answer keeps it and lists every other candidate as unresolvable. Series with "
+        f"{released} candidate(s) are the gated pipeline's call: the pod was released to "
+        "Slurm's node (its node recorded on it; the release's node affinity leaves "
+        "kube-scheduler that node alone) and the pod cache holds it, as its watch would, "
+        "so filter decides from memory; the others are pods that came without the gate "
+        "(webhook bypassed), read from the apiserver.",
         f"Throughput: {cfg.requests:,} timed calls with {cfg.concurrency} keep-alive "
         f"connections busy, {first:,} candidates, after {cfg.warmup * 5:,} untimed; the "
         "ratio is bridge / bare per repeat. At 100 in flight on one event loop the latency "
         "is queueing (≈ in flight ÷ throughput), so only throughput is reported there.",
         f"{cfg.jobs:,} running placeholder jobs indexed (`JobIndex.record`), one per pod, "
         "the calls cycling over those pods. Slurm and the apiserver are the dev kit's "
-        "in-memory fakes (slurmbridge_devkit/fakes.py): the filter reads the pod from the "
-        "fake apiserver, as it reads the real one, and does not call Slurm. The notifier is "
+        "in-memory fakes (slurmbridge_devkit/fakes.py): for an ungated pod the filter reads "
+        "the pod from the fake apiserver (a deep copy), as it reads the real one, and it "
+        "never calls Slurm. The notifier is "
         "in its steady state (each pod carries its job-id and owner annotations, its job "
         "was seen once), so `PodNotifier.job_known` returns without writing. Apiserver "
         f"writes counted by the fake over all bridge runs: {writes} (must be 0).",
@@ -526,10 +560,13 @@ def main() -> None:
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--jobs", type=int, default=10_000)
     s.add_argument("--nodes", type=int, default=16)
+    s.add_argument("--released", action="store_true",
+                   help="the pods are released gated pods held in the pod cache")
     s.add_argument("--profile-to")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    serve(args.kind, args.port, args.jobs, args.nodes, args.profile_to)
+    serve(args.kind, args.port, args.jobs, args.nodes, released=args.released,
+          profile_to=args.profile_to)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,10 @@ TITLES = {
           "default at qps 50, >= 0.7x at 400), create->bind p50/p99 (bridge p99 <= 1.5 x Slurm "
           "alone's + the default's), CPU-ms per pod (<= 1.5x the default's), apiserver writes "
           "per pod (<= 3)",
-    "B3": "extender filter as kube-scheduler calls it: one at a time with 256 and 5,000 "
-          "candidate nodes, p50/p99 (target p99 <= 2 ms), and throughput at 100 in flight vs "
-          "a bare FastAPI handler (target >= 0.7x); 10,000 jobs indexed",
+    "B3": "extender filter as kube-scheduler calls it: one at a time with 1 candidate node "
+          "(a released gated pod) and with 256 and 5,000 (an ungated pod), p50/p99 (target "
+          "p99 <= 2 ms), and throughput at 100 in flight vs a bare FastAPI handler (target "
+          ">= 0.7x); 10,000 jobs indexed",
     "B4": "bridge RSS with 10,000 and 50,000 tracked pods and jobs; target <= 150 MB at "
           "10,000, growth linear (per-pod growth of the two sizes within 20%), bytes per pod",
     "B5": "Slurm poll cost (B2 merged in) with the bridge owning 10 live jobs while Slurm "
@@ -69,8 +70,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--nodes", type=int, default=16, help="B4: candidate nodes per filter")
     g.add_argument("--b4-sizes", default="10000,50000",
                    help="B4: tracked pods per child process, comma-separated, ascending")
-    g.add_argument("--candidates", default="256,5000",
-                   help="B3: candidate node names per sequential filter, comma-separated")
+    g.add_argument("--candidates", default="1,256,5000",
+                   help="B3: candidate node names per sequential filter, comma-separated "
+                        "(1: a released gated pod, from the pod cache)")
     g.add_argument("--sequential", type=int, default=2_000,
                    help="B3: timed one-at-a-time filters per side and candidate count")
     g.add_argument("--concurrency", type=int, default=100, help="B3: in flight for throughput")

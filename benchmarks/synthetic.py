@@ -60,9 +60,11 @@ def job(i: int, nodes: int) -> SlurmJob:
     )
 
 
-def pod(i: int) -> dict[str, Any]:
-    """The pod as kube-scheduler sends it to the extender (informer copy, no managedFields)."""
+def pod(i: int, released_on: str | None = None) -> dict[str, Any]:
+    """The pod as kube-scheduler sends it to the extender (informer copy, no managedFields).
+    ``released_on``: the gated pipeline's release recorded Slurm's node on it."""
     name = f"pod-{i}"
+    recorded = {keys.SLURM_NODE: released_on} if released_on else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -73,7 +75,8 @@ def pod(i: int) -> dict[str, Any]:
             "resourceVersion": str(500_000 + i),
             "creationTimestamp": "2025-01-01T00:00:00Z",
             "labels": {"app": "bench", "slurmbridge.test/owner": "1"},
-            "annotations": {keys.JOB_ID: str(JOB_ID_BASE + i), keys.OWNER: pod_uid(i)},
+            "annotations": {keys.JOB_ID: str(JOB_ID_BASE + i), keys.OWNER: pod_uid(i),
+                            **recorded},
         },
         "spec": {
             "schedulerName": keys.SCHEDULER_NAME,
@@ -156,10 +159,19 @@ def offline_bridge(workdir: Path | None = None) -> tuple[Bridge, FakeKube]:
     return bridge_over_fakes(workdir, FakeSlurm(), kube), kube
 
 
-def load(bridge: Bridge, kube: FakeKube, jobs: int, nodes: int, *, pods: bool) -> None:
+def released_pod(i: int, nodes: int) -> dict[str, Any]:
+    """Pod ``i`` as the release left it: Slurm's node of its job recorded."""
+    return pod(i, released_on=slurm_node(node_of(i, nodes)))
+
+
+def load(
+    bridge: Bridge, kube: FakeKube, jobs: int, nodes: int, *, pods: bool, released: bool = False
+) -> None:
     """Index ``jobs`` allocated placeholder jobs, map the nodes, and let the notifier see
     each pod's job once (steady state: nothing left to write).  ``pods``: the fake
-    apiserver holds the pods too, so filter reads them as it reads the real one."""
+    apiserver holds the pods too, so filter reads them as it reads the real one.
+    ``released``: the pods are released gated pods, and the pod cache holds them as its
+    watch would (filter decides from memory, as for every gated pod)."""
     for k in range(1, nodes + 1):
         bridge.nodes.apply("ADDED", Node(metadata=ObjectMeta(
             name=kube_node(k), labels={keys.SLURM_NODE: slurm_node(k)}
@@ -167,10 +179,13 @@ def load(bridge: Bridge, kube: FakeKube, jobs: int, nodes: int, *, pods: bool) -
 
     async def seed() -> None:
         for i in range(jobs):
-            j, p = job(i, nodes), cast(Pod, Pod.from_dict(pod(i)))
+            j = job(i, nodes)
+            p = cast(Pod, Pod.from_dict(released_pod(i, nodes) if released else pod(i)))
             bridge.index.record(j)
             if pods:
                 kube.add(p)
+            if released:
+                bridge.pod_cache.apply("ADDED", p)
             await bridge.notifier.job_known(p, j)
         await bridge.notifier.drain()
 
