@@ -140,16 +140,9 @@ def filter_body(i: int, nodes: int) -> dict[str, Any]:
 
 
 def filter_answer(nodes: int) -> dict[str, Any]:
-    """What the bridge answers for an allocated pod: one node kept, the rest unresolvable."""
-    keep = kube_node(1)
-    return {
-        "NodeNames": [keep],
-        "FailedNodes": {},
-        "FailedAndUnresolvableNodes": {
-            kube_node(k): f"Slurm placed this pod on {keep}" for k in range(2, nodes + 1)
-        },
-        "Error": "",
-    }
+    """What the bridge answers for an allocated pod: one node kept, the others left out."""
+    return {"NodeNames": [kube_node(1)], "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
+            "Error": ""}
 
 
 def offline_bridge(workdir: Path | None = None) -> tuple[Bridge, FakeKube]:

@@ -96,9 +96,9 @@ def filter_result_json(keep: list[str], failed: Sequence[str], reason: str) -> b
     """``ExtenderFilterResult(node_names=keep, failed_and_unresolvable={n: reason for n in
     failed})`` as JSON, written without building the map.
 
-    kube-scheduler sends every feasible node (thousands at site scale) and the answer names
-    each one not kept, all with one reason: the map and its serialisation were most of a
-    filter's cost (B3).  Go decodes both forms the same way (tests/unit/test_extender_wire.py
+    kube-scheduler sends every feasible node (thousands at site scale) and an answer that
+    keeps none names each one, all with one reason: the map and its serialisation were
+    most of a filter's cost (B3).  Go decodes both forms the same way (tests/unit/test_extender_wire.py
     compares them); names that would need escaping take the model's own serialiser.
     """
     if not _plain(failed):

@@ -52,8 +52,8 @@ class ClaimedElsewhere(Pending):
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """Filter outcome: nodes kept; every other candidate failed with ``reason``, a message
-    the user will read.
+    """Filter outcome: nodes kept; or none, every candidate failed with ``reason``, a
+    message the user will read.
 
     The candidates are held, not copied into a map: kube-scheduler sends thousands and
     the reason is the same for each, so the edge writes the answer from these (B3).
@@ -67,12 +67,11 @@ class Verdict:
     message: str = ""
 
     def failed(self) -> list[str]:
-        """The candidates not kept, in the order kube-scheduler sent them."""
-        rest = list(self.candidates)
-        for node in self.keep:
-            while node in rest:
-                rest.remove(node)
-        return rest
+        """The candidates kube-scheduler is told failed: every one when none is kept (their
+        statuses name the reason and, unresolvable, keep its preemption from evicting pods
+        for this one), none when one is kept (it schedules there and never reads them: a
+        list of thousands would only cost both sides, B3)."""
+        return [] if self.keep else list(self.candidates)
 
     @property
     def unresolvable(self) -> dict[str, str]:

@@ -20,12 +20,9 @@ def _model_answer(keep: list[str], unresolvable: dict[str, str]) -> object:
     return json.loads(result.model_dump_json(by_alias=True))
 
 
-def _old_map(keep: list[str], candidates: list[str], reason: str) -> dict[str, str]:
-    """What Placer.filter built before: every candidate, the kept one deleted."""
-    failed = dict.fromkeys(candidates, reason)
-    for node in keep:
-        failed.pop(node, None)
-    return failed
+def _failed_map(keep: list[str], candidates: list[str], reason: str) -> dict[str, str]:
+    """What kube-scheduler is told failed: every candidate when none is kept, else none."""
+    return {} if keep else dict.fromkeys(candidates, reason)
 
 
 @pytest.mark.parametrize(("keep", "candidates", "reason"), [
@@ -41,9 +38,9 @@ def test_bytes_decode_as_the_model_serialised(
 ) -> None:
     verdict = Verdict(Outcome.ALLOCATED, keep=keep, candidates=candidates, reason=reason)
     new = json.loads(filter_result_json(verdict.keep, verdict.failed(), verdict.reason))
-    old_map = _old_map(keep, candidates, reason)
-    assert new == _model_answer(keep, old_map)
-    assert verdict.unresolvable == old_map
+    failed = _failed_map(keep, candidates, reason)
+    assert new == _model_answer(keep, failed)
+    assert verdict.unresolvable == failed
 
 
 @given(
@@ -55,7 +52,7 @@ def test_any_names_decode_the_same(names: list[str], reason: str, kept: int) -> 
     keep = names[kept:kept + 1]
     verdict = Verdict(Outcome.ALLOCATED, keep=keep, candidates=names, reason=reason)
     new = json.loads(filter_result_json(verdict.keep, verdict.failed(), reason))
-    assert new == _model_answer(keep, _old_map(keep, names, reason))
+    assert new == _model_answer(keep, _failed_map(keep, names, reason))
 
 
 def test_the_request_keeps_only_the_pods_identity() -> None:
