@@ -12,7 +12,7 @@
 # Steps: Docker engine → kind (built from sigs.k8s.io/kind) and the node image
 # (deploy/kind/node-image.sh: control plane $KIND_K8S_VERSION, kubelet $KIND_KUBELET_VERSION,
 # containerd, slurmd 26.05) → kind
-# cluster (deploy/kind/cluster.yaml: 1 control plane + 2 workers) → Slurm controller container
+# cluster (deploy/kind/cluster.yaml: 1 control plane + 2 hybrid workers + 1 without slurmd) → Slurm controller container
 # (slurmctld + slurmrestd, deploy/kind/slurmctld.sh) on kind's network → slurmd on each worker,
 # registered with it (the Slurm node and the Kubernetes node are one host, same name) → bridge
 # image built and loaded into kind → JWT Secret → helm install of deploy/helm/slurmbridge (its
