@@ -98,8 +98,9 @@ def filter_result_json(keep: list[str], failed: Sequence[str], reason: str) -> b
 
     kube-scheduler sends every feasible node (thousands at site scale) and an answer that
     keeps none names each one, all with one reason: the map and its serialisation were
-    most of a filter's cost (B3).  Go decodes both forms the same way (tests/unit/test_extender_wire.py
-    compares them); names that would need escaping take the model's own serialiser.
+    most of a filter's cost (B3).  Go decodes both forms the same way
+    (tests/unit/test_extender_wire.py compares them); names that would need escaping take
+    the model's own serialiser.
     """
     if not _plain(failed):
         result = ExtenderFilterResult(

@@ -2,11 +2,13 @@
 
 The webhook gives every pod it enrols the gate ``slurmbridge.io/slurm``, so kube-scheduler
 first sees the pod when it can already be bound.  One JSON Patch lifts the gate, records the
-job (id, owner, Slurm node, GPU indices: the same annotations the Binding carries) and
+job (id, owner, Slurm node, GPU indices: the same annotations the Binding carries),
 narrows the pod to Slurm's node with a required node affinity (``matchFields
 metadata.name``, added to every term the pod has: the API server lets a gated pod's node
-affinity narrow, KEP-3838).  Its ``test`` operations make the gates as read a precondition:
-of two writers only the first finds the bridge's gate, so exactly one job is ever recorded.
+affinity narrow, KEP-3838) and lets it tolerate that node's slurm-unavailable taint (a
+drain after the allocation keeps the running job, so its pod must still start there).  Its
+``test`` operations make the gates as read a precondition: of two writers only the first
+finds the bridge's gate, so exactly one job is ever recorded.
 """
 
 from collections.abc import Mapping
@@ -62,7 +64,7 @@ def release_patch(pod: Pod, kube_node: str, recorded: Mapping[str, str]) -> list
     else:
         ops += [{"op": "add", "path": f"/metadata/annotations/{_escaped(k)}", "value": v}
                 for k, v in recorded.items()]
-    return ops + _affinity_ops(pod, kube_node)
+    return ops + _affinity_ops(pod, kube_node) + _toleration_ops(pod)
 
 
 def _affinity_ops(pod: Pod, kube_node: str) -> list[dict[str, Any]]:
@@ -82,6 +84,22 @@ def _affinity_ops(pod: Pod, kube_node: str) -> list[dict[str, Any]]:
     if required is None:
         return [{"op": "add", "path": path, "value": level}]
     return [{"op": "replace", "path": f"{path}/nodeSelectorTerms", "value": terms}]
+
+
+# Slurm's drain (or any state node sync taints for) came after Slurm allocated the node: the
+# pod is part of a running job there, so it may still go where Slurm put it.
+_ALLOCATED_DESPITE = {"key": keys.UNAVAILABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _toleration_ops(pod: Pod) -> list[dict[str, Any]]:
+    """Tolerate the slurm-unavailable taint (tolerations may be added to a pod, never
+    changed): the node affinity already confines the pod to Slurm's node."""
+    tolerations = (pod.spec.tolerations if pod.spec else None) or []
+    if any(t.to_dict() == _ALLOCATED_DESPITE for t in tolerations):
+        return []
+    if not tolerations:
+        return [{"op": "add", "path": "/spec/tolerations", "value": [_ALLOCATED_DESPITE]}]
+    return [{"op": "add", "path": "/spec/tolerations/-", "value": _ALLOCATED_DESPITE}]
 
 
 def _escaped(key: str) -> str:

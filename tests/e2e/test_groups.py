@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod
 
 from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, slurm_job_view, wait_bound
@@ -47,3 +47,37 @@ async def test_four_pod_group_binds_all_or_none(
     assert len(job["nodes"]) == 4
     slurm_nodes = [bridge_stack.slurm_node_of(p.spec.nodeName or "") for p in bound if p.spec]
     assert sorted(slurm_nodes) == sorted(job["nodes"])
+
+
+async def test_a_member_arriving_after_slurm_drained_its_node_still_joins_the_running_job(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+) -> None:
+    """Slurm allocated the group's nodes; then an admin drained one (running jobs stay,
+    node sync taints its Node slurm-unavailable); the member released to it is part of the
+    running job and binds there (SOAK seed 1: such a member waited unbound and untold until
+    the drain ended; a drain that waits for the job would never end)."""
+    slurm = bridge_stack.slurm
+    ns = await make_e2e_namespace(kube, "late")
+    e2e_namespaces.append(ns)
+    await slurm_idle(slurm)
+    labels = {keys.GROUP: "late", keys.GROUP_SIZE: "2"}
+    await create_pod(kube, ns, pod_manifest("late-0", labels=labels))
+    first = await wait_bound(kube, ns, "late-0")
+    assert first.metadata is not None and first.spec is not None
+    job_id = (first.metadata.annotations or {})[keys.JOB_ID]
+    held = bridge_stack.slurm_node_of(first.spec.nodeName or "")
+    other = next(n for n in slurm_job_view(slurm, job_id)["nodes"] if n != held)
+    kube_other = next(k for k, s in bridge_stack.kube_nodes.items() if s == other)
+    slurm.admin("scontrol", "update", f"nodename={other}", "state=drain", "reason=maint")
+    try:
+        async def tainted() -> bool:
+            node = await kube.get(Node, kube_other)
+            taints = (node.spec.taints if node.spec else None) or []
+            return any(t.key == keys.UNAVAILABLE_TAINT for t in taints)
+        await wait_for(tainted, 30, interval=0.5, what=f"{kube_other} tainted after the drain")
+        await create_pod(kube, ns, pod_manifest("late-1", labels=labels))
+        second = await wait_bound(kube, ns, "late-1", timeout=30)
+        assert second.spec is not None and second.spec.nodeName == kube_other
+        assert slurm_job_view(slurm, job_id)["state"] == "RUNNING"
+    finally:
+        slurm.admin("scontrol", "update", f"nodename={other}", "state=resume")

@@ -151,6 +151,22 @@ def test_the_release_narrows_every_term_and_keeps_other_gates() -> None:
         jsonpatch.apply_patch(released, release_patch(pod, "node8", {keys.JOB_ID: "6"}))
 
 
+def test_the_release_lets_the_pod_onto_its_node_after_slurm_drained_it() -> None:
+    """Slurm allocated the node, then an admin drained it (running jobs stay; node sync
+    taints the Node slurm-unavailable): the released pod is part of that running job and
+    must still bind there (SOAK seed 1: a group member waited 50 s, unbound and untold,
+    until the drain ended; a drain waiting for the job would never end)."""
+    for tolerations in (None, [{"key": "x", "operator": "Exists"}]):
+        pod = PodBuilder("p", "ns").gated().spec(tolerations=tolerations).build()
+        assert pod.metadata is not None
+        pod.metadata.uid = "u"
+        released = jsonpatch.apply_patch(pod.to_dict(),
+                                         release_patch(pod, "node9", {keys.JOB_ID: "5"}))
+        kept = tolerations or []
+        assert released["spec"]["tolerations"] == [*kept, {
+            "key": keys.UNAVAILABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+
+
 async def test_a_group_is_released_member_by_rank_to_slurms_nodes(world: World) -> None:
     job_id, _ = await world.gang(3)
     await world.allocate(job_id, "node3", "node1", "node2")
