@@ -26,6 +26,7 @@ from admission.scope import (
     kube_namespace_labels,
 )
 from bridge.config import AdmissionSettings
+from bridge.draining import KEEP_ALIVE_SECONDS, DrainingServer
 from bridge.jobs.translate import job_request_for_pod
 from bridge.policy.tenancy import TenancySource
 
@@ -196,9 +197,10 @@ def server_config(
         port=settings.port,
         ssl_certfile=str(cert),
         ssl_keyfile=str(key),
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
 
 
 def serve(settings: AdmissionSettings, namespace_lookup: NamespaceLabels | None = None) -> None:
     """Run the webhook over HTTPS until stopped."""
-    uvicorn.Server(server_config(settings, namespace_lookup)).run()
+    DrainingServer(server_config(settings, namespace_lookup), settings.drain_seconds).run()

@@ -126,6 +126,12 @@ class ExtenderSettings(BaseModel):
     health_port: int = Field(
         8889, ge=1, le=65535, description="plain HTTP: /healthz, /readyz, /metrics (nothing acts)"
     )
+    drain_seconds: float = Field(
+        0, ge=0, le=300,
+        description="after SIGTERM, keep serving this long, each response closing its connection, "
+        "so clients reconnect to a live replica while the Service catches up (the chart: "
+        "shutdownDelaySeconds); 0 stops at once",
+    )
     tls_cert_file: Path | None = Field(None, description="serving certificate (PEM)")
     tls_key_file: Path | None = Field(None, description="its private key (PEM)")
     client_ca_file: Path | None = Field(
@@ -198,6 +204,12 @@ class AdmissionSettings(BaseModel):
     tls_key_file: Path | None = None
     host: str = "0.0.0.0"
     port: int = Field(default=8443, ge=1, le=65535)
+    drain_seconds: float = Field(
+        0, ge=0, le=300,
+        description="after SIGTERM, keep serving this long, each response closing its connection, "
+        "so clients reconnect to a live replica while the Service catches up (the chart: "
+        "shutdownDelaySeconds); 0 stops at once",
+    )
 
     @property
     def bridge_user(self) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from bridge.config import ExtenderSettings
+from bridge.draining import KEEP_ALIVE_SECONDS, DrainingServer
 from bridge.runtime import Bridge
 from extender.app import create_app, create_health_app
 
@@ -50,12 +51,13 @@ def api_config(bridge: Bridge, settings: ExtenderSettings) -> uvicorn.Config:
         create_app(bridge), host=settings.host, port=settings.port, log_config=None,
         ssl_certfile=str(settings.tls_cert_file), ssl_keyfile=str(settings.tls_key_file),
         ssl_ca_certs=str(settings.client_ca_file), ssl_cert_reqs=ssl.CERT_REQUIRED,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
 
 
 def serve(bridge: Bridge, settings: ExtenderSettings) -> None:
     """Run both servers until SIGTERM/SIGINT; the protocol server owns the bridge's lifecycle."""
-    api = uvicorn.Server(api_config(bridge, settings))
+    api = DrainingServer(api_config(bridge, settings), settings.drain_seconds)
     health = _Companion(uvicorn.Config(
         create_health_app(bridge), host=settings.host, port=settings.health_port,
         log_config=None, lifespan="off",

@@ -109,6 +109,7 @@ ports, the bridge identity the webhook trusts).
         "host" "0.0.0.0"
         "port" (int .Values.extender.port)
         "health_port" (int .Values.extender.healthPort)
+        "drain_seconds" (int .Values.shutdownDelaySeconds)
         "tls_cert_file" (printf "%s/tls.crt" (include "slurmbridge.extenderTlsDir" .))
         "tls_key_file" (printf "%s/tls.key" (include "slurmbridge.extenderTlsDir" .))
         "client_ca_file" (printf "%s/client-ca.crt" (include "slurmbridge.extenderTlsDir" .)))
@@ -121,7 +122,8 @@ ports, the bridge identity the webhook trusts).
         "tls_cert_file" (printf "%s/tls.crt" (include "slurmbridge.tlsDir" .))
         "tls_key_file" (printf "%s/tls.key" (include "slurmbridge.tlsDir" .))
         "host" "0.0.0.0"
-        "port" (int .Values.webhook.port)) -}}
+        "port" (int .Values.webhook.port)
+        "drain_seconds" (int .Values.shutdownDelaySeconds)) -}}
 {{- $settings = mergeOverwrite $settings $owned -}}
 {{- toYaml $settings -}}
 {{- end -}}

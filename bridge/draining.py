@@ -1,0 +1,77 @@
+"""A uvicorn server that, told to stop, keeps serving a while and lets clients close first.
+
+The API server and kube-scheduler reach the webhook and the extender through a Service.  A
+replica told to stop still gets requests: over keep-alive connections opened before (an
+established connection stays with its pod) and on new ones until every node's Service rules
+drop it.  Closing an idle keep-alive connection races a request the client is just writing on
+it: the client sees EOF and, for a POST, does not retry (a webhook call so lost refuses the
+pod).  So after SIGTERM the server goes on serving for ``drain_seconds``, every response
+saying ``Connection: close`` (the client drops that connection once the response is whole, and
+its next request opens one the Service routes to a live replica); then it stops as uvicorn
+does.  The same race, between uvicorn's idle timeout and a client reusing the connection, is
+why the servers keep idle connections longer than those clients do.
+"""
+
+import signal
+import time
+from types import FrameType
+from typing import cast
+
+import structlog
+import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = structlog.get_logger(__name__)
+
+# Go's net/http, in the API server and kube-scheduler, drops a connection idle for 90 s; a
+# server that keeps it longer never closes one under a request being written.
+KEEP_ALIVE_SECONDS = 120
+_CLOSE = (b"connection", b"close")
+
+
+class DrainingServer(uvicorn.Server):
+    """``uvicorn.Server`` whose first SIGTERM/SIGINT starts a drain; a second stops at once."""
+
+    def __init__(self, config: uvicorn.Config, drain_seconds: float) -> None:
+        config.app = self._close_when_draining(cast(ASGIApp, config.app))  # an ASGI 3 app
+        super().__init__(config)
+        self.drain_seconds = drain_seconds
+        self._drain: tuple[float, int] | None = None  # (since, the signal that started it)
+        self._drain_logged = False
+
+    @property
+    def draining(self) -> bool:
+        return self._drain is not None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Runs as a signal handler: set state only; on_tick logs and acts on it.
+        if self.drain_seconds <= 0 or self._drain is not None:
+            super().handle_exit(sig, frame)
+        else:
+            self._drain = (time.monotonic(), sig)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._drain is not None and not self.should_exit:
+            since, sig = self._drain
+            if not self._drain_logged:
+                self._drain_logged = True
+                log.info("draining: serving on, each connection closed after its response",
+                         signal=signal.Signals(sig).name, seconds=self.drain_seconds)
+            if time.monotonic() - since >= self.drain_seconds:
+                super().handle_exit(sig, None)
+        return await super().on_tick(counter)
+
+    def _close_when_draining(self, app: ASGIApp) -> ASGIApp:
+        async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+
+            async def send_closing(message: Message) -> None:
+                if message["type"] == "http.response.start" and self.draining:
+                    message = {**message, "headers": [*message.get("headers", ()), _CLOSE]}
+                await send(message)
+
+            await app(scope, receive, send_closing)
+
+        return wrapped
