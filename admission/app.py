@@ -198,6 +198,8 @@ def server_config(
         ssl_certfile=str(cert),
         ssl_keyfile=str(key),
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        access_log=False,  # each review is logged, structured (admission.review)
+        log_config=None,  # uvicorn's own lines through the bridge's logging, as the extender's
     )
 
 

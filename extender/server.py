@@ -52,6 +52,7 @@ def api_config(bridge: Bridge, settings: ExtenderSettings) -> uvicorn.Config:
         ssl_certfile=str(settings.tls_cert_file), ssl_keyfile=str(settings.tls_key_file),
         ssl_ca_certs=str(settings.client_ca_file), ssl_cert_reqs=ssl.CERT_REQUIRED,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        access_log=False,  # logged structured instead: each filter at debug, each bind at info
     )
 
 
@@ -60,7 +61,7 @@ def serve(bridge: Bridge, settings: ExtenderSettings) -> None:
     api = DrainingServer(api_config(bridge, settings), settings.drain_seconds)
     health = _Companion(uvicorn.Config(
         create_health_app(bridge), host=settings.host, port=settings.health_port,
-        log_config=None, lifespan="off",
+        log_config=None, lifespan="off", access_log=False,  # a line per probe and scrape
     ))
 
     async def both() -> None:
