@@ -13,7 +13,7 @@ per profile, with every feasible node's name (``nodeCacheCapable: true``).  So B
   handler that does nothing (target >= 0.7x).
 
 Two servers, each in its own process and served exactly as ``slurmbridge extender`` serves
-(``logs.configure("info")``, ``uvicorn.run(app, log_config=None)``: access log on):
+(``logs.configure("info")``, uvicorn with ``extender.server.SERVING``: no access log):
 
 - ``bridge``: the real app (``create_app(bridge, manage_lifecycle=False)``) over the dev
   kit's in-memory fakes (``benchmarks/synthetic.py``), its index holding ``jobs`` running
@@ -72,6 +72,7 @@ from benchmarks.synthetic import (
 )
 from bridge import logs
 from extender.app import create_app
+from extender.server import SERVING
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -189,7 +190,7 @@ def serve(
     if profiler is not None:
         profiler.enable()
     try:
-        uvicorn.run(timed, host="127.0.0.1", port=port, log_config=None)
+        uvicorn.run(timed, host="127.0.0.1", port=port, **SERVING)
     finally:
         if profiler is not None and profile_to:
             profiler.disable()
@@ -543,7 +544,7 @@ def notes(cfg: Config, writes: int) -> list[str]:
         "uvicorn on this machine for these bodies.",
         "Client: a minimal asyncio HTTP/1.1 client in the runner process (httpx itself "
         "saturates near 250 req/s here); latency is per call on the client. Server: its own "
-        "process, uvicorn as `slurmbridge extender` runs it (access log on at level info, "
+        "process, uvicorn as `slurmbridge extender` runs it (info log, no access log, "
         "stderr to a file). `service time in the app` is measured by an ASGI wrapper "
         "around the app (routing, body validation, handler, serialization; no HTTP "
         "parsing). Client and server share this machine's 2 CPUs; bridge and bare are "

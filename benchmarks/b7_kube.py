@@ -547,6 +547,7 @@ def serve_extender(side: str, port: int) -> None:
     import uvicorn  # noqa: PLC0415
 
     from bridge import logs  # noqa: PLC0415
+    from extender.server import SERVING  # noqa: PLC0415
 
     logs.configure("info")  # as `slurmbridge extender` does
     if side == "bridge":
@@ -558,7 +559,7 @@ def serve_extender(side: str, port: int) -> None:
         app = create_app(bridge, manage_lifecycle=False)
     else:
         app = _bare_extender()
-    uvicorn.run(_cpu_wrapped(app), host="127.0.0.1", port=port, log_config=None)
+    uvicorn.run(_cpu_wrapped(app), host="127.0.0.1", port=port, **SERVING)
 
 
 def _served_bodies() -> dict[str, Callable[[int], bytes]]:
