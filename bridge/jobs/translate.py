@@ -26,6 +26,7 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
     name = _required(meta.name, "metadata.name")
     options = slurm_options(meta.annotations)
     group = pod_group(meta.labels)
+    _no_device_claims(pod)
     resources = pod_resources(pod)
     gpu = gpu_ask(options, resources.gpus)
     nodes = group.size if group else 1
@@ -42,6 +43,20 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
         time_limit_minutes=options.time_limit_minutes or _deadline_minutes(pod),
         placement=options.placement,
     )
+
+
+def _no_device_claims(pod: Pod) -> None:
+    """A device Kubernetes allocates through a ResourceClaim (DRA) is one Slurm does not know
+    of: kube-scheduler could hand a pod the GPU Slurm gives a native job.  Slurm allocates a
+    bridge pod's devices, so the pod asks Slurm for them."""
+    claims = pod.spec.resourceClaims if pod.spec else None
+    if claims:
+        raise InvalidPodRequest(
+            "spec.resourceClaims", ", ".join(c.name for c in claims),
+            f"none: Slurm allocates the GPUs of a pod it places; ask for them with resource "
+            f"{keys.GPU_RESOURCE} (annotations {keys.GPU_TYPE}, {keys.GPU_SHARDS} for a "
+            "type or shards), and Slurm tells the pod which it got",
+        )
 
 
 def _check_segment(topology: TopologyAsk | None, nodes: int) -> None:

@@ -9,7 +9,7 @@ The local Slurm (deploy/slurm/recipe.sh) gives every GPU 4 shards on the same de
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -230,3 +230,19 @@ async def test_gpu_requests_slurm_cannot_express_are_refused_by_the_webhook(
         message = str(refused.value.status.message)
         assert "slurmbridge cannot run this pod" in message, message
         assert f"annotation {field}=" in message and words in message, message
+
+
+async def test_a_pod_bringing_its_own_resource_claim_is_refused_naming_it(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
+) -> None:
+    """Admitted, kube-scheduler's DRA plugin would give it a device Slurm may give a native job
+    at the same time; the webhook refuses it, naming the claim and what to ask instead."""
+    ns = await e2e_namespace("claims")
+    manifest = PodBuilder("claimed").manifest()
+    manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    manifest["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    with pytest.raises(ApiError) as refused:
+        await create_pod(kube, ns, cast(Pod, Pod.from_dict(manifest)))
+    message = str(refused.value.status.message)
+    assert 'slurmbridge cannot run this pod: spec.resourceClaims="gpu"' in message, message
+    assert keys.GPU_RESOURCE in message, message

@@ -5,7 +5,7 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lightkube.models.core_v1 import Pod
+from lightkube.models.core_v1 import Pod, PodResourceClaim
 from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
@@ -119,3 +119,19 @@ def test_any_name_yields_a_short_inert_job_name(namespace: str, name: str) -> No
     job_name = placeholder_job_name(namespace, name)
     assert SAFE_NAME.fullmatch(job_name)
     assert len(job_name) <= MAX_JOB_NAME
+
+
+def test_a_pod_bringing_its_own_resource_claims_is_refused_naming_them() -> None:
+    """A device Kubernetes allocates through a claim is unknown to Slurm, which may give the
+    same GPU to a native job: the pod must ask Slurm for it instead."""
+    pod = make_pod()
+    assert pod.spec is not None
+    pod.spec.resourceClaims = [
+        PodResourceClaim(name="gpu", resourceClaimTemplateName="one-gpu"),
+        PodResourceClaim(name="nic", resourceClaimName="rdma-0"),
+    ]
+    with pytest.raises(InvalidPodRequest) as raised:
+        job_request_for_pod(pod)
+    assert raised.value.field == "spec.resourceClaims"
+    assert raised.value.value == "gpu, nic"
+    assert keys.GPU_RESOURCE in raised.value.accepted
