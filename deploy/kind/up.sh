@@ -14,7 +14,8 @@
 # containerd, slurmd 26.05) → kind
 # cluster (deploy/kind/cluster.yaml: 1 control plane + 2 hybrid workers + 1 without slurmd) → Slurm controller container
 # (slurmctld + slurmrestd, deploy/kind/slurmctld.sh) on kind's network → slurmd on each worker,
-# registered with it (the Slurm node and the Kubernetes node are one host, same name) → bridge
+# registered with it (the Slurm node and the Kubernetes node are one host, same name) → the
+# DRA GPU driver (deploy/kind/dra: each worker's GPUs as DRA devices, index = Slurm's) → bridge
 # image built and loaded into kind → JWT Secret → helm install of deploy/helm/slurmbridge (its
 # own RBAC; the second kube-scheduler, the extender and the webhook as pods) → demo pods next to
 # a native sbatch job → the pod ↔ job table.
@@ -89,6 +90,7 @@ build() {
       -t "$SLURM_IMAGE" "$repo/deploy/slurm" >/dev/null
   fi
   bash "$repo/deploy/images/build.sh" "$IMAGE" >/dev/null
+  DRA_IMAGE="$(bash "$here/dra/build.sh")"
 }
 
 create_cluster() {
@@ -99,9 +101,9 @@ create_cluster() {
     # Stopped nodes, or nodes of an older node image (its recipe changed since).
     stopped="$(kind get nodes --name "$CLUSTER" | xargs docker inspect -f '{{.Name}} {{.State.Running}} {{.Image}}' \
       | grep -v " true $image_id\$" || true)"
-    # Made from another cluster.yaml (e.g. before the worker without slurmd): not this one.
-    local want; want="$(grep -c '^  - role:' "$here/cluster.yaml")"
-    (( $(kind get nodes --name "$CLUSTER" | wc -l) == want )) || stopped+=" nodes other than cluster.yaml's $want"
+    # Made from another cluster.yaml (its nodes, labels, containerd settings): not this one.
+    [[ "$(cat "$STATE/cluster.yaml.sha256" 2>/dev/null)" == "$(sha256sum < "$here/cluster.yaml")" ]] \
+      || stopped+=" made from another cluster.yaml"
     if [[ -z "$stopped" ]]; then
       kind export kubeconfig --name "$CLUSTER" --kubeconfig "$KUBECONFIG" >/dev/null 2>&1
       # Nodes restarted with the engine may come back broken (e.g. other addresses).
@@ -116,16 +118,20 @@ create_cluster() {
   fi
   log "creating kind cluster $CLUSTER from $node_image (deploy/kind/cluster.yaml: 1 control plane + 3 workers)"
   mkdir -p "$STATE"
+  rm -f "$STATE/cluster.yaml.sha256"
   kind create cluster --name "$CLUSTER" --config "$here/cluster.yaml" --image "$node_image" \
     --kubeconfig "$KUBECONFIG" --wait 5m
+  sha256sum < "$here/cluster.yaml" > "$STATE/cluster.yaml.sha256"
 }
 
 # The Slurm controller on kind's network; its node list is the kind workers.
 start_slurm() {
   local nodes external config; nodes="$(workers | xargs)"; external="$(external_workers | xargs)"
   [[ -n "$nodes" ]] || die "no kind workers found for cluster $CLUSTER"
-  # The container is made again when its nodes or its scripts change.
+  # The container is made again when its nodes or its scripts change, or the cluster was made
+  # again (its state holds the old nodes' addresses and jobs).
   config="$(cat "$here/slurmctld.sh" "$repo/deploy/slurm/recipe.sh" | sha256sum | cut -c1-12) $nodes / $external"
+  config+=" cluster $(docker inspect -f '{{.Id}}' "$CLUSTER-control-plane" | cut -c1-12)"
   mkdir -p "$STATE/slurm/keys" "$STATE/slurm/token"
   [[ -s "$STATE/slurm/keys/slurm.key" ]] || head -c 1024 /dev/urandom > "$STATE/slurm/keys/slurm.key"
   [[ -s "$STATE/slurm/keys/jwt_hs256.key" ]] || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$STATE/slurm/keys/jwt_hs256.key"
@@ -166,19 +172,36 @@ start_slurmd() {
     || die "not every worker's slurmd registered (docker exec <worker> journalctl -u slurmbridge-slurmd)"
 }
 
+# Images into every node that lacks them.  kind load checks for an image with crictl, which
+# these nodes lack: check with ctr.
+load_images() {
+  local node image missing=()
+  for node in $(kind get nodes --name "$CLUSTER"); do
+    for image in "$@"; do
+      [[ "$image" == */* ]] || image="library/$image"
+      docker exec "$node" ctr -n k8s.io images ls -q | grep -qx "docker.io/$image" || { missing+=("$node"); break; }
+    done
+  done
+  if (( ${#missing[@]} )); then
+    kind load docker-image "$@" --name "$CLUSTER" --nodes "$(IFS=,; echo "${missing[*]}")" >/dev/null
+  fi
+}
+
+# The DRA GPU driver (deploy/kind/dra): each worker's GPUs, as its gres.conf declares them.
+install_dra() {
+  log "installing the DRA GPU driver ($DRA_IMAGE)"
+  load_images "$DRA_IMAGE"
+  sed "s|DRA_IMAGE|$DRA_IMAGE|" "$here/dra/driver.yaml" | kubectl apply -f - >/dev/null
+  kubectl -n slurmbridge-dra rollout status daemonset/dra-gpu-plugin --timeout=180s >/dev/null \
+    || die "the DRA GPU driver did not start (kubectl -n slurmbridge-dra logs daemonset/dra-gpu-plugin)"
+}
+
 install_bridge() {
   log "loading $IMAGE into kind"
   # Also tagged by content: a rebuilt image changes the chart's pods, so helm rolls them.
   local tagged; tagged="${IMAGE%:*}:$(docker image inspect "$IMAGE" --format '{{.Id}}' | cut -c8-19)"
   docker tag "$IMAGE" "$tagged"
-  # kind load checks for the image with crictl, which these nodes lack: check with ctr.
-  local node missing=()
-  for node in $(kind get nodes --name "$CLUSTER"); do
-    docker exec "$node" ctr -n k8s.io images ls -q | grep -qx "docker.io/library/$tagged" || missing+=("$node")
-  done
-  if (( ${#missing[@]} )); then   # $IMAGE too: the tests' containers run it
-    kind load docker-image "$IMAGE" "$tagged" --name "$CLUSTER" --nodes "$(IFS=,; echo "${missing[*]}")" >/dev/null
-  fi
+  load_images "$tagged" "$IMAGE"   # $IMAGE too: the tests' containers run it
   kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n "$NAMESPACE" create secret generic slurmbridge-slurm-jwt \
     --from-file=token="$STATE/slurm/token/token" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -275,6 +298,7 @@ up() {
   create_cluster
   start_slurm
   start_slurmd
+  install_dra
   install_bridge "$@"
   demo
   cat <<DONE

@@ -1,0 +1,95 @@
+"""The kind cluster's DRA GPU driver (deploy/kind/dra): the ground issue 23's claims stand on.
+
+Each worker's GPUs are published as DRA devices gpu-0..gpu-N-1 whose ``index`` is Slurm's GRES
+index on that node (N as the node's gres.conf declares), and a container whose claim was
+allocated is handed exactly those devices (CDI, through the node's containerd).  The pods here
+are the default scheduler's, in a namespace the bridge does not serve: the bridge refuses a
+pod bringing its own claims until it can pin them to Slurm's devices."""
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from slurmbridge_devkit.kube import unique_name
+from tests.kind.cluster import WORKLOAD_IMAGE, Kind, wait
+
+pytestmark = pytest.mark.kind
+
+DRIVER = "gpu.example.com"
+GPUS_LABEL = "kind.slurmbridge.io/gpus"
+
+
+def _devices(kind: Kind, node: str) -> dict[str, int]:
+    """device name → its index attribute, over the driver's ResourceSlices of ``node``."""
+    slices = kind.kubectl_json("get", "resourceslices",
+                               f"--field-selector=spec.nodeName={node},spec.driver={DRIVER}")
+    return {d["name"]: d["attributes"]["index"]["int"]
+            for s in slices["items"] for d in s["spec"].get("devices", [])}
+
+
+def _slurm_gpus(kind: Kind, node: str) -> int:
+    shown = kind.slurm("scontrol", "show", "node", node)
+    found = re.search(r"\bGres=(?:\S*,)?gpu:(\d+)", shown)
+    assert found, f"no gpu GRES in Slurm's view of {node}:\n{shown}"
+    return int(found.group(1))
+
+
+def test_each_worker_publishes_its_gpus_with_slurms_indices(kind: Kind) -> None:
+    expected = {node: _slurm_gpus(kind, node) for node in kind.workers()}
+    for node in kind.external_workers():  # not in Slurm until a test registers it
+        expected[node] = int(kind.kubectl_json("get", "node", node)["metadata"]["labels"]
+                             [GPUS_LABEL])
+    for node, count in expected.items():
+        want = {f"gpu-{i}": i for i in range(count)}
+        wait(lambda node=node, want=want: _devices(kind, node) == want,  # type: ignore[misc]
+             60, f"{node}'s ResourceSlice of {DRIVER} to list {sorted(want)}")
+
+
+@pytest.fixture
+def plain_ns(kind: Kind) -> Iterator[str]:
+    """A namespace the bridge does not serve (not enrolled): the default scheduler's pods."""
+    name = unique_name("kt-dra")
+    kind.kubectl("create", "namespace", name)
+    yield name
+    kind.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def test_a_claimed_container_is_handed_exactly_its_allocated_devices(
+        kind: Kind, plain_ns: str) -> None:
+    node = kind.external_workers()[0]  # no slurmd: nothing of Slurm's uses its GPUs
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "two"},
+             "spec": {"devices": {"requests": [
+                 {"name": "gpus", "exactly": {"deviceClassName": DRIVER, "count": 2}}]}}}
+    pod: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "claimed"},
+        "spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"operator": "Exists"}],  # the workers' managed taint
+            "containers": [{
+                "name": "main", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "env | grep ^GPU_DEVICE_ | sort; sleep 600"],
+                "resources": {"claims": [{"name": "gpus"}]}}],
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "two"}],
+        }}
+    for manifest in (claim, pod):
+        kind.kubectl("-n", plain_ns, "create", "-f", "-", stdin=json.dumps(manifest))
+    kind.wait_running(plain_ns, "claimed")
+
+    allocated = kind.kubectl_json("-n", plain_ns, "get", "resourceclaim", "two")["status"]
+    results = allocated["allocation"]["devices"]["results"]
+    assert {(r["driver"], r["pool"]) for r in results} == {(DRIVER, node)}, results
+    devices = sorted(r["device"] for r in results)
+    told = wait(lambda: kind.kubectl("-n", plain_ns, "logs", "claimed").split(), 60,
+                "the container's GPU_DEVICE_ variables in its log")
+    assert told == [f"GPU_DEVICE_{d.removeprefix('gpu-')}={d}" for d in devices]
+    assert [r["name"] for r in allocated["reservedFor"]] == ["claimed"]
+
+    kind.kubectl("-n", plain_ns, "delete", "pod", "claimed", "--wait=true", timeout=120)
+    wait(lambda: "allocation" not in kind.kubectl_json(
+        "-n", plain_ns, "get", "resourceclaim", "two").get("status", {}), 120,
+        "the claim's devices to be freed once its pod is gone")
