@@ -26,7 +26,7 @@ from admission.scope import (
     kube_namespace_labels,
 )
 from bridge.config import AdmissionSettings
-from bridge.draining import KEEP_ALIVE_SECONDS, DrainingServer
+from bridge.draining import SERVING, DrainingServer
 from bridge.jobs.translate import job_request_for_pod
 from bridge.policy.tenancy import TenancySource
 
@@ -197,9 +197,7 @@ def server_config(
         port=settings.port,
         ssl_certfile=str(cert),
         ssl_keyfile=str(key),
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,
-        access_log=False,  # each review is logged, structured (admission.review)
-        log_config=None,  # uvicorn's own lines through the bridge's logging, as the extender's
+        **SERVING,
     )
 
 

@@ -13,7 +13,7 @@ per profile, with every feasible node's name (``nodeCacheCapable: true``).  So B
   handler that does nothing (target >= 0.7x).
 
 Two servers, each in its own process and served exactly as ``slurmbridge extender`` serves
-(``logs.configure("info")``, uvicorn with ``extender.server.SERVING``: no access log):
+(``logs.configure("info")``, uvicorn with ``bridge.draining.SERVING``: no access log):
 
 - ``bridge``: the real app (``create_app(bridge, manage_lifecycle=False)``) over the dev
   kit's in-memory fakes (``benchmarks/synthetic.py``), its index holding ``jobs`` running
@@ -71,8 +71,8 @@ from benchmarks.synthetic import (
     released_pod,
 )
 from bridge import logs
+from bridge.draining import SERVING
 from extender.app import create_app
-from extender.server import SERVING
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

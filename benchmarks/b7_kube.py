@@ -547,7 +547,7 @@ def serve_extender(side: str, port: int) -> None:
     import uvicorn  # noqa: PLC0415
 
     from bridge import logs  # noqa: PLC0415
-    from extender.server import SERVING  # noqa: PLC0415
+    from bridge.draining import SERVING  # noqa: PLC0415
 
     logs.configure("info")  # as `slurmbridge extender` does
     if side == "bridge":

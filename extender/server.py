@@ -10,20 +10,13 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Iterator
-from typing import Any
 
 import uvicorn
 
 from bridge.config import ExtenderSettings
-from bridge.draining import KEEP_ALIVE_SECONDS, DrainingServer
+from bridge.draining import SERVING, DrainingServer
 from bridge.runtime import Bridge
 from extender.app import create_app, create_health_app
-
-# How uvicorn serves kube-scheduler (B3 and B7 serve the same way).  No access log: each
-# filter is logged structured at debug, each bind at info.
-SERVING: dict[str, Any] = {
-    "log_config": None, "access_log": False, "timeout_keep_alive": KEEP_ALIVE_SECONDS,
-}
 
 
 class TLSConfigError(ValueError):
