@@ -6,6 +6,7 @@ Deciding has no side effects (register with ``sideEffects: None``), so a
 ``dryRun`` request gets exactly the answer a real one would.
 """
 
+from collections.abc import Mapping
 from typing import Literal
 
 import structlog
@@ -15,6 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from admission import mutate, validate, workloads
+from admission.device_claims import claimed_gpus
 from admission.owners import OwnerReader, WorkloadError, WorkloadLookupError, kube_owner_reader
 from admission.pod import PodShape
 from admission.review import AdmissionRequest, AdmissionResponse, AdmissionReview
@@ -25,7 +27,8 @@ from admission.scope import (
     Scope,
     kube_namespace_labels,
 )
-from bridge.config import AdmissionSettings
+from bridge.config import AdmissionSettings, DeviceClassGres
+from bridge.devices.asks import UnmappableClaim
 from bridge.draining import SERVING, DrainingServer
 from bridge.jobs.translate import job_request_for_pod
 from bridge.policy.tenancy import TenancySource
@@ -49,10 +52,13 @@ def create_app(
     translate: validate.PodTranslator = job_request_for_pod,
     tenancy: TenancySource | None = None,
     owners: OwnerReader | None = None,
+    *,
+    device_classes: Mapping[str, DeviceClassGres] | None = None,
 ) -> FastAPI:
     """The webhook app; ``namespace_lookup`` defaults to the API server (cached either way),
     ``tenancy`` to the file ``settings.tenancy_file`` (re-read when it changes), ``owners``
-    (what sizes a pod's group) to the API server."""
+    (what sizes a pod's group, and its DRA claims) to the API server; ``device_classes``:
+    the DRA classes Slurm allocates (``Settings.device_classes``)."""
     tenancy = tenancy or TenancySource(settings.tenancy_file)
     read_owner = owners or kube_owner_reader()
     labels = CachedNamespaceLabels(
@@ -66,7 +72,7 @@ def create_app(
             request = _parse(await http.body())
             response = await _decide(
                 endpoint, request, scope, settings, translate, tenancy=tenancy,
-                owners=read_owner,
+                owners=read_owner, classes=device_classes or {},
             )
         except BadReview as err:
             log.warning("admission.bad_review", endpoint=endpoint, reason=str(err))
@@ -138,6 +144,7 @@ async def _decide(
     *,
     tenancy: TenancySource,
     owners: OwnerReader,
+    classes: Mapping[str, DeviceClassGres],
 ) -> AdmissionResponse:
     """One review's answer."""
     if (request.resource.group, request.resource.resource) != ("", "pods"):
@@ -164,8 +171,11 @@ async def _decide(
         return AdmissionResponse.allow(request.uid)
     try:
         group = await workloads.membership(pod, request.namespace, owners)
+        claimed = await claimed_gpus(pod, request.namespace, owners, classes)
     except WorkloadError as err:
         return AdmissionResponse.deny(request.uid, 422, f"slurmbridge cannot group this pod: {err}")
+    except UnmappableClaim as err:
+        return AdmissionResponse.deny(request.uid, 422, f"slurmbridge cannot run this pod: {err}")
     except WorkloadLookupError as err:  # the owner's controller retries the create
         log.error("admission.owner_lookup_failed", uid=request.uid, reason=str(err))
         return AdmissionResponse.deny(request.uid, 503, f"slurmbridge: {err}; retry")
@@ -173,13 +183,15 @@ async def _decide(
         defaults = tenancy.current().defaults(
             request.namespace, pod.annotations, pod.spec.priority_class_name
         )
-        return AdmissionResponse.allow(request.uid, patch=mutate.patch_for(pod, defaults, group))
+        patch = mutate.patch_for(pod, defaults, group, claimed)
+        return AdmissionResponse.allow(request.uid, patch=patch)
     except mutate.InvalidGpuRequest as err:
         return AdmissionResponse.deny(request.uid, 422, str(err))
 
 
 def server_config(
-    settings: AdmissionSettings, namespace_lookup: NamespaceLabels | None = None
+    settings: AdmissionSettings, namespace_lookup: NamespaceLabels | None = None,
+    device_classes: Mapping[str, DeviceClassGres] | None = None,
 ) -> uvicorn.Config:
     """The uvicorn configuration serving the webhook; refuses to go without TLS."""
     cert, key = settings.tls_cert_file, settings.tls_key_file
@@ -192,7 +204,7 @@ def server_config(
     if missing:
         raise TLSConfigError(f"TLS file(s) not found: {', '.join(missing)}")
     return uvicorn.Config(
-        create_app(settings, namespace_lookup),
+        create_app(settings, namespace_lookup, device_classes=device_classes),
         host=settings.host,
         port=settings.port,
         ssl_certfile=str(cert),
@@ -201,6 +213,10 @@ def server_config(
     )
 
 
-def serve(settings: AdmissionSettings, namespace_lookup: NamespaceLabels | None = None) -> None:
+def serve(
+    settings: AdmissionSettings, namespace_lookup: NamespaceLabels | None = None,
+    device_classes: Mapping[str, DeviceClassGres] | None = None,
+) -> None:
     """Run the webhook over HTTPS until stopped."""
-    DrainingServer(server_config(settings, namespace_lookup), settings.drain_seconds).run()
+    config = server_config(settings, namespace_lookup, device_classes)
+    DrainingServer(config, settings.drain_seconds).run()

@@ -12,6 +12,7 @@ from typing import Any
 from admission.pod import Container, PodShape
 from admission.workloads import Membership
 from bridge import keys
+from bridge.devices.asks import GpuTotal
 
 PatchOp = dict[str, Any]
 
@@ -44,7 +45,8 @@ def pointer(*parts: str | int) -> str:
 
 
 def patch_for(
-    pod: PodShape, defaults: Mapping[str, str] | None = None, group: Membership | None = None
+    pod: PodShape, defaults: Mapping[str, str] | None = None, group: Membership | None = None,
+    claimed: GpuTotal | None = None,
 ) -> list[PatchOp]:
     """The JSON Patch that makes ``pod`` a slurmbridge pod; raises ``InvalidGpuRequest``.
 
@@ -52,6 +54,7 @@ def patch_for(
     QOS), only those the pod does not set itself (``TenancyMap.defaults``).
     ``group``: the pod's group as its workload says (admission/workloads.py), written as the
     bridge's group labels over any the pod carried.
+    ``claimed``: what the pod's DRA claims ask Slurm for (admission/device_claims.py).
     """
     ops: list[PatchOp] = []
     if "metadata" not in pod.model_fields_set:
@@ -64,6 +67,8 @@ def patch_for(
     ops += gpu_ops
     implied = {k: v for k, v in group.asks.items() if k not in pod.annotations} if group else {}
     annotations = {**(defaults or {}), **implied, **({keys.GPUS: gpus} if gpus else {})}
+    if claimed is not None:
+        annotations |= _claimed_annotations(pod, claimed, gpus)
     ops += _metadata_ops(pod, "annotations", annotations)
     if group is not None:
         ops += _group_ops(pod, group)
@@ -101,6 +106,24 @@ def _gate_ops(pod: PodShape) -> list[PatchOp]:
     if pod.spec.scheduling_gates is None:
         return [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}]
     return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
+
+
+def _claimed_annotations(pod: PodShape, claimed: GpuTotal, gpus: str | None) -> dict[str, str]:
+    """The claims' GPUs as the pod's GPU annotations: one GPU form per pod."""
+    if gpus is not None or keys.GPU_SHARDS in pod.annotations:
+        other = f"{keys.GPU_RESOURCE} in its resources" if gpus is not None else keys.GPU_SHARDS
+        raise InvalidGpuRequest(
+            f"the pod asks for GPUs both through spec.resourceClaims and {other}: Slurm "
+            "allocates a pod's GPUs once; keep one of the two"
+        )
+    asked_type = pod.annotations.get(keys.GPU_TYPE)
+    if asked_type is not None and asked_type != claimed.gpu_type:
+        raise InvalidGpuRequest(
+            f"annotation {keys.GPU_TYPE}={asked_type!r} but the pod's claims are of GPU type "
+            f"{claimed.gpu_type or 'any'} (their device classes say): drop the annotation"
+        )
+    found = {keys.GPUS: str(claimed.gpus)}
+    return found | ({keys.GPU_TYPE: claimed.gpu_type} if claimed.gpu_type else {})
 
 
 def _gpu_ops(pod: PodShape) -> tuple[list[PatchOp], str | None]:

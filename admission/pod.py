@@ -68,6 +68,16 @@ class Affinity(_Open):
     pod_anti_affinity: PodAffinity | None = Field(default=None, alias="podAntiAffinity")
 
 
+class PodResourceClaim(_Open):
+    """One ``spec.resourceClaims`` entry: a DRA claim by name, or a template to make one."""
+
+    name: str
+    resource_claim_name: str | None = Field(default=None, alias="resourceClaimName")
+    resource_claim_template_name: str | None = Field(
+        default=None, alias="resourceClaimTemplateName"
+    )
+
+
 class PodSpec(_Open):
     containers: list[Container] = Field(min_length=1)
     init_containers: list[Container] | None = Field(default=None, alias="initContainers")
@@ -82,6 +92,7 @@ class PodSpec(_Open):
         default=None, alias="topologySpreadConstraints"
     )
     affinity: Affinity | None = None
+    resource_claims: list[PodResourceClaim] | None = Field(default=None, alias="resourceClaims")
 
 
 class OwnerReference(_Open):

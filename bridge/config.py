@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -234,6 +234,26 @@ class AdmissionSettings(BaseModel):
         return "admission.default_policy"
 
 
+class DeviceClassGres(BaseModel):
+    """What one DRA DeviceClass is in Slurm: a claim's request of the class is a request of
+    this many GRES, and the devices the bridge writes into the claim are the ones whose
+    ``index_attribute`` equals the indices Slurm allocated."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gres: Literal["gpu"] = Field("gpu", description="the Slurm GRES a request of the class asks")
+    type: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="the Slurm GPU type (gres/gpu:<type>:N); none: any GPU",
+    )
+    driver: str | None = Field(
+        None, description="the DRA driver publishing the devices; default: the class's name",
+    )
+    index_attribute: str = Field(
+        "index", description="the device attribute holding Slurm's GPU index (gres.conf order)",
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SLURMBRIDGE_", env_nested_delimiter="__", extra="forbid"
@@ -245,6 +265,11 @@ class Settings(BaseSettings):
     controllers: ControllerSettings = ControllerSettings()
     extender: ExtenderSettings = ExtenderSettings()
     admission: AdmissionSettings = AdmissionSettings()
+    device_classes: dict[str, DeviceClassGres] = Field(
+        default_factory=dict,
+        description="DRA DeviceClass name -> Slurm GRES: claims of these classes are Slurm's to "
+        "allocate (the webhook refuses any other class on a slurmbridge pod)",
+    )
 
     @classmethod
     def settings_customise_sources(

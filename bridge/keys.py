@@ -168,6 +168,12 @@ REASON_NODE_AVAILABLE: Final = "SlurmNodeAvailable"
 REASON_NODE_UNAVAILABLE: Final = "SlurmNodeUnavailable"
 NODE_CONDITION_SLURM: Final = "SlurmNodeAvailable"
 
+# DRA ResourceClaims whose allocation the bridge wrote from Slurm's GPU indices: the finalizer
+# keeps the claim (and its devices) until the job ended and no pod uses it; the label names
+# the job, so the lifecycle controller finds them with one list.
+CLAIM_FINALIZER: Final = PREFIX + "slurm-allocation"
+CLAIM_JOB_LABEL: Final = PREFIX + "job-id"
+
 # Extended resource names of GPUs that Slurm allocates instead of the device plugin.
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_ENV_VARS: Final = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")

@@ -65,7 +65,7 @@ def webhook(config: Path | None) -> None:
     settings = load_settings(config)
     try:
         labels = kube_namespace_labels(kube_client(settings.kube.kubeconfig))
-        serve(settings.admission, namespace_lookup=labels)
+        serve(settings.admission, namespace_lookup=labels, device_classes=settings.device_classes)
     except TLSConfigError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -26,7 +26,7 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
     name = _required(meta.name, "metadata.name")
     options = slurm_options(meta.annotations)
     group = pod_group(meta.labels)
-    _no_device_claims(pod)
+    _claims_through_the_webhook(pod, options.gpus)
     resources = pod_resources(pod)
     gpu = gpu_ask(options, resources.gpus)
     nodes = group.size if group else 1
@@ -45,17 +45,21 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
     )
 
 
-def _no_device_claims(pod: Pod) -> None:
-    """A device Kubernetes allocates through a ResourceClaim (DRA) is one Slurm does not know
-    of: kube-scheduler could hand a pod the GPU Slurm gives a native job.  Slurm allocates a
-    bridge pod's devices, so the pod asks Slurm for them."""
+def _claims_through_the_webhook(pod: Pod, claimed_gpus: int | None) -> None:
+    """A pod's DRA claims (``spec.resourceClaims``) are Slurm's to allocate: the webhook reads
+    them and writes what they ask for (``slurmbridge.io/gpus``), and holds the pod with the
+    bridge's gate until the bridge has written the claims' allocation from Slurm's GPUs.  A
+    pod that came without either would have kube-scheduler pick devices Slurm does not know
+    of (possibly the GPU Slurm gives a native job)."""
     claims = pod.spec.resourceClaims if pod.spec else None
-    if claims:
+    gates = [g.name for g in (pod.spec.schedulingGates if pod.spec else None) or []]
+    if claims and (claimed_gpus is None or keys.SLURM_GATE not in gates):
         raise InvalidPodRequest(
             "spec.resourceClaims", ", ".join(c.name for c in claims),
-            f"none: Slurm allocates the GPUs of a pod it places; ask for them with resource "
-            f"{keys.GPU_RESOURCE} (annotations {keys.GPU_TYPE}, {keys.GPU_SHARDS} for a "
-            "type or shards), and Slurm tells the pod which it got",
+            "claims read by the slurmbridge webhook (it asks Slurm for their devices and holds "
+            f"the pod until Slurm allocated them; the pod came without its {keys.GPUS} "
+            f"annotation or its {keys.SLURM_GATE} gate): create the pod in an enrolled "
+            f"namespace, or ask with resource {keys.GPU_RESOURCE}",
         )
 
 

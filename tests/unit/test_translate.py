@@ -5,7 +5,7 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lightkube.models.core_v1 import Pod, PodResourceClaim
+from lightkube.models.core_v1 import Pod, PodResourceClaim, PodSchedulingGate
 from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
@@ -122,8 +122,8 @@ def test_any_name_yields_a_short_inert_job_name(namespace: str, name: str) -> No
 
 
 def test_a_pod_bringing_its_own_resource_claims_is_refused_naming_them() -> None:
-    """A device Kubernetes allocates through a claim is unknown to Slurm, which may give the
-    same GPU to a native job: the pod must ask Slurm for it instead."""
+    """A claim the webhook did not read is one kube-scheduler would allocate, unknown to
+    Slurm, which may give the same GPU to a native job."""
     pod = make_pod()
     assert pod.spec is not None
     pod.spec.resourceClaims = [
@@ -135,3 +135,16 @@ def test_a_pod_bringing_its_own_resource_claims_is_refused_naming_them() -> None
     assert raised.value.field == "spec.resourceClaims"
     assert raised.value.value == "gpu, nic"
     assert keys.GPU_RESOURCE in raised.value.accepted
+
+
+def test_claims_the_webhook_read_ask_slurm_for_their_gpus() -> None:
+    """Gated, with the webhook's count of the claims' GPUs: the job asks Slurm for them; the
+    same pod without the gate (kube-scheduler would allocate the claim) is refused."""
+    pod = make_pod(annotations={keys.GPUS: "2", keys.GPU_TYPE: "1g.10gb"})
+    assert pod.spec is not None
+    pod.spec.resourceClaims = [PodResourceClaim(name="gpu", resourceClaimTemplateName="two")]
+    with pytest.raises(InvalidPodRequest, match="gate"):
+        job_request_for_pod(pod)
+    pod.spec.schedulingGates = [PodSchedulingGate(name=keys.SLURM_GATE)]
+    job = job_request_for_pod(pod)
+    assert (job.gpus, job.gpu_type) == (2, "1g.10gb")

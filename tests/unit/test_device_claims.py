@@ -1,0 +1,147 @@
+"""DRA claims on a slurmbridge pod: what Slurm is asked for, and what the webhook refuses."""
+
+from typing import Any, cast
+
+import httpx
+import pytest
+from lightkube.models.resource_v1 import ResourceClaimSpec
+
+from admission.app import create_app
+from admission.device_claims import CLAIM, CLAIM_TEMPLATE
+from admission.owners import Kind
+from bridge import keys
+from bridge.config import DeviceClassGres
+from bridge.devices.asks import UnmappableClaim, claim_asks
+from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, apply, make_pod, make_review, post
+
+CLASSES = {
+    "gpu.example.com": DeviceClassGres(),
+    "slice.example.com": DeviceClassGres(type="1g.10gb"),
+}
+
+
+def spec(*requests: dict[str, Any], **devices: Any) -> dict[str, Any]:
+    return {"devices": {"requests": list(requests), **devices}}
+
+
+def request(
+    name: str = "gpu", device_class: str = "gpu.example.com", **exactly: Any
+) -> dict[str, Any]:
+    return {"name": name, "exactly": {"deviceClassName": device_class, **exactly}}
+
+
+def asks(raw: dict[str, Any]) -> list[tuple[str, str, int]]:
+    parsed = cast(ResourceClaimSpec, ResourceClaimSpec.from_dict(raw))
+    found = claim_asks("ResourceClaim ml/c", parsed, CLASSES)
+    return [(a.request, a.device_class, a.count) for a in found]
+
+
+def test_a_request_of_a_mapped_class_is_a_count_of_its_gres() -> None:
+    assert asks(spec(request(count=2), request("one", "slice.example.com"))) == [
+        ("gpu", "gpu.example.com", 2), ("one", "slice.example.com", 1),
+    ]
+
+
+@pytest.mark.parametrize(("raw", "words"), [
+    (spec(request(device_class="nic.example.com")), "'nic.example.com' is not one Slurm"),
+    (spec(request(allocationMode="All")), "allocationMode All"),
+    (spec(request(selectors=[{"cel": {"expression": "device.attributes['x'].y"}}])), "CEL"),
+    (spec({"name": "gpu", "firstAvailable": [{"name": "a", "deviceClassName": "x"}]}),
+     "firstAvailable"),
+    (spec(request(), constraints=[{"matchAttribute": "pciRoot"}]), "constraints"),
+    (spec(request(adminAccess=True)), "adminAccess"),
+    ({"devices": {}}, "asks for no device"),
+])
+def test_what_slurm_cannot_express_is_refused_naming_the_claim(
+    raw: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(UnmappableClaim) as refused:
+        asks(raw)
+    assert "ResourceClaim ml/c" in str(refused.value)
+    assert words in str(refused.value)
+
+
+class Objects:
+    """ResourceClaims and templates by (kind, namespace, name), as the API server holds them."""
+
+    def __init__(self, **found: dict[str, Any]) -> None:
+        self.found = found
+
+    async def __call__(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.found.get(f"{kind.plural}/{name}")
+
+
+def claim(name: str, raw: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "team-a"}, "spec": raw}
+    return body | ({"status": status} if status else {})
+
+
+def template(name: str, raw: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "team-a"}, "spec": {"spec": raw}}
+
+
+OBJECTS = Objects(**{
+    f"{CLAIM_TEMPLATE.plural}/two": template("two", spec(request(count=2))),
+    f"{CLAIM_TEMPLATE.plural}/slice": template(
+        "slice", spec(request(device_class="slice.example.com"))
+    ),
+    f"{CLAIM.plural}/mine": claim("mine", spec(request())),
+    f"{CLAIM.plural}/taken": claim("taken", spec(request()), {
+        "allocation": {"devices": {"results": []}},
+        "reservedFor": [{"resource": "pods", "name": "other", "uid": "u"}],
+    }),
+})
+POLICY = {keys.ACCOUNT: "physics", keys.QOS: "normal"}
+
+
+async def review(endpoint: str, pod: dict[str, Any]) -> dict[str, Any]:
+    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), tenancy=OPEN, owners=OBJECTS,
+                     device_classes=CLASSES)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
+        return await post(c, endpoint, make_review(pod))
+
+
+def with_claims(*refs: dict[str, str], **annotations: str) -> dict[str, Any]:
+    return make_pod(annotations=POLICY | annotations, resourceClaims=list(refs))
+
+
+async def test_the_claims_gpus_are_asked_of_slurm_and_the_pod_admitted() -> None:
+    """A template's and a user-written claim's GPUs add up to the pod's Slurm ask; the pod
+    the webhook made passes its own validation (translation included)."""
+    pod = with_claims({"name": "a", "resourceClaimTemplateName": "two"},
+                      {"name": "b", "resourceClaimName": "mine"})
+    response = await review("mutate", pod)
+    assert response["allowed"], response
+    out = apply(pod, response)
+    assert out["metadata"]["annotations"][keys.GPUS] == "3"
+    assert keys.SLURM_GATE in [g["name"] for g in out["spec"]["schedulingGates"]]
+    assert (await review("validate", out))["allowed"]
+
+
+async def test_a_typed_class_asks_for_its_slurm_gpu_type() -> None:
+    pod = with_claims({"name": "a", "resourceClaimTemplateName": "slice"})
+    out = apply(pod, await review("mutate", pod))
+    assert out["metadata"]["annotations"][keys.GPU_TYPE] == "1g.10gb"
+    assert out["metadata"]["annotations"][keys.GPUS] == "1"
+
+
+TWO = {"name": "a", "resourceClaimTemplateName": "two"}
+
+
+@pytest.mark.parametrize(("refs", "annotations", "words"), [
+    ([{"name": "a", "resourceClaimName": "taken"}], {},
+     "ResourceClaim team-a/taken is in use by pods/other"),
+    ([{"name": "a", "resourceClaimName": "nowhere"}], {},
+     "ResourceClaim team-a/nowhere (spec.resourceClaims 'a') does not exist"),
+    ([TWO, {"name": "b", "resourceClaimTemplateName": "slice"}], {}, "more than one Slurm type"),
+    ([TWO], {keys.GPU_SHARDS: "2"}, "both through spec.resourceClaims"),
+    ([TWO], {keys.GPU_TYPE: "3g.40gb"}, "GPU type any"),
+])
+async def test_claims_slurm_cannot_honour_are_refused_at_create(
+    refs: list[dict[str, str]], annotations: dict[str, str], words: str
+) -> None:
+    response = await review("mutate", with_claims(*refs, **annotations))
+    assert not response["allowed"]
+    assert words in response["status"]["message"]
