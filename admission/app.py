@@ -169,6 +169,14 @@ async def _decide(
         return AdmissionResponse.allow(request.uid, warnings=verdict)
     if old is not None:  # a pod's spec is (nearly) immutable: mutate on creation only
         return AdmissionResponse.allow(request.uid)
+    return await _mutation(request, pod, tenancy=tenancy, owners=owners, classes=classes)
+
+
+async def _mutation(
+    request: AdmissionRequest, pod: PodShape, *, tenancy: TenancySource, owners: OwnerReader,
+    classes: Mapping[str, DeviceClassGres],
+) -> AdmissionResponse:
+    """A new pod's patch: its group and its claims' GPUs read first."""
     try:
         group = await workloads.membership(pod, request.namespace, owners)
         claimed = await claimed_gpus(pod, request.namespace, owners, classes)

@@ -267,8 +267,10 @@ class Settings(BaseSettings):
     admission: AdmissionSettings = AdmissionSettings()
     device_classes: dict[str, DeviceClassGres] = Field(
         default_factory=dict,
-        description="DRA DeviceClass name -> Slurm GRES: claims of these classes are Slurm's to "
-        "allocate (the webhook refuses any other class on a slurmbridge pod)",
+        description="DRA DeviceClass name -> {gres: gpu, type: a Slurm GPU type (none: any), "
+        "driver: the DRA driver (default: the class name), index_attribute: the device "
+        "attribute holding Slurm's GPU index (default: index)}: claims of these classes are "
+        "Slurm's to allocate; the webhook refuses any other class on a slurmbridge pod",
     )
 
     @classmethod

@@ -154,6 +154,7 @@ class EventReason(StrEnum):
     PENDING = "SlurmPending"  # the job's state as first shown (notifier)
     ALLOCATED = "SlurmAllocated"
     JOB_ENDED = "SlurmJobEnded"  # a bound pod's job ended (lifecycle)
+    CLAIMS_UNALLOCATED = "SlurmClaimsUnallocated"  # the pod's DRA claims cannot name its GPUs
 
 
 # Condition reasons on POD_CONDITION_SLURM besides Slurm's own pending reasons.
@@ -163,6 +164,8 @@ REASON_BRIDGE_STARTED: Final = "BridgeStarted"  # a restarted bridge requeues un
 # A gated pod whose job the bridge will not submit (policy, translation): kube-scheduler never
 # sees such a pod, so this condition (and a SlurmSubmitRefused event) is where it is said.
 REASON_CANNOT_SUBMIT: Final = "CannotSubmit"
+# A gated pod whose job runs but whose DRA claims cannot be written with Slurm's GPUs.
+REASON_CLAIMS_UNALLOCATED: Final = "ClaimsUnallocated"
 # Condition reasons on NODE_CONDITION_SLURM.
 REASON_NODE_AVAILABLE: Final = "SlurmNodeAvailable"
 REASON_NODE_UNAVAILABLE: Final = "SlurmNodeUnavailable"

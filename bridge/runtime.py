@@ -13,6 +13,8 @@ from bridge.controllers.external import ExternalNodes
 from bridge.controllers.leader import LeaderElector
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
+from bridge.devices.pinning import ClaimPinner
+from bridge.devices.release import ClaimReleaser
 from bridge.kube.nodes import NodeCache
 from bridge.kube.pods import set_slurm_condition
 from bridge.link.claims import Claims
@@ -69,9 +71,7 @@ class Bridge:
                              claims=self.claims, hooks=hooks)
         p = settings.placement
         self.binder = Binder(self.kube, self.placer, cuda_numbering=p.cuda_visible_devices)
-        self.releaser = Releaser(
-            self.kube, self.placer, self.index, cuda_numbering=p.cuda_visible_devices
-        )
+        self.releaser = self._releaser()
         self.pod_cache = PodCache(self.kube)
         self.intake = Intake(
             self.kube, self.pod_cache, self.placer, self.releaser, workers=p.submit_workers,
@@ -89,10 +89,20 @@ class Bridge:
         self.lifecycle = Lifecycle(
             self.kube, self.slurm, self.index, self.pods, self.pod_cache,
             orphan_grace=c.orphan_grace_seconds, claims=self.claims,
+            device_claims=ClaimReleaser(self.kube) if settings.device_classes else None,
         )
         self.nodesync = NodeSync(self.kube, self.slurm, self.nodes, self.pod_cache)
         self.external = ExternalNodes(self.kube, self.slurm, self.nodes, c.external_node_feature)
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _releaser(self) -> Releaser:
+        """The gated pods' release, their DRA claims written with Slurm's GPUs first."""
+        return Releaser(
+            self.kube, self.placer, self.index,
+            cuda_numbering=self.settings.placement.cuda_visible_devices,
+            claims=ClaimPinner(self.kube, self.settings.device_classes),
+            on_unallocated=self.notifier.claims_unallocated,
+        )
 
     def _admit(self, pod: PodModel) -> PodModel:
         """The pod as its job is submitted: tenancy and policy as they are now."""

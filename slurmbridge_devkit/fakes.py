@@ -24,7 +24,9 @@ import jsonpatch
 from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import Resource
 from lightkube.models.meta_v1 import Status
+from lightkube.operators import UnaryOperator
 from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus
 from lightkube.types import PatchType
 
 from bridge.config import Settings
@@ -35,7 +37,9 @@ from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, Slurm
 from slurmbridge_cli.compose import build_bridge
 
 Obj = dict[str, Any]
-_SUBRESOURCES: dict[Any, type[Resource]] = {Pod.Status: Pod, Node.Status: Node}
+_SUBRESOURCES: dict[Any, type[Resource]] = {
+    Pod.Status: Pod, Node.Status: Node, ResourceClaimStatus: ResourceClaim,
+}
 
 
 class InFlight:
@@ -407,10 +411,13 @@ class _Listing:
 
 
 def _selected(raw: Obj, labels: Any, fields: Any) -> bool:
-    """Equality label and field selectors (``{"spec.nodeName": ""}``: no node)."""
+    """Equality (and ``operators.exists()``) label selectors, equality field selectors
+    (``{"spec.nodeName": ""}``: no node)."""
     have = (raw.get("metadata") or {}).get("labels") or {}
-    if any(have.get(k) != v for k, v in (labels or {}).items()):
-        return False
+    for key, wanted in (labels or {}).items():
+        exists = isinstance(wanted, UnaryOperator) and wanted.op_name == "exists"
+        if (key not in have) if exists else have.get(key) != wanted:
+            return False
     for path, value in (fields or {}).items():
         node: Any = raw
         for part in path.split("."):
@@ -455,6 +462,7 @@ TENANCY = "namespaces:\n  ns: {account: research, user: alice}\n"
 def bridge_over_fakes(
     workdir: Path, slurm: FakeSlurm, kube: FakeKube, *, identity: str = "replica-a",
     tenancy: str = TENANCY, placement: dict[str, Any] | None = None,
+    device_classes: dict[str, Any] | None = None,
 ) -> Bridge:
     """The bridge as ``slurmbridge extender`` wires it, over the fakes.  Namespace ``ns``
     is mapped to Slurm account research and user alice; a job's status is shown on its pod
@@ -464,5 +472,6 @@ def bridge_over_fakes(
         "admission": {"tenancy_file": workdir / "tenancy.yaml"},
         "controllers": {"identity": identity},
         "placement": {"notify_quiet_seconds": 0.1, **(placement or {})},
+        "device_classes": device_classes or {},
     })
     return build_bridge(settings, slurm=slurm, kube=kube)

@@ -25,6 +25,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys, metrics
+from bridge.devices.release import ClaimReleaser
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube import pods as kpods
 from bridge.kube.status import is_not_found, is_too_many_requests
@@ -67,6 +68,9 @@ def _tied_to(pod: PodView, job: SlurmJob) -> bool:
     return not isinstance(job.owner, GroupOwner) or pod.job_id == job.job_id
 
 
+_HOLDING = frozenset({JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING})
+
+
 class Lifecycle:
     def __init__(
         self,
@@ -78,6 +82,7 @@ class Lifecycle:
         *,
         orphan_grace: float = 30.0,
         claims: Claims | None = None,
+        device_claims: ClaimReleaser | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._kube = kube
@@ -91,6 +96,7 @@ class Lifecycle:
         self._orphan_since: dict[int, float] = {}
         self._evicted: set[str] = set()
         self._claims = claims
+        self._device_claims = device_claims
         self._next_prune = 0.0
         self._adopted: set[int] = set()  # recorded job ids read once (while their pods exist)
 
@@ -110,6 +116,13 @@ class Lifecycle:
         if self._claims is not None and self._clock() >= self._next_prune:
             self._next_prune = self._clock() + max(self._orphan_grace, _PRUNE_SECONDS)
             await self._claims.prune_groups(self._job_live)
+        if self._device_claims is not None:
+            may_run = {p.uid for pods in by_owner.values() for p in pods
+                       if not p.containers_stopped}
+            try:
+                await self._device_claims.free_finished(self._holds_gpus, may_run.__contains__)
+            except Exception as exc:  # the apiserver away: next round
+                log.warning("lifecycle.claims_not_freed", error=repr(exc))
         log.debug("lifecycle.reconciled", owners=len(by_owner), jobs=len(self._index.jobs()))
 
     async def _adopt_recorded(self, pods: list[PodView]) -> None:
@@ -131,6 +144,15 @@ class Lifecycle:
             except (SlurmJobNotFound, SlurmProtocolError) as exc:
                 log.info("lifecycle.recorded_job_unreadable", job_id=job_id, error=str(exc))
             self._adopted.add(job_id)
+
+    async def _holds_gpus(self, job_id: int) -> bool:
+        """The job holds its allocation now (a requeued one waits without it)."""
+        known = self._index.by_id(job_id)
+        try:
+            job = known or await self._slurm.get_job(job_id)
+        except SlurmJobNotFound:
+            return False
+        return job.state in _HOLDING
 
     async def _job_live(self, job_id: int) -> bool:
         """Still live in Slurm (a fresh read unless this process tracks it as live)."""

@@ -62,7 +62,7 @@ def release_patch(pod: Pod, kube_node: str, recorded: Mapping[str, str]) -> list
     if meta.annotations is None:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": dict(recorded)})
     else:
-        ops += [{"op": "add", "path": f"/metadata/annotations/{_escaped(k)}", "value": v}
+        ops += [{"op": "add", "path": f"/metadata/annotations/{escaped(k)}", "value": v}
                 for k, v in recorded.items()]
     return ops + _affinity_ops(pod, kube_node) + _toleration_ops(pod)
 
@@ -102,7 +102,7 @@ def _toleration_ops(pod: Pod) -> list[dict[str, Any]]:
     return [{"op": "add", "path": "/spec/tolerations/-", "value": _ALLOCATED_DESPITE}]
 
 
-def _escaped(key: str) -> str:
+def escaped(key: str) -> str:
     """An RFC 6901 reference token: ``slurmbridge.io/job-id`` → ``slurmbridge.io~1job-id``."""
     return key.replace("~", "~0").replace("/", "~1")
 

@@ -172,12 +172,20 @@ class PodNotifier:
         if self._refusals.get(key.uid) == message:
             return
         self._refusals[key.uid] = message
-        self._spawn(self._refused(key, reason, message))
+        self._spawn(self._refused(key, keys.EventReason.SUBMIT_REFUSED, reason, message))
 
-    async def _refused(self, key: kpods.PodRef, reason: str, message: str) -> None:
-        await kpods.record_event(
-            self._kube, key, keys.EventReason.SUBMIT_REFUSED, message, warning=True
-        )
+    async def claims_unallocated(self, pod: Pod, message: str) -> None:
+        """Slurm runs the pod's job but its claims cannot name the GPUs: it stays gated."""
+        meta = pod.metadata or ObjectMeta()
+        assert meta.uid and meta.namespace and meta.name
+        key = PodKey(meta.namespace, meta.name, meta.uid)
+        self._spawn(self._refused(key, keys.EventReason.CLAIMS_UNALLOCATED,
+                                  keys.REASON_CLAIMS_UNALLOCATED, message))
+
+    async def _refused(
+        self, key: kpods.PodRef, event: keys.EventReason, reason: str, message: str
+    ) -> None:
+        await kpods.record_event(self._kube, key, event, message, warning=True)
         await kpods.set_slurm_condition(
             self._kube, key.namespace, key.name, allocated=False, reason=reason, message=message,
         )

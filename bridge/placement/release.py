@@ -11,6 +11,7 @@ server refuses for another reason is tried again after ``retry_seconds`` while i
 """
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import structlog
 from lightkube.core.exceptions import ApiError
@@ -19,6 +20,7 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.types import PatchType
 
 from bridge import keys, metrics
+from bridge.devices.pinning import ClaimPinError, ClaimPinner, ClaimsNotReady
 from bridge.jobs.annotations import pod_group
 from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
@@ -44,8 +46,12 @@ class Releaser:
     def __init__(
         self, kube: KubePort, placer: Placer, index: JobIndex, *,
         cuda_numbering: CudaNumbering = "renumbered", retry_seconds: float = 2.0,
+        claims: ClaimPinner | None = None,
+        on_unallocated: Callable[[Pod, str], Awaitable[None]] | None = None,
     ) -> None:
         self._kube = kube
+        self._claims = claims
+        self._on_unallocated = on_unallocated
         self._placer = placer
         self._index = index
         self._cuda = cuda_numbering
@@ -171,6 +177,8 @@ class Releaser:
         """One write (a fresh read first only when the pod changed); True once released."""
         uid = _uid(pod)
         placement = self._placer.placement_at(owner, job, slurm_node)
+        if not await self._claims_pinned(pod, job, placement.kube_node, slurm_node):
+            return False
         cuda = cuda_visible_devices(placement.gpu_ids, self._cuda)
         recorded = annotations.bound(job.job_id, owner, slurm_node, placement.gpu_ids, cuda)
         meta = pod.metadata
@@ -200,6 +208,29 @@ class Releaser:
         log.info("release.done", pod=pod_ref(pod), job_id=job.job_id, node=placement.kube_node,
                  gpu_ids=placement.gpu_ids)
         return True
+
+
+    async def _claims_pinned(
+        self, pod: Pod, job: SlurmJob, kube_node: str, slurm_node: str
+    ) -> bool:
+        """The pod's DRA claims written with Slurm's GPUs (True at once without claims); a
+        claim not made yet waits for the next try, one that cannot be written is told on the
+        pod, which then waits no more."""
+        if self._claims is None or not (pod.spec and pod.spec.resourceClaims):
+            return True
+        gpu_ids = job.allocation.gpu_ids.get(slurm_node, ()) if job.allocation else ()
+        try:
+            await self._claims.pin(pod, job.job_id, kube_node, gpu_ids)
+            return True
+        except ClaimsNotReady as exc:
+            log.info("release.claims_not_ready", pod=pod_ref(pod), reason=str(exc))
+        except ClaimPinError as exc:
+            log.warning("release.claims_unallocated", pod=pod_ref(pod), job_id=job.job_id,
+                        reason=str(exc))
+            if self._on_unallocated is not None:
+                await self._on_unallocated(pod, str(exc))
+            self.forget(_uid(pod))
+        return False
 
 
 def _uid(pod: Pod) -> str:

@@ -213,6 +213,7 @@ install_bridge() {
     --set scheduler.image.tag="v$K8S_VERSION" \
     --set "admission.enrolledNamespaces={$DEMO_NS}" \
     --set-json 'tenancy.default={}' \
+    --set-json 'deviceClasses={"gpu.example.com": {}}' \
     "$@" --wait --timeout 5m >/dev/null
   kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   wait_admission

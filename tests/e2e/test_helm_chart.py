@@ -569,6 +569,12 @@ def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
         "nodes/status": ["patch"],
         "namespaces": ["get", "list", "watch"],
         "events": ["create"],
+        # DRA claims written with Slurm's GPUs (bridge/devices/)
+        "resourceclaims.resource.k8s.io": ["get", "list", "patch"],
+        "resourceclaims.resource.k8s.io/status": ["patch"],
+        "resourceclaims.resource.k8s.io/binding": ["patch"],
+        "resourceslices.resource.k8s.io": ["list"],
+        "deviceclasses.resource.k8s.io": ["get"],
     })
     leases = grants({"leases.coordination.k8s.io": ["get", "list", "create", "update", "delete"]})
     assert permissions(control_plane, extender, namespace) - baseline \
@@ -579,6 +585,9 @@ def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
         # the owners that size a pod's group (admission/workloads.py)
         "jobs.batch": ["get"], "podgroups.scheduling.k8s.io": ["get"],
         "jobsets.jobset.x-k8s.io": ["get"],
+        # a pod's DRA claims (admission/device_claims.py)
+        "resourceclaims.resource.k8s.io": ["get"],
+        "resourceclaimtemplates.resource.k8s.io": ["get"],
     })
 
     # The scheduler: exactly what the cluster's own kube-scheduler identity has (built-in

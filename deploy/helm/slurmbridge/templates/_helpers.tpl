@@ -101,7 +101,15 @@ ports, the bridge identity the webhook trusts).
 {{- if not (kindIs "invalid" $policy.maxPriority) }}{{ $_ := set $default "max_priority" (int $policy.maxPriority) }}{{ end -}}
 {{- if not (kindIs "invalid" $policy.maxTimeLimitMinutes) }}{{ $_ := set $default "max_time_limit_minutes" (int $policy.maxTimeLimitMinutes) }}{{ end -}}
 {{- $admission := dict "enrolled_namespaces" .Values.admission.enrolledNamespaces "default_policy" $default "policies" .Values.admission.policies -}}
-{{- $settings := dict "slurm" $slurm "admission" $admission -}}
+{{- $classes := dict -}}
+{{- range $name, $class := .Values.deviceClasses }}
+{{- $one := dict "gres" ($class.gres | default "gpu") -}}
+{{- if $class.type }}{{ $_ := set $one "type" $class.type }}{{ end -}}
+{{- if $class.driver }}{{ $_ := set $one "driver" $class.driver }}{{ end -}}
+{{- if $class.indexAttribute }}{{ $_ := set $one "index_attribute" $class.indexAttribute }}{{ end -}}
+{{- $_ := set $classes $name $one -}}
+{{- end -}}
+{{- $settings := dict "slurm" $slurm "admission" $admission "device_classes" $classes -}}
 {{- $settings = mergeOverwrite $settings (deepCopy (.Values.config | default dict)) -}}
 {{- $owned := dict
       "slurm" (dict "token_file" (printf "%s/%s" (include "slurmbridge.tokenDir" .) .Values.slurm.jwt.key))

@@ -1,0 +1,152 @@
+"""DRA claims of gated pods written with Slurm's GPUs before release, freed after the job.
+
+Over the in-memory fakes; the same against a real apiserver, kube-scheduler and DRA driver is
+tests/kind/test_dra_claims.py."""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
+
+from bridge import keys
+from bridge.slurm.types import JobState
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes, intake_running
+from slurmbridge_devkit.kube import wait_for
+
+DRIVER = "gpu.example.com"
+
+
+def gpu_slice(node: str, gpus: int) -> ResourceSlice:
+    return cast(ResourceSlice, ResourceSlice.from_dict({
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {"driver": DRIVER, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}}
+                             for i in range(gpus)]},
+    }))
+
+
+def claim(name: str, count: int = 1) -> ResourceClaim:
+    return cast(ResourceClaim, ResourceClaim.from_dict({
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": DRIVER, "count": count}}]}},
+    }))
+
+
+class World:
+    def __init__(self, workdir: Path) -> None:
+        self.kube, self.slurm = FakeKube(), FakeSlurm(("node1", "node2"))
+        self.bridge = bridge_over_fakes(workdir, self.slurm, self.kube,
+                                        device_classes={DRIVER: {"gres": "gpu"}})
+        self.kube.add(cast(DeviceClass, DeviceClass.from_dict({"metadata": {"name": DRIVER}})))
+        for node in ("node1", "node2"):
+            self.kube.add(gpu_slice(node, 4))
+
+    def claim(self, name: str) -> dict[str, Any]:
+        found = self.kube.obj(ResourceClaim, name, "ns")
+        assert found is not None
+        return found
+
+    def pod(self, name: str) -> dict[str, Any]:
+        found = self.kube.obj(Pod, name, "ns")
+        assert found is not None
+        return found
+
+    async def pod_with_claim(self, name: str, claim_name: str, count: int) -> int:
+        """A gated pod with the claim, as the webhook leaves it; its job (submitted)."""
+        self.kube.add(claim(claim_name, count))
+        self.kube.add(PodBuilder(name, "ns").gated().annotate(keys.GPUS, str(count))
+                      .spec(resourceClaims=[{"name": "gpu", "resourceClaimName": claim_name}])
+                      .build())
+        await _until(lambda: any(j.name == f"k8s:ns/{name}" for j in self.slurm.jobs.values()))
+        return next(i for i, j in self.slurm.jobs.items() if j.name == f"k8s:ns/{name}")
+
+    async def allocate(self, job_id: int, node: str, gpus: tuple[int, ...]) -> None:
+        self.slurm.start(job_id, node, gpus=gpus)
+        await self.bridge.poller.poll_once()
+        await asyncio.wait_for(self.bridge.releaser.drain(), 5)
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    world = World(tmp_path)
+    async with intake_running(world.bridge):
+        yield world
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    await wait_for(condition, 2, interval=0.01)
+
+
+def devices(claim: dict[str, Any]) -> list[str]:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return [r["device"] for r in allocation.get("devices", {}).get("results", [])]
+
+
+async def test_the_claim_names_slurms_gpus_before_the_pod_is_released(world: World) -> None:
+    job_id = await world.pod_with_claim("p", "c", 2)
+    await world.allocate(job_id, "node2", (1, 3))
+    stored = world.claim("c")
+    assert devices(stored) == ["gpu-1", "gpu-3"]
+    allocation = stored["status"]["allocation"]
+    assert allocation["devices"]["results"][0] == {
+        "request": "gpu", "driver": DRIVER, "pool": "node2", "device": "gpu-1"}
+    assert allocation["nodeSelector"]["nodeSelectorTerms"] == [{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": ["node2"]}]}]
+    pod = world.pod("p")
+    assert stored["status"]["reservedFor"] == [
+        {"resource": "pods", "name": "p", "uid": pod["metadata"]["uid"]}]
+    assert keys.CLAIM_FINALIZER in stored["metadata"]["finalizers"]
+    assert stored["metadata"]["labels"][keys.CLAIM_JOB_LABEL] == str(job_id)
+    assert not pod["spec"].get("schedulingGates")  # released after the claim was written
+
+
+@pytest.mark.parametrize(("gpus", "words"), [
+    ((1,), "1 GPU index(es) on node1 ([1]) but the pod's claims ask for 2"),
+    ((5, 6), "no device of driver gpu.example.com there has index=5"),
+])
+async def test_a_claim_that_cannot_name_slurms_gpus_keeps_the_pod_and_says_why(
+    world: World, gpus: tuple[int, ...], words: str
+) -> None:
+    job_id = await world.pod_with_claim("p", "c", 2)
+    await world.allocate(job_id, "node1", gpus)
+    await world.bridge.notifier.drain()
+    assert devices(world.claim("c")) == []
+    assert world.pod("p")["spec"]["schedulingGates"] == [{"name": keys.SLURM_GATE}]
+    [event] = world.kube.events(keys.EventReason.CLAIMS_UNALLOCATED)
+    assert words in event["message"]
+
+
+async def test_a_claim_is_freed_once_its_job_ended_and_its_pod_is_gone(world: World) -> None:
+    job_id = await world.pod_with_claim("p", "c", 1)
+    await world.allocate(job_id, "node1", (2,))
+    assert devices(world.claim("c")) == ["gpu-2"]
+    await world.kube.delete(Pod, "p", namespace="ns")
+    await world.bridge.lifecycle.reconcile_once()
+    assert devices(world.claim("c")) == ["gpu-2"], "the job still holds the GPU"
+    world.slurm.end(job_id, JobState.CANCELLED)
+    await world.bridge.poller.poll_once()
+    await world.bridge.lifecycle.reconcile_once()
+    freed = world.claim("c")
+    assert devices(freed) == []
+    assert keys.CLAIM_FINALIZER not in (freed["metadata"].get("finalizers") or [])
+    assert keys.CLAIM_JOB_LABEL not in (freed["metadata"].get("labels") or {})
+
+
+async def test_slurm_giving_a_device_to_another_job_frees_the_old_claim_first(
+    world: World,
+) -> None:
+    """A requeued job's pod went, its claim not freed yet; Slurm gives GPU 0 to a new job:
+    the old claim is freed before the new one names GPU 0, never two claims on it."""
+    old = await world.pod_with_claim("a", "old", 1)
+    await world.allocate(old, "node1", (0,))
+    new = await world.pod_with_claim("b", "new", 1)
+    await world.allocate(new, "node1", (0,))
+    assert devices(world.claim("old")) == []
+    assert devices(world.claim("new")) == ["gpu-0"]
