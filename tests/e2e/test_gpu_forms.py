@@ -6,6 +6,7 @@ own tools (``scontrol show job -d``, ``sacct``), parsed by the dev kit, not the 
 
 The local Slurm (deploy/slurm/recipe.sh) gives every GPU 4 shards on the same device file."""
 
+import contextlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +17,12 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import (
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
 
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
@@ -23,7 +30,12 @@ from slurmbridge_devkit.e2e import create_pod, pod_events, slurm_idle, wait_boun
 from slurmbridge_devkit.kube import wait_for
 from slurmbridge_devkit.scontrol import gpu_overlaps, show_job, show_jobs
 from slurmbridge_devkit.slurm import SlurmTarget
-from slurmbridge_devkit.stack import DEFAULT_TENANCY, BridgeStack, NamespaceFactory
+from slurmbridge_devkit.stack import (
+    DEFAULT_TENANCY,
+    E2E_DEVICE_CLASS,
+    BridgeStack,
+    NamespaceFactory,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -232,17 +244,88 @@ async def test_gpu_requests_slurm_cannot_express_are_refused_by_the_webhook(
         assert f"annotation {field}=" in message and words in message, message
 
 
-async def test_a_pod_bringing_its_own_resource_claim_is_refused_naming_it(
+def _driver_objects(kube_node: str, gpus: int) -> list[Any]:
+    """What a DRA driver publishes for ``kube_node`` (there is no kubelet here to run one):
+    its class and a slice of devices gpu-0.. whose ``index`` is Slurm's GPU index."""
+    device_class = DeviceClass.from_dict({"metadata": {"name": E2E_DEVICE_CLASS}})
+    devices = [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(gpus)]
+    published = ResourceSlice.from_dict({
+        "metadata": {"name": f"{kube_node}-{E2E_DEVICE_CLASS}"},
+        "spec": {"driver": E2E_DEVICE_CLASS, "nodeName": kube_node, "devices": devices,
+                 "pool": {"name": kube_node, "generation": 1, "resourceSliceCount": 1}}})
+    return [device_class, published]
+
+
+async def _claimed_pod(kube: AsyncClient, ns: str, name: str, template: str) -> None:
+    manifest = PodBuilder(name).manifest()
+    manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
+    manifest["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    await create_pod(kube, ns, cast(Pod, Pod.from_dict(manifest)))
+
+
+async def _claim_of(kube: AsyncClient, ns: str, pod: str) -> ResourceClaim:
+    """The claim kube-controller-manager made from the pod's template, once it is allocated."""
+    async def allocated() -> ResourceClaim | None:
+        found = await kube.get(Pod, pod, namespace=ns)
+        statuses = (found.status.resourceClaimStatuses if found.status else None) or []
+        names = [s.resourceClaimName for s in statuses if s.resourceClaimName]
+        claim = await kube.get(ResourceClaim, names[0], namespace=ns) if names else None
+        return claim if claim and claim.status and claim.status.allocation else None
+    found: ResourceClaim = await wait_for(allocated, 30, interval=0.5,
+                                          what=f"{ns}/{pod}'s claim allocated")
+    return found
+
+
+async def test_a_claim_gets_the_gpus_slurm_gave_and_slurms_limits_are_refused(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
 ) -> None:
-    """Admitted, kube-scheduler's DRA plugin would give it a device Slurm may give a native job
-    at the same time; the webhook refuses it, naming the claim and what to ask instead."""
-    ns = await e2e_namespace("claims")
-    manifest = PodBuilder("claimed").manifest()
-    manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
-    manifest["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
-    with pytest.raises(ApiError) as refused:
-        await create_pod(kube, ns, cast(Pod, Pod.from_dict(manifest)))
-    message = str(refused.value.status.message)
-    assert 'slurmbridge cannot run this pod: spec.resourceClaims="gpu"' in message, message
-    assert keys.GPU_RESOURCE in message, message
+    """A pod's claim from a template of the mapped class: its job asks Slurm for the GPUs,
+    the claim names exactly the devices of Slurm's indices (a native job holds two others of
+    the node), and kube-scheduler binds the pod to that node.  What Slurm cannot express is
+    refused at create, naming the template."""
+    slurm = bridge_stack.slurm
+    await slurm_idle(slurm)
+    ns = await e2e_namespace("dra")
+    nodes = _node_gres(slurm)
+    node, *others = sorted(nodes)
+    kube_node = next(k for k, s in bridge_stack.kube_nodes.items() if s == node)
+    published = _driver_objects(kube_node, _gpus_of(nodes[node]))
+    for obj in published:
+        with contextlib.suppress(ApiError):  # left by an earlier run
+            await kube.delete(type(obj), obj.metadata.name)
+        await kube.create(obj)
+    jobs = [_sbatch(slurm, "native-two", "--gres=gpu:2", "-w", node)]
+    jobs += [_sbatch(slurm, "native-whole", f"--gres=gpu:{_gpus_of(nodes[n])}", "-w", n)
+             for n in others]
+    try:
+        await _running(slurm, *jobs)
+        for name, request in (("two", {"count": 2}), ("picky", {"selectors": [
+                {"cel": {"expression": "device.attributes['x'].model == 'h100'"}}]})):
+            await kube.create(cast(ResourceClaimTemplate, ResourceClaimTemplate.from_dict({
+                "metadata": {"name": name, "namespace": ns}, "spec": {"spec": {"devices": {
+                    "requests": [{"name": "gpus", "exactly": {
+                        "deviceClassName": E2E_DEVICE_CLASS, **request}}]}}}})))
+        await _claimed_pod(kube, ns, "claimed", "two")
+        pod = await wait_bound(kube, ns, "claimed")
+        job_id = await wait_job_id(kube, ns, "claimed")
+        claim = await _claim_of(kube, ns, "claimed")
+        assert pod.spec is not None and pod.spec.nodeName == kube_node
+        slurm_gpus = show_job(slurm, job_id).gpus[node]
+        assert not set(slurm_gpus) & set(show_job(slurm, jobs[0]).gpus[node])
+        assert claim.status is not None and claim.status.allocation is not None
+        devices = claim.status.allocation.devices
+        results = (devices.results if devices else None) or []
+        assert sorted((r.pool, r.device) for r in results) == [
+            (kube_node, f"gpu-{i}") for i in sorted(slurm_gpus)]
+        assert pod.metadata is not None
+        assert [r.uid for r in claim.status.reservedFor or []] == [pod.metadata.uid]
+
+        with pytest.raises(ApiError) as refused:
+            await _claimed_pod(kube, ns, "picky", "picky")
+        message = str(refused.value.status.message)
+        assert f"ResourceClaimTemplate {ns}/picky request 'gpus': CEL selectors" in message
+    finally:
+        slurm.admin("scancel", *jobs)
+        for obj in published:
+            with contextlib.suppress(ApiError):
+                await kube.delete(type(obj), obj.metadata.name)
