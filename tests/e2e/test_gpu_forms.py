@@ -312,12 +312,8 @@ async def test_a_claim_gets_the_gpus_slurm_gave_and_slurms_limits_are_refused(
         assert pod.spec is not None and pod.spec.nodeName == kube_node
         slurm_gpus = show_job(slurm, job_id).gpus[node]
         assert not set(slurm_gpus) & set(show_job(slurm, jobs[0]).gpus[node])
-        assert claim.status is not None and claim.status.allocation is not None
-        devices = claim.status.allocation.devices
-        results = (devices.results if devices else None) or []
-        assert sorted((r.pool, r.device) for r in results) == [
-            (kube_node, f"gpu-{i}") for i in sorted(slurm_gpus)]
-        assert pod.metadata is not None
+        assert _devices(claim) == [(kube_node, f"gpu-{i}") for i in sorted(slurm_gpus)]
+        assert pod.metadata is not None and claim.status is not None
         assert [r.uid for r in claim.status.reservedFor or []] == [pod.metadata.uid]
 
         with pytest.raises(ApiError) as refused:
@@ -329,3 +325,90 @@ async def test_a_claim_gets_the_gpus_slurm_gave_and_slurms_limits_are_refused(
         for obj in published:
             with contextlib.suppress(ApiError):
                 await kube.delete(type(obj), obj.metadata.name)
+
+
+def _requeue_or_end(slurm: SlurmTarget, job_id: str) -> None:
+    """Requeue as an admin who insists would (requeueing switched back on: placeholders are
+    submitted Requeue=0); Slurm requeues only batch jobs, and from 25.11 a placeholder is an
+    EXTERNAL_JOB: there it is ended instead, as a preemption that cancels does."""
+    slurm.admin("scontrol", "update", f"JobId={job_id}", "Requeue=1")
+    try:
+        slurm.admin("scontrol", "requeue", job_id)
+    except AssertionError as refused:
+        assert "Only batch jobs" in str(refused), refused
+        slurm.admin("scancel", job_id)
+
+
+async def test_a_requeued_jobs_claim_is_freed_before_its_gpu_is_claimed_again(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
+) -> None:
+    """Pod a's job is requeued (24.11; ended on 26.05): the pod is evicted and, its kubelet
+    done, gone; pod b's job gets the one free GPU, a's: a's claim is freed first, and no
+    device is ever in two claims."""
+    slurm = bridge_stack.slurm
+    await slurm_idle(slurm)
+    ns = await e2e_namespace("dra-requeue")
+    nodes = _node_gres(slurm)
+    node, *others = sorted(nodes)
+    kube_node = next(k for k, s in bridge_stack.kube_nodes.items() if s == node)
+    published = _driver_objects(kube_node, _gpus_of(nodes[node]))
+    for obj in published:
+        with contextlib.suppress(ApiError):
+            await kube.delete(type(obj), obj.metadata.name)
+        await kube.create(obj)
+    jobs = [_sbatch(slurm, "native-rest", f"--gres=gpu:{_gpus_of(nodes[node]) - 1}", "-w", node)]
+    jobs += [_sbatch(slurm, "native-whole", f"--gres=gpu:{_gpus_of(nodes[n])}", "-w", n)
+             for n in others]
+    try:
+        await _running(slurm, *jobs)
+        await kube.create(cast(ResourceClaimTemplate, ResourceClaimTemplate.from_dict({
+            "metadata": {"name": "one", "namespace": ns}, "spec": {"spec": {"devices": {
+                "requests": [{"name": "gpus", "exactly": {
+                    "deviceClassName": E2E_DEVICE_CLASS, "count": 1}}]}}}})))
+        await _claimed_pod(kube, ns, "a", "one")
+        await wait_bound(kube, ns, "a")
+        job_a = await wait_job_id(kube, ns, "a")
+        claim_a = await _claim_of(kube, ns, "a")
+        assert claim_a.metadata is not None and claim_a.metadata.name
+        [gpu] = show_job(slurm, job_a).gpus[node]
+        assert _devices(claim_a) == [(kube_node, f"gpu-{gpu}")]
+
+        _requeue_or_end(slurm, job_a)
+        await wait_for(lambda: _evicted(kube, ns, "a"), 30, interval=0.5, what="a evicted")
+        with contextlib.suppress(ApiError):  # gone already, or its kubelet stopped it now
+            await kube.delete(Pod, "a", namespace=ns, grace_period=0)
+        await _claimed_pod(kube, ns, "b", "one")
+        await wait_bound(kube, ns, "b")
+        job_b = await wait_job_id(kube, ns, "b")
+        claim_b = await _claim_of(kube, ns, "b")
+        assert show_job(slurm, job_b).gpus[node] == (gpu,)
+        assert _devices(claim_b) == [(kube_node, f"gpu-{gpu}")]
+        held = [d for c in await _claims(kube, ns) for d in _devices(c)]
+        assert len(held) == len(set(held)) == 1, held
+        with contextlib.suppress(ApiError):  # deleted once freed: its pod is gone
+            freed = await kube.get(ResourceClaim, claim_a.metadata.name, namespace=ns)
+            assert not _devices(freed)
+    finally:
+        slurm.admin("scancel", *jobs)
+        for obj in published:
+            with contextlib.suppress(ApiError):
+                await kube.delete(type(obj), obj.metadata.name)
+
+
+def _devices(claim: ResourceClaim) -> list[tuple[str, str]]:
+    allocation = claim.status.allocation if claim.status else None
+    devices = allocation.devices if allocation else None
+    return sorted((r.pool, r.device) for r in (devices.results if devices else None) or [])
+
+
+async def _claims(kube: AsyncClient, ns: str) -> list[ResourceClaim]:
+    return [c async for c in kube.list(ResourceClaim, namespace=ns)]
+
+
+async def _evicted(kube: AsyncClient, ns: str, name: str) -> bool:
+    """Being deleted, or gone (a pod no kubelet ever ran goes at once)."""
+    try:
+        pod = await kube.get(Pod, name, namespace=ns)
+    except ApiError as exc:
+        return exc.status.code == 404
+    return pod.metadata is not None and pod.metadata.deletionTimestamp is not None
