@@ -7,6 +7,7 @@ Deciding has no side effects (register with ``sideEffects: None``), so a
 """
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Literal
 
 import structlog
@@ -16,7 +17,12 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from admission import mutate, validate, workloads
-from admission.device_claims import claimed_gpus
+from admission.device_claims import (
+    ExtendedResources,
+    claimed_gpus,
+    kube_extended_resources,
+    refuse_dra_extended_resources,
+)
 from admission.owners import OwnerReader, WorkloadError, WorkloadLookupError, kube_owner_reader
 from admission.pod import PodShape
 from admission.review import AdmissionRequest, AdmissionResponse, AdmissionReview
@@ -42,6 +48,15 @@ class BadReview(ValueError):
     """The body cannot be reviewed; the message says why (answered with HTTP 400)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Devices:
+    """What the webhook knows of DRA: the classes Slurm allocates, and which class stands
+    for an extended resource."""
+
+    classes: Mapping[str, DeviceClassGres]
+    extended: ExtendedResources
+
+
 class TLSConfigError(ValueError):
     """The webhook was asked to start without usable TLS material."""
 
@@ -54,13 +69,16 @@ def create_app(
     owners: OwnerReader | None = None,
     *,
     device_classes: Mapping[str, DeviceClassGres] | None = None,
+    extended_resources: ExtendedResources | None = None,
 ) -> FastAPI:
     """The webhook app; ``namespace_lookup`` defaults to the API server (cached either way),
     ``tenancy`` to the file ``settings.tenancy_file`` (re-read when it changes), ``owners``
     (what sizes a pod's group, and its DRA claims) to the API server; ``device_classes``:
-    the DRA classes Slurm allocates (``Settings.device_classes``)."""
+    the DRA classes Slurm allocates (``Settings.device_classes``); ``extended_resources``
+    (which DeviceClass stands for an extended resource) to the API server."""
     tenancy = tenancy or TenancySource(settings.tenancy_file)
     read_owner = owners or kube_owner_reader()
+    devices = _Devices(device_classes or {}, extended_resources or kube_extended_resources())
     labels = CachedNamespaceLabels(
         namespace_lookup or kube_namespace_labels(), settings.namespace_cache_ttl_seconds
     )
@@ -72,7 +90,7 @@ def create_app(
             request = _parse(await http.body())
             response = await _decide(
                 endpoint, request, scope, settings, translate, tenancy=tenancy,
-                owners=read_owner, classes=device_classes or {},
+                owners=read_owner, devices=devices,
             )
         except BadReview as err:
             log.warning("admission.bad_review", endpoint=endpoint, reason=str(err))
@@ -144,7 +162,7 @@ async def _decide(
     *,
     tenancy: TenancySource,
     owners: OwnerReader,
-    classes: Mapping[str, DeviceClassGres],
+    devices: _Devices,
 ) -> AdmissionResponse:
     """One review's answer."""
     if (request.resource.group, request.resource.resource) != ("", "pods"):
@@ -169,17 +187,18 @@ async def _decide(
         return AdmissionResponse.allow(request.uid, warnings=verdict)
     if old is not None:  # a pod's spec is (nearly) immutable: mutate on creation only
         return AdmissionResponse.allow(request.uid)
-    return await _mutation(request, pod, tenancy=tenancy, owners=owners, classes=classes)
+    return await _mutation(request, pod, tenancy=tenancy, owners=owners, devices=devices)
 
 
 async def _mutation(
     request: AdmissionRequest, pod: PodShape, *, tenancy: TenancySource, owners: OwnerReader,
-    classes: Mapping[str, DeviceClassGres],
+    devices: _Devices,
 ) -> AdmissionResponse:
     """A new pod's patch: its group and its claims' GPUs read first."""
     try:
         group = await workloads.membership(pod, request.namespace, owners)
-        claimed = await claimed_gpus(pod, request.namespace, owners, classes)
+        claimed = await claimed_gpus(pod, request.namespace, owners, devices.classes)
+        await refuse_dra_extended_resources(pod, devices.extended)
     except WorkloadError as err:
         return AdmissionResponse.deny(request.uid, 422, f"slurmbridge cannot group this pod: {err}")
     except UnmappableClaim as err:

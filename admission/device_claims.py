@@ -7,19 +7,28 @@ allocated, writes each claim's allocation to the devices of Slurm's GPU indices
 devices are on one node, and each pod of a group is on its own node.
 """
 
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
+from lightkube import AsyncClient
 from lightkube.models.resource_v1 import ResourceClaimSpec
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
 
 from admission.owners import Kind, OwnerReader, WorkloadLookupError
 from admission.pod import PodResourceClaim, PodShape
+from bridge import keys
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import DeviceAsk, GpuTotal, UnmappableClaim, claim_asks, gpu_total
 
 CLAIM = Kind("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims")
 CLAIM_TEMPLATE = Kind("resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates")
+# A DeviceClass's extended resource when it names none (Kubernetes' KEP-5004).
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
+CLASS_CACHE_SECONDS = 5.0
+
+ExtendedResources = Callable[[], Awaitable[Mapping[str, str]]]
+"""Extended resource name → the DeviceClass standing for it (``spec.extendedResourceName``)."""
 
 
 async def claimed_gpus(
@@ -71,3 +80,55 @@ def _unused(label: str, claim: dict[str, Any]) -> None:
             f"{label} is {held}: Slurm allocates a claim's devices on the node it gives one "
             "pod; give each pod its own claim (a ResourceClaimTemplate makes one per pod)"
         )
+
+
+async def refuse_dra_extended_resources(pod: PodShape, classes: ExtendedResources) -> None:
+    """A DRA-backed extended resource (a container asking ``example.com/gpu`` that a
+    DeviceClass stands for) is allocated by kube-scheduler's DRA plugin on a node of Slurm's
+    choosing but devices of its own: possibly the GPU Slurm gives a native job.  Raises
+    UnmappableClaim naming it; reads the classes only for a pod asking some extended resource."""
+    asked = sorted({
+        (container.name, name)
+        for container in [*pod.spec.containers, *(pod.spec.init_containers or [])]
+        for amounts in (container.resources.requests if container.resources else None,
+                        container.resources.limits if container.resources else None)
+        for name in amounts or {}
+        if "/" in name and name != keys.GPU_RESOURCE and not name.startswith("kubernetes.io/")
+    })
+    if not asked:
+        return
+    try:
+        backed = await classes()
+    except Exception as err:  # unreachable, RBAC: never admit a pod whose devices are unknown
+        raise WorkloadLookupError(f"cannot list DeviceClasses: {err}") from err
+    for container, name in asked:
+        device_class = backed.get(name) or (
+            name.removeprefix(IMPLICIT_PREFIX) if name.startswith(IMPLICIT_PREFIX) else None)
+        if device_class:
+            raise UnmappableClaim(
+                f"container {container!r} asks for {name}, a DRA extended resource of "
+                f"DeviceClass {device_class}: kube-scheduler would pick its devices, not "
+                "Slurm; ask with a ResourceClaim of a class mapped to Slurm, or with "
+                f"{keys.GPU_RESOURCE}"
+            )
+
+
+def kube_extended_resources(
+    client: AsyncClient | None = None, clock: Callable[[], float] = time.monotonic
+) -> ExtendedResources:
+    """The DeviceClasses' extended resource names, listed through the API server (a client
+    made on first use) and kept CLASS_CACHE_SECONDS, for a burst of a workload's pods."""
+    cached: tuple[float, dict[str, str]] | None = None
+
+    async def read() -> Mapping[str, str]:
+        nonlocal client, cached
+        if cached is not None and clock() - cached[0] < CLASS_CACHE_SECONDS:
+            return cached[1]
+        client = client or AsyncClient()
+        names = {c.spec.extendedResourceName: c.metadata.name
+                 async for c in client.list(DeviceClass)
+                 if c.spec and c.spec.extendedResourceName and c.metadata and c.metadata.name}
+        cached = (clock(), names)
+        return names
+
+    return read

@@ -244,10 +244,14 @@ async def test_gpu_requests_slurm_cannot_express_are_refused_by_the_webhook(
         assert f"annotation {field}=" in message and words in message, message
 
 
+E2E_EXTENDED = "e2e.slurmbridge.io/gpu"  # the class's extended resource (KEP-5004)
+
+
 def _driver_objects(kube_node: str, gpus: int) -> list[Any]:
     """What a DRA driver publishes for ``kube_node`` (there is no kubelet here to run one):
     its class and a slice of devices gpu-0.. whose ``index`` is Slurm's GPU index."""
-    device_class = DeviceClass.from_dict({"metadata": {"name": E2E_DEVICE_CLASS}})
+    device_class = DeviceClass.from_dict({"metadata": {"name": E2E_DEVICE_CLASS},
+                                          "spec": {"extendedResourceName": E2E_EXTENDED}})
     devices = [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(gpus)]
     published = ResourceSlice.from_dict({
         "metadata": {"name": f"{kube_node}-{E2E_DEVICE_CLASS}"},
@@ -320,6 +324,14 @@ async def test_a_claim_gets_the_gpus_slurm_gave_and_slurms_limits_are_refused(
             await _claimed_pod(kube, ns, "picky", "picky")
         message = str(refused.value.status.message)
         assert f"ResourceClaimTemplate {ns}/picky request 'gpus': CEL selectors" in message
+        # The class's extended resource: kube-scheduler would pick the devices, not Slurm.
+        with pytest.raises(ApiError) as refused:
+            extended = PodBuilder("extended").manifest()
+            extended["spec"]["containers"][0]["resources"] = {"limits": {E2E_EXTENDED: "1"}}
+            await create_pod(kube, ns, cast(Pod, Pod.from_dict(extended)))
+        message = str(refused.value.status.message)
+        assert f"asks for {E2E_EXTENDED}, a DRA extended resource of DeviceClass " \
+            f"{E2E_DEVICE_CLASS}" in message, message
     finally:
         slurm.admin("scancel", *jobs)
         for obj in published:

@@ -588,6 +588,7 @@ def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
         # a pod's DRA claims (admission/device_claims.py)
         "resourceclaims.resource.k8s.io": ["get"],
         "resourceclaimtemplates.resource.k8s.io": ["get"],
+        "deviceclasses.resource.k8s.io": ["list"],
     })
 
     # The scheduler: exactly what the cluster's own kube-scheduler identity has (built-in

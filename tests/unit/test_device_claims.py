@@ -1,5 +1,6 @@
 """DRA claims on a slurmbridge pod: what Slurm is asked for, and what the webhook refuses."""
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 import httpx
@@ -96,9 +97,23 @@ OBJECTS = Objects(**{
 POLICY = {keys.ACCOUNT: "physics", keys.QOS: "normal"}
 
 
+class ExtendedClasses:
+    """DeviceClasses by the extended resource they stand for; counts the listings."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+
+    async def __call__(self) -> Mapping[str, str]:
+        self.lists += 1
+        return {"example.com/gpu": "gpu.example.com"}
+
+
+EXTENDED = ExtendedClasses()
+
+
 async def review(endpoint: str, pod: dict[str, Any]) -> dict[str, Any]:
     app = create_app(SETTINGS, namespace_lookup=FakeLabels(), tenancy=OPEN, owners=OBJECTS,
-                     device_classes=CLASSES)
+                     device_classes=CLASSES, extended_resources=EXTENDED)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         return await post(c, endpoint, make_review(pod))
 
@@ -145,3 +160,22 @@ async def test_claims_slurm_cannot_honour_are_refused_at_create(
     response = await review("mutate", with_claims(*refs, **annotations))
     assert not response["allowed"]
     assert words in response["status"]["message"]
+
+
+@pytest.mark.parametrize("resource", ["example.com/gpu", "deviceclass.resource.kubernetes.io/x"])
+async def test_a_dra_extended_resource_is_refused_naming_it(resource: str) -> None:
+    """kube-scheduler would allocate its devices itself, not Slurm (KEP-5004)."""
+    pod = make_pod(annotations=POLICY, containers=[
+        {"name": "main", "image": "busybox", "resources": {"limits": {resource: "1"}}}])
+    response = await review("mutate", pod)
+    assert not response["allowed"]
+    assert f"container 'main' asks for {resource}, a DRA extended resource" in (
+        response["status"]["message"])
+
+
+async def test_the_classes_are_read_only_for_a_pod_asking_an_extended_resource() -> None:
+    before = EXTENDED.lists
+    pod = make_pod(annotations=POLICY, containers=[{"name": "main", "image": "busybox",
+                   "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": "1"}}}])
+    assert (await review("mutate", pod))["allowed"]
+    assert EXTENDED.lists == before
