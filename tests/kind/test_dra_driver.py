@@ -3,8 +3,8 @@
 Each worker's GPUs are published as DRA devices gpu-0..gpu-N-1 whose ``index`` is Slurm's GRES
 index on that node (N as the node's gres.conf declares), and a container whose claim was
 allocated is handed exactly those devices (CDI, through the node's containerd).  The pods here
-are the default scheduler's, in a namespace the bridge does not serve: the bridge refuses a
-pod bringing its own claims until it can pin them to Slurm's devices."""
+are the default scheduler's, in a namespace the bridge does not serve; a slurmbridge pod's
+claims get Slurm's devices instead (test_dra_claims.py)."""
 
 import json
 import re

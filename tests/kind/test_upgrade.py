@@ -15,18 +15,12 @@ from tests.kind.cluster import REPO, UP, Kind, pod_manifest, run, wait
 
 pytestmark = [pytest.mark.kind, pytest.mark.e2e]  # e2e: left out of the fast path
 
-# main as landed at stop 33 (CI green). Not 217234a (main before issue 25's work), which this
-# test first upgraded from: that release's leader cancels a job whose pod its lifecycle LIST
-# has not seen yet ("its pod was deleted", fixed in 59cab8c), so a pod created while it still
-# led could lose its only job, upgrade or not; and it stops webhook replicas at once (no
-# preStop delay before ecc9349), refusing creates routed to them.
-OLD_REV = "5e7afc627cee806d96a7248368e0eb6d4b0c9b5a"
-# 5e7afc6's webhook replicas sleep in preStop, then close their idle keep-alive connections:
-# a create whose webhook call the API server writes into one at that instant fails with EOF.
-# This release drains instead (9b6b2a5: no connection closed under a request, held strictly by
-# test_cluster.py's rolling restart); here such a create is made again, as its user would.
-# Move OLD_REV past 9b6b2a5 once that has landed, and drop the allowance.
-OLD_WEBHOOK_EOF = ("failed calling webhook", ".slurmbridge.io", ": EOF")
+# main as landed at stop 35 (CI green): its webhook and extender replicas drain after SIGTERM
+# (9b6b2a5), so no create is refused while they roll.  Earlier releases this test upgraded
+# from: 5e7afc6 (its replicas slept in preStop, then closed idle keep-alive connections: a
+# create written into one at that instant failed with EOF), 217234a (its leader cancelled a
+# job whose pod its lifecycle LIST had not seen yet, fixed in 59cab8c).
+OLD_REV = "019c5667df0ce12a1694e200bd4cc4cbf29f9bc0"
 CACHE = Path(os.environ.get("SLURMBRIDGE_CACHE", Path.home() / ".cache" / "slurmbridge"))
 LONG, SHORT, DURING = 12, 8, 10  # 1 CPU each in Slurm; the two workers have 16
 
@@ -106,21 +100,10 @@ def test_helm_upgrade_under_load_loses_and_duplicates_nothing(kind: Kind, ns: st
               phases(kind, ns).items() if phase == "Running"}
 
     upgrade = install()
-    again: list[str] = []
-    for i in range(DURING):  # each create must be admitted (see OLD_WEBHOOK_EOF)
-        manifest = pod_manifest(f"during-{i}", "sleep 20")
-        try:
-            kind.apply(ns, manifest)
-        except AssertionError as exc:
-            if not all(words in str(exc) for words in OLD_WEBHOOK_EOF):
-                raise
-            again.append(f"during-{i}: {exc}")
-            kind.apply(ns, manifest)
+    for i in range(DURING):  # each create must be admitted, first time
+        kind.apply(ns, pod_manifest(f"during-{i}", "sleep 20"))
         time.sleep(1)
     finished(upgrade, "helm upgrade to this checkout")
-    if again:
-        print("created again after the old release's webhook closed a connection:", *again,
-              sep="\n  ")
 
     everyone = LONG + SHORT + DURING
     try:
