@@ -7,9 +7,11 @@ own tools (``scontrol show job -d``, ``sacct``), parsed by the dev kit, not the 
 The local Slurm (deploy/slurm/recipe.sh) gives every GPU 4 shards on the same device file."""
 
 import contextlib
+import dataclasses
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
@@ -284,25 +286,14 @@ async def test_a_claim_gets_the_gpus_slurm_gave_and_slurms_limits_are_refused(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
 ) -> None:
     """A pod's claim from a template of the mapped class: its job asks Slurm for the GPUs,
-    the claim names exactly the devices of Slurm's indices (a native job holds two others of
-    the node), and kube-scheduler binds the pod to that node.  What Slurm cannot express is
+    the claim names exactly the devices of Slurm's indices (native jobs hold the node's other
+    GPUs), and kube-scheduler binds the pod to that node.  What Slurm cannot express is
     refused at create, naming the template."""
     slurm = bridge_stack.slurm
-    await slurm_idle(slurm)
     ns = await e2e_namespace("dra")
-    nodes = _node_gres(slurm)
-    node, *others = sorted(nodes)
-    kube_node = next(k for k, s in bridge_stack.kube_nodes.items() if s == node)
-    published = _driver_objects(kube_node, _gpus_of(nodes[node]))
-    for obj in published:
-        with contextlib.suppress(ApiError):  # left by an earlier run
-            await kube.delete(type(obj), obj.metadata.name)
-        await kube.create(obj)
-    jobs = [_sbatch(slurm, "native-two", "--gres=gpu:2", "-w", node)]
-    jobs += [_sbatch(slurm, "native-whole", f"--gres=gpu:{_gpus_of(nodes[n])}", "-w", n)
-             for n in others]
-    try:
-        await _running(slurm, *jobs)
+    async with _published(bridge_stack, kube) as published:
+        await _hold(slurm, published, 2)
+        node, kube_node = published.node, published.kube_node
         for name, request in (("two", {"count": 2}), ("picky", {"selectors": [
                 {"cel": {"expression": "device.attributes['x'].model == 'h100'"}}]})):
             await kube.create(cast(ResourceClaimTemplate, ResourceClaimTemplate.from_dict({
@@ -315,7 +306,7 @@ async def test_a_claim_gets_the_gpus_slurm_gave_and_slurms_limits_are_refused(
         claim = await _claim_of(kube, ns, "claimed")
         assert pod.spec is not None and pod.spec.nodeName == kube_node
         slurm_gpus = show_job(slurm, job_id).gpus[node]
-        assert not set(slurm_gpus) & set(show_job(slurm, jobs[0]).gpus[node])
+        assert len(slurm_gpus) == 2 and slurm_gpus == _free_of(slurm, node)
         assert _devices(claim) == [(kube_node, f"gpu-{i}") for i in sorted(slurm_gpus)]
         assert pod.metadata is not None and claim.status is not None
         assert [r.uid for r in claim.status.reservedFor or []] == [pod.metadata.uid]
@@ -332,11 +323,6 @@ async def test_a_claim_gets_the_gpus_slurm_gave_and_slurms_limits_are_refused(
         message = str(refused.value.status.message)
         assert f"asks for {E2E_EXTENDED}, a DRA extended resource of DeviceClass " \
             f"{E2E_DEVICE_CLASS}" in message, message
-    finally:
-        slurm.admin("scancel", *jobs)
-        for obj in published:
-            with contextlib.suppress(ApiError):
-                await kube.delete(type(obj), obj.metadata.name)
 
 
 def _requeue_or_end(slurm: SlurmTarget, job_id: str) -> None:
@@ -358,21 +344,10 @@ async def test_a_requeued_jobs_claim_is_freed_before_its_gpu_is_claimed_again(
     done, gone; pod b's job gets the one free GPU, a's: a's claim is freed first, and no
     device is ever in two claims."""
     slurm = bridge_stack.slurm
-    await slurm_idle(slurm)
     ns = await e2e_namespace("dra-requeue")
-    nodes = _node_gres(slurm)
-    node, *others = sorted(nodes)
-    kube_node = next(k for k, s in bridge_stack.kube_nodes.items() if s == node)
-    published = _driver_objects(kube_node, _gpus_of(nodes[node]))
-    for obj in published:
-        with contextlib.suppress(ApiError):
-            await kube.delete(type(obj), obj.metadata.name)
-        await kube.create(obj)
-    jobs = [_sbatch(slurm, "native-rest", f"--gres=gpu:{_gpus_of(nodes[node]) - 1}", "-w", node)]
-    jobs += [_sbatch(slurm, "native-whole", f"--gres=gpu:{_gpus_of(nodes[n])}", "-w", n)
-             for n in others]
-    try:
-        await _running(slurm, *jobs)
+    async with _published(bridge_stack, kube) as published:
+        await _hold(slurm, published, 1)
+        node, kube_node = published.node, published.kube_node
         await kube.create(cast(ResourceClaimTemplate, ResourceClaimTemplate.from_dict({
             "metadata": {"name": "one", "namespace": ns}, "spec": {"spec": {"devices": {
                 "requests": [{"name": "gpus", "exactly": {
@@ -400,11 +375,6 @@ async def test_a_requeued_jobs_claim_is_freed_before_its_gpu_is_claimed_again(
         with contextlib.suppress(ApiError):  # deleted once freed: its pod is gone
             freed = await kube.get(ResourceClaim, claim_a.metadata.name, namespace=ns)
             assert not _devices(freed)
-    finally:
-        slurm.admin("scancel", *jobs)
-        for obj in published:
-            with contextlib.suppress(ApiError):
-                await kube.delete(type(obj), obj.metadata.name)
 
 
 def _devices(claim: ResourceClaim) -> list[tuple[str, str]]:
@@ -424,3 +394,50 @@ async def _evicted(kube: AsyncClient, ns: str, name: str) -> bool:
     except ApiError as exc:
         return exc.status.code == 404
     return pod.metadata is not None and pod.metadata.deletionTimestamp is not None
+
+
+@dataclass
+class _Published:
+    node: str  # the Slurm node whose GPUs are published
+    kube_node: str
+    native: list[str] = dataclasses.field(default_factory=list)  # cancelled after the test
+
+
+@asynccontextmanager
+async def _published(stack: BridgeStack, kube: AsyncClient) -> AsyncIterator[_Published]:
+    """The first Slurm node's GPUs published as its DRA driver would, every node idle first.
+    The native jobs a test starts (``_hold``) are cancelled after it."""
+    await slurm_idle(stack.slurm)
+    node = sorted(_node_gres(stack.slurm))[0]
+    kube_node = next(k for k, s in stack.kube_nodes.items() if s == node)
+    published = _driver_objects(kube_node, _gpus_of(_node_gres(stack.slurm)[node]))
+    for obj in published:
+        with contextlib.suppress(ApiError):  # left by an earlier run
+            await kube.delete(type(obj), obj.metadata.name)
+        await kube.create(obj)
+    found = _Published(node, kube_node)
+    try:
+        yield found
+    finally:
+        if found.native:
+            stack.slurm.admin("scancel", *found.native)
+        for obj in published:
+            with contextlib.suppress(ApiError):
+                await kube.delete(type(obj), obj.metadata.name)
+
+
+async def _hold(slurm: SlurmTarget, published: _Published, free: int) -> None:
+    """Native jobs hold every GPU but ``free`` of the published node, and all of the others."""
+    nodes, node, jobs = _node_gres(slurm), published.node, published.native
+    jobs.append(_sbatch(slurm, "native-rest", f"--gres=gpu:{_gpus_of(nodes[node]) - free}",
+                        "-w", node))
+    jobs += [_sbatch(slurm, "native-whole", f"--gres=gpu:{_gpus_of(nodes[n])}", "-w", n)
+             for n in nodes if n != node]
+    await _running(slurm, *jobs)
+
+
+def _free_of(slurm: SlurmTarget, node: str) -> tuple[int, ...]:
+    """The GPUs of ``node`` no native job holds."""
+    held = {i for j in show_jobs(slurm) if j.state == "RUNNING" and not j.name.startswith("k8s:")
+            for i in j.gpus.get(node, ())}
+    return tuple(i for i in range(_gpus_of(_node_gres(slurm)[node])) if i not in held)

@@ -113,6 +113,19 @@ class Kind:
                 found[node] = expand_indices(idx)
         return found
 
+    def hold_gpus(self, native: list[str], first_gpus: int) -> str:
+        """Native jobs hold ``first_gpus`` of the first worker's GPUs and all of the second's
+        (appended to ``native``, which the fixture cancels): the first worker, where a pod's
+        GPUs can only be the rest."""
+        first, second = self.workers()[:2]
+        native.append(self.sbatch("-J", "native-part", "-w", first, f"--gres=gpu:{first_gpus}",
+                                  "-c", "1", "--wrap", "sleep 600"))
+        native.append(self.sbatch("-J", "native-full", "-w", second, "--gres=gpu:4", "-c", "1",
+                                  "--wrap", "sleep 600"))
+        wait(lambda: all(self.job_state(j) == "RUNNING" for j in native), 60,
+             f"native jobs {native} RUNNING")
+        return first
+
     def job_state(self, job_id: str) -> str:
         return self.job(job_id).get("JobState", "")
 

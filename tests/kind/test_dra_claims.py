@@ -46,13 +46,7 @@ def devices_told(kind: Kind, ns: str, name: str) -> list[str]:
 def test_a_users_claim_gets_the_gpus_slurm_gave_next_to_a_native_job(
     kind: Kind, ns: str, native: list[str]
 ) -> None:
-    first, second = kind.workers()[:2]
-    native.append(kind.sbatch("-J", "native-half", "-w", first, "--gres=gpu:2", "-c", "1",
-                              "--wrap", "sleep 600"))
-    native.append(kind.sbatch("-J", "native-full", "-w", second, "--gres=gpu:4", "-c", "1",
-                              "--wrap", "sleep 600"))
-    wait(lambda: all(kind.job_state(j) == "RUNNING" for j in native), 60,
-         f"native jobs {native} RUNNING")
+    first = kind.hold_gpus(native, 2)
     kind.apply(ns, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                     "metadata": {"name": "mine"}, "spec": claim_spec(2)})
     kind.apply(ns, claimed_pod("claimed", {"resourceClaimName": "mine"}))
@@ -140,13 +134,7 @@ def test_a_requeued_job_never_leaves_two_claims_on_one_device(
     """A Job's pod with a claim from a template; its Slurm job requeued (or ended, where Slurm
     cannot requeue it): the pod is evicted, the Job makes another, whose job gets the same GPU
     (the worker's others are held), and no device is ever in two claims."""
-    first, second = kind.workers()[:2]
-    native.append(kind.sbatch("-J", "native-3", "-w", first, "--gres=gpu:3", "-c", "1",
-                              "--wrap", "sleep 600"))
-    native.append(kind.sbatch("-J", "native-full", "-w", second, "--gres=gpu:4", "-c", "1",
-                              "--wrap", "sleep 600"))
-    wait(lambda: all(kind.job_state(j) == "RUNNING" for j in native), 60,
-         f"native jobs {native} RUNNING")
+    first = kind.hold_gpus(native, 3)
     pod = claimed_pod("worker", {"resourceClaimTemplateName": template})["spec"]
     kind.apply(ns, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
                     "spec": {"backoffLimit": 4, "podReplacementPolicy": "Failed",

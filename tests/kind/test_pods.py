@@ -25,15 +25,9 @@ def env_lines(kind: Kind, ns: str, name: str) -> dict[str, str]:
 
 def test_gpu_env_is_the_slurm_allocation_next_to_a_native_job(kind: Kind, ns: str,
                                                                native: list[str]) -> None:
-    first, second = kind.workers()[:2]
     # A native job holds 2 of the first worker's 4 GPUs; another fills the second worker, so
     # the pod can only get the first worker's other two.
-    native.append(kind.sbatch("-J", "native-half", "-w", first, "--gres=gpu:2", "-c", "1",
-                              "--wrap", "sleep 600"))
-    native.append(kind.sbatch("-J", "native-full", "-w", second, "--gres=gpu:4", "-c", "1",
-                              "--wrap", "sleep 600"))
-    wait(lambda: all(kind.job_state(j) == "RUNNING" for j in native), 60,
-         f"native jobs {native} RUNNING")
+    first = kind.hold_gpus(native, 2)
 
     kind.apply(ns, pod_manifest("gpu", PRINT_GPU_ENV, gpus=2))
     pod = kind.wait_running(ns, "gpu")

@@ -3,7 +3,6 @@
 Over the in-memory fakes; the same against a real apiserver, kube-scheduler and DRA driver is
 tests/kind/test_dra_claims.py."""
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, cast
@@ -15,8 +14,9 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 from bridge import keys
 from bridge.slurm.types import JobState
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes, intake_running
+from slurmbridge_devkit.fakes import intake_running
 from slurmbridge_devkit.kube import wait_for
+from tests.unit.test_release import World as ReleaseWorld
 
 DRIVER = "gpu.example.com"
 
@@ -39,22 +39,18 @@ def claim(name: str, count: int = 1) -> ResourceClaim:
     }))
 
 
-class World:
+class World(ReleaseWorld):
+    """test_release's fakes, the bridge mapping DRIVER's class, and each node's 4 GPUs
+    published as its DRA driver would."""
+
     def __init__(self, workdir: Path) -> None:
-        self.kube, self.slurm = FakeKube(), FakeSlurm(("node1", "node2"))
-        self.bridge = bridge_over_fakes(workdir, self.slurm, self.kube,
-                                        device_classes={DRIVER: {"gres": "gpu"}})
+        super().__init__(workdir, device_classes={DRIVER: {"gres": "gpu"}})
         self.kube.add(cast(DeviceClass, DeviceClass.from_dict({"metadata": {"name": DRIVER}})))
         for node in ("node1", "node2"):
             self.kube.add(gpu_slice(node, 4))
 
     def claim(self, name: str) -> dict[str, Any]:
         found = self.kube.obj(ResourceClaim, name, "ns")
-        assert found is not None
-        return found
-
-    def pod(self, name: str) -> dict[str, Any]:
-        found = self.kube.obj(Pod, name, "ns")
         assert found is not None
         return found
 
@@ -66,11 +62,6 @@ class World:
                       .build())
         await _until(lambda: any(j.name == f"k8s:ns/{name}" for j in self.slurm.jobs.values()))
         return next(i for i, j in self.slurm.jobs.items() if j.name == f"k8s:ns/{name}")
-
-    async def allocate(self, job_id: int, node: str, gpus: tuple[int, ...]) -> None:
-        self.slurm.start(job_id, node, gpus=gpus)
-        await self.bridge.poller.poll_once()
-        await asyncio.wait_for(self.bridge.releaser.drain(), 5)
 
 
 @pytest.fixture
@@ -91,7 +82,7 @@ def devices(claim: dict[str, Any]) -> list[str]:
 
 async def test_the_claim_names_slurms_gpus_before_the_pod_is_released(world: World) -> None:
     job_id = await world.pod_with_claim("p", "c", 2)
-    await world.allocate(job_id, "node2", (1, 3))
+    await world.allocate(job_id, "node2", gpus=(1, 3))
     stored = world.claim("c")
     assert devices(stored) == ["gpu-1", "gpu-3"]
     allocation = stored["status"]["allocation"]
@@ -115,7 +106,7 @@ async def test_a_claim_that_cannot_name_slurms_gpus_keeps_the_pod_and_says_why(
     world: World, gpus: tuple[int, ...], words: str
 ) -> None:
     job_id = await world.pod_with_claim("p", "c", 2)
-    await world.allocate(job_id, "node1", gpus)
+    await world.allocate(job_id, "node1", gpus=gpus)
     await world.bridge.notifier.drain()
     assert devices(world.claim("c")) == []
     assert world.pod("p")["spec"]["schedulingGates"] == [{"name": keys.SLURM_GATE}]
@@ -125,7 +116,7 @@ async def test_a_claim_that_cannot_name_slurms_gpus_keeps_the_pod_and_says_why(
 
 async def test_a_claim_is_freed_once_its_job_ended_and_its_pod_is_gone(world: World) -> None:
     job_id = await world.pod_with_claim("p", "c", 1)
-    await world.allocate(job_id, "node1", (2,))
+    await world.allocate(job_id, "node1", gpus=(2,))
     assert devices(world.claim("c")) == ["gpu-2"]
     await world.kube.delete(Pod, "p", namespace="ns")
     await world.bridge.lifecycle.reconcile_once()
@@ -145,8 +136,8 @@ async def test_slurm_giving_a_device_to_another_job_frees_the_old_claim_first(
     """A requeued job's pod went, its claim not freed yet; Slurm gives GPU 0 to a new job:
     the old claim is freed before the new one names GPU 0, never two claims on it."""
     old = await world.pod_with_claim("a", "old", 1)
-    await world.allocate(old, "node1", (0,))
+    await world.allocate(old, "node1", gpus=(0,))
     new = await world.pod_with_claim("b", "new", 1)
-    await world.allocate(new, "node1", (0,))
+    await world.allocate(new, "node1", gpus=(0,))
     assert devices(world.claim("old")) == []
     assert devices(world.claim("new")) == ["gpu-0"]

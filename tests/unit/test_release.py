@@ -33,9 +33,10 @@ from slurmbridge_devkit.kube import wait_for
 
 
 class World:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, device_classes: dict[str, Any] | None = None) -> None:
         self.kube, self.slurm = FakeKube(), FakeSlurm(("node1", "node2", "node3"))
-        self.bridge: Bridge = bridge_over_fakes(workdir, self.slurm, self.kube)
+        self.bridge: Bridge = bridge_over_fakes(workdir, self.slurm, self.kube,
+                                                device_classes=device_classes)
 
     def pod(self, name: str) -> dict[str, Any]:
         found = self.kube.obj(Pod, name, "ns")
@@ -62,7 +63,7 @@ class World:
     async def allocate(self, job_id: int, *nodes: str, gpus: tuple[int, ...] = ()) -> None:
         self.slurm.start(job_id, *nodes, gpus=gpus)
         await self.bridge.poller.poll_once()
-        await self.bridge.releaser.drain()
+        await asyncio.wait_for(self.bridge.releaser.drain(), 5)
 
 
 @pytest.fixture
