@@ -20,8 +20,8 @@ from admission import mutate, validate, workloads
 from admission.device_claims import (
     ExtendedResources,
     claimed_gpus,
+    extended_gpu_resources,
     kube_extended_resources,
-    refuse_dra_extended_resources,
 )
 from admission.owners import OwnerReader, WorkloadError, WorkloadLookupError, kube_owner_reader
 from admission.pod import PodShape
@@ -198,7 +198,7 @@ async def _mutation(
     try:
         group = await workloads.membership(pod, request.namespace, owners)
         claimed = await claimed_gpus(pod, request.namespace, owners, devices.classes)
-        await refuse_dra_extended_resources(pod, devices.extended)
+        extended = await extended_gpu_resources(pod, devices.extended, devices.classes)
     except WorkloadError as err:
         return AdmissionResponse.deny(request.uid, 422, f"slurmbridge cannot group this pod: {err}")
     except UnmappableClaim as err:
@@ -210,7 +210,7 @@ async def _mutation(
         defaults = tenancy.current().defaults(
             request.namespace, pod.annotations, pod.spec.priority_class_name
         )
-        patch = mutate.patch_for(pod, defaults, group, claimed)
+        patch = mutate.patch_for(pod, defaults, group, claimed, extended)
         return AdmissionResponse.allow(request.uid, patch=patch)
     except mutate.InvalidGpuRequest as err:
         return AdmissionResponse.deny(request.uid, 422, str(err))

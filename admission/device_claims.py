@@ -82,11 +82,15 @@ def _unused(label: str, claim: dict[str, Any]) -> None:
         )
 
 
-async def refuse_dra_extended_resources(pod: PodShape, classes: ExtendedResources) -> None:
-    """A DRA-backed extended resource (a container asking ``example.com/gpu`` that a
-    DeviceClass stands for) is allocated by kube-scheduler's DRA plugin on a node of Slurm's
-    choosing but devices of its own: possibly the GPU Slurm gives a native job.  Raises
-    UnmappableClaim naming it; reads the classes only for a pod asking some extended resource."""
+async def extended_gpu_resources(
+    pod: PodShape, read: ExtendedResources, classes: Mapping[str, DeviceClassGres]
+) -> dict[str, str | None]:
+    """The extended resources the pod asks for that a DeviceClass stands for (KEP-5004),
+    each with its Slurm GPU type: Slurm allocates them as it does ``nvidia.com/gpu`` (the
+    webhook moves them out of the containers).  Left in, kube-scheduler's DRA plugin would
+    pick the devices on Slurm's node itself, possibly the GPU Slurm gives a native job: one
+    of a class not mapped to Slurm is refused (UnmappableClaim).  The classes are read only
+    for a pod asking some extended resource besides ``nvidia.com/gpu``."""
     asked = sorted({
         (container.name, name)
         for container in [*pod.spec.containers, *(pod.spec.init_containers or [])]
@@ -96,21 +100,26 @@ async def refuse_dra_extended_resources(pod: PodShape, classes: ExtendedResource
         if "/" in name and name != keys.GPU_RESOURCE and not name.startswith("kubernetes.io/")
     })
     if not asked:
-        return
+        return {}
     try:
-        backed = await classes()
+        backed = await read()
     except Exception as err:  # unreachable, RBAC: never admit a pod whose devices are unknown
         raise WorkloadLookupError(f"cannot list DeviceClasses: {err}") from err
+    found: dict[str, str | None] = {}
     for container, name in asked:
         device_class = backed.get(name) or (
             name.removeprefix(IMPLICIT_PREFIX) if name.startswith(IMPLICIT_PREFIX) else None)
-        if device_class:
+        if device_class is None:
+            continue
+        if device_class not in classes:
+            mapped = ", ".join(sorted(classes)) or "none"
             raise UnmappableClaim(
                 f"container {container!r} asks for {name}, a DRA extended resource of "
-                f"DeviceClass {device_class}: kube-scheduler would pick its devices, not "
-                "Slurm; ask with a ResourceClaim of a class mapped to Slurm, or with "
-                f"{keys.GPU_RESOURCE}"
+                f"DeviceClass {device_class}, which is not one Slurm allocates (mapped to a "
+                f"Slurm GRES: {mapped}): kube-scheduler would pick its devices, not Slurm"
             )
+        found[name] = classes[device_class].type
+    return found
 
 
 def kube_extended_resources(

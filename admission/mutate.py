@@ -46,7 +46,7 @@ def pointer(*parts: str | int) -> str:
 
 def patch_for(
     pod: PodShape, defaults: Mapping[str, str] | None = None, group: Membership | None = None,
-    claimed: GpuTotal | None = None,
+    claimed: GpuTotal | None = None, gpu_resources: Mapping[str, str | None] | None = None,
 ) -> list[PatchOp]:
     """The JSON Patch that makes ``pod`` a slurmbridge pod; raises ``InvalidGpuRequest``.
 
@@ -55,6 +55,8 @@ def patch_for(
     ``group``: the pod's group as its workload says (admission/workloads.py), written as the
     bridge's group labels over any the pod carried.
     ``claimed``: what the pod's DRA claims ask Slurm for (admission/device_claims.py).
+    ``gpu_resources``: extended resources Slurm allocates besides ``nvidia.com/gpu`` (those a
+    DeviceClass mapped to Slurm stands for), each with its Slurm GPU type or None.
     """
     ops: list[PatchOp] = []
     if "metadata" not in pod.model_fields_set:
@@ -63,12 +65,14 @@ def patch_for(
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": keys.SCHEDULER_NAME})
     ops += _toleration_ops(pod)
     ops += _gate_ops(pod)
-    gpu_ops, gpus = _gpu_ops(pod)
+    gpu_ops, moved = _gpu_ops(pod, {keys.GPU_RESOURCE: None, **(gpu_resources or {})})
     ops += gpu_ops
     implied = {k: v for k, v in group.asks.items() if k not in pod.annotations} if group else {}
-    annotations = {**(defaults or {}), **implied, **({keys.GPUS: gpus} if gpus else {})}
+    annotations = {**(defaults or {}), **implied}
     if claimed is not None:
-        annotations |= _claimed_annotations(pod, claimed, gpus)
+        annotations |= _claimed_annotations(pod, claimed, moved)
+    elif moved is not None:
+        annotations |= _gpu_annotations(pod, moved, "its extended resources' device classes")
     ops += _metadata_ops(pod, "annotations", annotations)
     if group is not None:
         ops += _group_ops(pod, group)
@@ -108,48 +112,71 @@ def _gate_ops(pod: PodShape) -> list[PatchOp]:
     return [{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}]
 
 
-def _claimed_annotations(pod: PodShape, claimed: GpuTotal, gpus: str | None) -> dict[str, str]:
+def _claimed_annotations(
+    pod: PodShape, claimed: GpuTotal, moved: GpuTotal | None
+) -> dict[str, str]:
     """The claims' GPUs as the pod's GPU annotations: one GPU form per pod."""
-    if gpus is not None or keys.GPU_SHARDS in pod.annotations:
-        other = f"{keys.GPU_RESOURCE} in its resources" if gpus is not None else keys.GPU_SHARDS
+    if moved is not None or keys.GPU_SHARDS in pod.annotations:
+        other = "GPUs in its resources" if moved is not None else keys.GPU_SHARDS
         raise InvalidGpuRequest(
             f"the pod asks for GPUs both through spec.resourceClaims and {other}: Slurm "
             "allocates a pod's GPUs once; keep one of the two"
         )
-    asked_type = pod.annotations.get(keys.GPU_TYPE)
-    if asked_type is not None and asked_type != claimed.gpu_type:
+    if claimed.gpu_type is None and keys.GPU_TYPE in pod.annotations:
         raise InvalidGpuRequest(
-            f"annotation {keys.GPU_TYPE}={asked_type!r} but the pod's claims are of GPU type "
-            f"{claimed.gpu_type or 'any'} (their device classes say): drop the annotation"
+            f"annotation {keys.GPU_TYPE}={pod.annotations[keys.GPU_TYPE]!r} but the pod's "
+            "claims are of GPU type any (their device classes say): drop the annotation"
         )
-    found = {keys.GPUS: str(claimed.gpus)}
-    return found | ({keys.GPU_TYPE: claimed.gpu_type} if claimed.gpu_type else {})
+    return _gpu_annotations(pod, claimed, "the pod's claims' device classes")
 
 
-def _gpu_ops(pod: PodShape) -> tuple[list[PatchOp], str | None]:
-    """Move GPU requests and limits out of every container; the ``gpus`` annotation's value.
+def _gpu_annotations(pod: PodShape, asked: GpuTotal, typed_by: str) -> dict[str, str]:
+    """``gpus`` (and ``gpu-type`` when what asked has one, which a user's may not contradict)."""
+    user_type = pod.annotations.get(keys.GPU_TYPE)
+    if asked.gpu_type is not None and user_type not in (None, asked.gpu_type):
+        raise InvalidGpuRequest(
+            f"annotation {keys.GPU_TYPE}={user_type!r} but {typed_by} say GPU type "
+            f"{asked.gpu_type!r}: drop the annotation"
+        )
+    found = {keys.GPUS: str(asked.gpus)}
+    return found | ({keys.GPU_TYPE: asked.gpu_type} if asked.gpu_type else {})
 
-    The device plugin must not pick devices on its own: Slurm is the only GPU allocator.
-    With no GPU resource left (e.g. an already patched pod) the annotation is left alone.
+
+def _gpu_ops(
+    pod: PodShape, resources: Mapping[str, str | None]
+) -> tuple[list[PatchOp], GpuTotal | None]:
+    """Move GPU requests and limits (``resources``: name → Slurm GPU type) out of every
+    container; the GPUs they asked for (None: none found).
+
+    The device plugin or kube-scheduler's DRA plugin must not pick devices on its own: Slurm
+    is the only GPU allocator.  With no GPU resource left (e.g. an already patched pod) the
+    annotation is left alone.
     """
     ops: list[PatchOp] = []
     counts: dict[str, list[tuple[int, bool]]] = {}
+    types: dict[str | None, str] = {}  # Slurm GPU type → a resource asking for it
     for field, containers in _container_lists(pod):
         counts[field] = []
         for index, container in enumerate(containers):
-            resources = container.resources
             found: list[int] = []
             for kind in ("requests", "limits"):
-                amounts = getattr(resources, kind, None) or {}
-                if keys.GPU_RESOURCE in amounts:
-                    found.append(_gpu_count(container.name, amounts[keys.GPU_RESOURCE]))
-                    path = pointer("spec", field, index, "resources", kind, keys.GPU_RESOURCE)
+                amounts = getattr(container.resources, kind, None) or {}
+                for name in [n for n in amounts if n in resources]:
+                    found.append(_gpu_count(container.name, name, amounts[name]))
+                    types[resources[name]] = name
+                    path = pointer("spec", field, index, "resources", kind, name)
                     ops.append({"op": "remove", "path": path})
             counts[field].append((max(found, default=0), container.restart_policy == "Always"))
     if not ops:
         return [], None
+    if len(types) > 1:
+        raise InvalidGpuRequest(
+            f"the pod asks for {', '.join(sorted(types.values()))}, GPUs of different Slurm "
+            "types (any, or their device classes' types): Slurm gives a job one GPU type"
+        )
     app = sum(n for n, _ in counts["containers"])
-    return ops, str(effective_gpus(app, counts["initContainers"]))
+    total = effective_gpus(app, counts["initContainers"])
+    return ops, GpuTotal(gpus=total, gpu_type=next(iter(types)))
 
 
 def effective_gpus(app_total: int, init: list[tuple[int, bool]]) -> int:
@@ -168,13 +195,13 @@ def effective_gpus(app_total: int, init: list[tuple[int, bool]]) -> int:
     return max(app_total + sidecars, peak)
 
 
-def _gpu_count(container: str, quantity: Any) -> int:
+def _gpu_count(container: str, resource: str, quantity: Any) -> int:
     # The API server sends quantities as strings; bool is excluded because it is an int.
     is_text = isinstance(quantity, int | str) and not isinstance(quantity, bool)
     text = str(quantity) if is_text else ""
     if not _WHOLE_NUMBER.fullmatch(text):
         raise InvalidGpuRequest(
-            f"container {container!r}: {keys.GPU_RESOURCE} must be a whole number of GPUs, "
+            f"container {container!r}: {resource} must be a whole number of GPUs, "
             f"got {quantity!r}"
         )
     return int(text)

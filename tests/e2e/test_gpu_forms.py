@@ -288,7 +288,7 @@ async def test_a_claim_gets_the_gpus_slurm_gave_and_slurms_limits_are_refused(
     """A pod's claim from a template of the mapped class: its job asks Slurm for the GPUs,
     the claim names exactly the devices of Slurm's indices (native jobs hold the node's other
     GPUs), and kube-scheduler binds the pod to that node.  What Slurm cannot express is
-    refused at create, naming the template."""
+    refused at create, naming the template; the class's extended resource is asked of Slurm."""
     slurm = bridge_stack.slurm
     ns = await e2e_namespace("dra")
     async with _published(bridge_stack, kube) as published:
@@ -315,14 +315,19 @@ async def test_a_claim_gets_the_gpus_slurm_gave_and_slurms_limits_are_refused(
             await _claimed_pod(kube, ns, "picky", "picky")
         message = str(refused.value.status.message)
         assert f"ResourceClaimTemplate {ns}/picky request 'gpus': CEL selectors" in message
-        # The class's extended resource: kube-scheduler would pick the devices, not Slurm.
-        with pytest.raises(ApiError) as refused:
-            extended = PodBuilder("extended").manifest()
-            extended["spec"]["containers"][0]["resources"] = {"limits": {E2E_EXTENDED: "1"}}
-            await create_pod(kube, ns, cast(Pod, Pod.from_dict(extended)))
-        message = str(refused.value.status.message)
-        assert f"asks for {E2E_EXTENDED}, a DRA extended resource of DeviceClass " \
-            f"{E2E_DEVICE_CLASS}" in message, message
+        # The class's extended resource is asked of Slurm (kube-scheduler would pick the
+        # devices itself): none is free now, so its job waits in Slurm, asking for the GPU.
+        extended = PodBuilder("extended").manifest()
+        extended["spec"]["containers"][0]["resources"] = {"limits": {E2E_EXTENDED: "1"}}
+        stored = await create_pod(kube, ns, cast(Pod, Pod.from_dict(extended)))
+        assert stored.spec is not None and stored.metadata is not None
+        resources = stored.spec.containers[0].resources
+        assert E2E_EXTENDED not in ((resources.limits if resources else None) or {})
+        assert (stored.metadata.annotations or {})[keys.GPUS] == "1"
+        asked = await wait_for(lambda: slurm.admin(
+            "squeue", "-h", "-n", f"k8s:{ns}/extended", "-o", "%b").strip(), 30,
+            interval=0.5, what="the extended resource pod's job in squeue")
+        assert asked.replace("gres:", "gres/") == "gres/gpu:1", asked
 
 
 def _requeue_or_end(slurm: SlurmTarget, job_id: str) -> None:

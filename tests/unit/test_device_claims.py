@@ -105,7 +105,8 @@ class ExtendedClasses:
 
     async def __call__(self) -> Mapping[str, str]:
         self.lists += 1
-        return {"example.com/gpu": "gpu.example.com"}
+        return {"example.com/gpu": "gpu.example.com", "example.com/slice": "slice.example.com",
+                "example.com/nic": "nic.example.com"}
 
 
 EXTENDED = ExtendedClasses()
@@ -162,15 +163,43 @@ async def test_claims_slurm_cannot_honour_are_refused_at_create(
     assert words in response["status"]["message"]
 
 
-@pytest.mark.parametrize("resource", ["example.com/gpu", "deviceclass.resource.kubernetes.io/x"])
-async def test_a_dra_extended_resource_is_refused_naming_it(resource: str) -> None:
-    """kube-scheduler would allocate its devices itself, not Slurm (KEP-5004)."""
-    pod = make_pod(annotations=POLICY, containers=[
-        {"name": "main", "image": "busybox", "resources": {"limits": {resource: "1"}}}])
-    response = await review("mutate", pod)
+def extended_pod(limits: dict[str, str], **annotations: str) -> dict[str, Any]:
+    return make_pod(annotations=POLICY | annotations, containers=[
+        {"name": "main", "image": "busybox", "resources": {"limits": limits}}])
+
+
+@pytest.mark.parametrize(("resource", "gpu_type"), [
+    ("example.com/gpu", None),  # the mapped class's extendedResourceName
+    ("example.com/slice", "1g.10gb"),
+    ("deviceclass.resource.kubernetes.io/gpu.example.com", None),  # a class's implicit name
+])
+async def test_a_mapped_dra_extended_resource_is_asked_of_slurm_like_nvidia_gpus(
+    resource: str, gpu_type: str | None
+) -> None:
+    """Left in the pod, kube-scheduler's DRA plugin would pick its devices; moved out, Slurm
+    does, and the pod is told them as for nvidia.com/gpu."""
+    pod = extended_pod({resource: "2", "cpu": "1"})
+    out = apply(pod, await review("mutate", pod))
+    assert out["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "1"}
+    annotations = out["metadata"]["annotations"]
+    assert annotations[keys.GPUS] == "2"
+    assert annotations.get(keys.GPU_TYPE) == gpu_type
+    assert (await review("validate", out))["allowed"]
+
+
+@pytest.mark.parametrize(("limits", "annotations", "words"), [
+    ({"example.com/nic": "1"}, {},
+     "container 'main' asks for example.com/nic, a DRA extended resource of DeviceClass "
+     "nic.example.com, which is not one Slurm allocates"),
+    ({"example.com/gpu": "1", "example.com/slice": "1"}, {}, "different Slurm types"),
+    ({"example.com/slice": "1"}, {keys.GPU_TYPE: "3g.40gb"}, "say GPU type '1g.10gb'"),
+])
+async def test_extended_resources_slurm_cannot_honour_are_refused(
+    limits: dict[str, str], annotations: dict[str, str], words: str
+) -> None:
+    response = await review("mutate", extended_pod(limits, **annotations))
     assert not response["allowed"]
-    assert f"container 'main' asks for {resource}, a DRA extended resource" in (
-        response["status"]["message"])
+    assert words in response["status"]["message"]
 
 
 async def test_the_classes_are_read_only_for_a_pod_asking_an_extended_resource() -> None:
