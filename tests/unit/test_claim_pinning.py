@@ -3,7 +3,7 @@
 Over the in-memory fakes; the same against a real apiserver, kube-scheduler and DRA driver is
 tests/kind/test_dra_claims.py."""
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,8 +15,8 @@ from bridge import keys
 from bridge.slurm.types import JobState
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fakes import intake_running
-from slurmbridge_devkit.kube import wait_for
 from tests.unit.test_release import World as ReleaseWorld
+from tests.unit.test_release import until
 
 DRIVER = "gpu.example.com"
 
@@ -60,7 +60,7 @@ class World(ReleaseWorld):
         self.kube.add(PodBuilder(name, "ns").gated().annotate(keys.GPUS, str(count))
                       .spec(resourceClaims=[{"name": "gpu", "resourceClaimName": claim_name}])
                       .build())
-        await _until(lambda: any(j.name == f"k8s:ns/{name}" for j in self.slurm.jobs.values()))
+        await until(lambda: any(j.name == f"k8s:ns/{name}" for j in self.slurm.jobs.values()))
         return next(i for i, j in self.slurm.jobs.items() if j.name == f"k8s:ns/{name}")
 
 
@@ -69,10 +69,6 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     world = World(tmp_path)
     async with intake_running(world.bridge):
         yield world
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    await wait_for(condition, 2, interval=0.01)
 
 
 def devices(claim: dict[str, Any]) -> list[str]:

@@ -53,11 +53,11 @@ class World:
         for rank in reversed(range(size)):
             self.kube.add(PodBuilder(f"w{rank}", "ns").group("g", size)
                           .label(keys.GROUP_RANK, str(rank)).gated().build())
-        await _until(lambda: len(self.slurm.submitted) == 1)
+        await until(lambda: len(self.slurm.submitted) == 1)
         [job_id] = self.slurm.jobs
         owner = self.slurm.jobs[job_id].owner
         assert owner is not None
-        await _until(lambda: len(self.bridge.pods.pods_of(owner)) == size)
+        await until(lambda: len(self.bridge.pods.pods_of(owner)) == size)
         return job_id, owner
 
     async def allocate(self, job_id: int, *nodes: str, gpus: tuple[int, ...] = ()) -> None:
@@ -73,7 +73,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         yield world
 
 
-async def _until(condition: Callable[[], bool]) -> None:
+async def until(condition: Callable[[], bool]) -> None:
     await wait_for(condition, 2, interval=0.01)
 
 
@@ -86,7 +86,7 @@ def _node_terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 async def test_a_gated_pod_is_released_to_slurms_node_in_one_write(world: World) -> None:
     world.kube.add(PodBuilder("p", "ns").gated().build())
-    await _until(lambda: len(world.slurm.submitted) == 1)
+    await until(lambda: len(world.slurm.submitted) == 1)
     [job_id] = world.slurm.jobs
     assert world.pod_writes() == []  # no claim, no job-id record while the job pends
     assert world.pod("p")["spec"]["schedulingGates"] == [{"name": keys.SLURM_GATE}]
@@ -116,7 +116,7 @@ async def test_a_job_running_at_once_releases_its_pod_without_a_poll(world: Worl
     ))
     world.bridge.index.record(job)
     world.kube.add(pod)
-    await _until(lambda: not world.pod("p")["spec"].get("schedulingGates"))
+    await until(lambda: not world.pod("p")["spec"].get("schedulingGates"))
     assert world.slurm.submitted == []
     assert world.pod("p")["metadata"]["annotations"][keys.JOB_ID] == "7"
 
@@ -127,7 +127,7 @@ async def test_other_gates_hold_the_submission_and_stay_after_release(world: Wor
     assert world.slurm.submitted == []
     await world.kube.patch(Pod, "p", {"spec": {"schedulingGates": [{"name": keys.SLURM_GATE}]}},
                            namespace="ns", patch_type=PatchType.MERGE)
-    await _until(lambda: len(world.slurm.submitted) == 1)
+    await until(lambda: len(world.slurm.submitted) == 1)
 
 
 def test_the_release_narrows_every_term_and_keeps_other_gates() -> None:
@@ -186,7 +186,7 @@ async def test_a_status_write_meanwhile_does_not_cost_the_release_a_second_try(
     """The copy intake holds is older than the pod (its pending status was written since):
     the release's precondition is the gates, not the resourceVersion."""
     world.kube.add(PodBuilder("p", "ns").gated().build())
-    await _until(lambda: len(world.slurm.submitted) == 1)
+    await until(lambda: len(world.slurm.submitted) == 1)
     [job_id] = world.slurm.jobs
     stored = world.pod("p")  # the status written, and the watch not delivered it yet
     stored["status"] = {"conditions": [
@@ -201,7 +201,7 @@ async def test_a_status_write_meanwhile_does_not_cost_the_release_a_second_try(
 async def test_a_refused_gated_pod_is_told_why(world: World) -> None:
     """kube-scheduler never sees a gated pod: the refusal must reach its owner another way."""
     world.kube.add(PodBuilder("p", "ns").gated().annotate(keys.ACCOUNT, "other").build())
-    await _until(lambda: bool(world.kube.events(keys.EventReason.SUBMIT_REFUSED)))
+    await until(lambda: bool(world.kube.events(keys.EventReason.SUBMIT_REFUSED)))
     assert world.slurm.submitted == []
     await world.bridge.notifier.drain()
     conditions = world.pod("p").get("status", {}).get("conditions", [])
@@ -215,12 +215,12 @@ async def test_a_released_pod_passes_filter_and_bind_without_a_read(world: World
     cache = asyncio.create_task(world.bridge.pod_cache.run())
     try:
         world.kube.add(PodBuilder("p", "ns").gated().build())
-        await _until(lambda: len(world.slurm.submitted) == 1)
+        await until(lambda: len(world.slurm.submitted) == 1)
         [job_id] = world.slurm.jobs
         await world.allocate(job_id, "node2")
         pod = world.pod("p")
         uid = pod["metadata"]["uid"]
-        await _until(lambda: (v := world.bridge.pod_cache.get(uid)) is not None
+        await until(lambda: (v := world.bridge.pod_cache.get(uid)) is not None
                      and v.job_id == job_id)
         reads: list[str] = []
         real_get = world.kube.get
@@ -254,7 +254,7 @@ async def test_a_group_whose_job_ended_before_it_ran_is_submitted_again(world: W
     first, _ = await world.gang(2)
     world.slurm.end(first, JobState.CANCELLED)
     await world.bridge.poller.poll_once()
-    await _until(lambda: len(world.slurm.submitted) == 2)
+    await until(lambda: len(world.slurm.submitted) == 2)
     [second] = [j for j in world.slurm.jobs if j != first]
     await world.allocate(second, "node1", "node2")
     assert [world.pod(f"w{r}")["metadata"]["annotations"][keys.JOB_ID] for r in (0, 1)] == [
@@ -272,7 +272,7 @@ async def test_a_burst_of_started_jobs_keeps_the_releases_in_flight_bounded(
     pods = 3 * RELEASES_IN_FLIGHT
     for i in range(pods):
         world.kube.add(PodBuilder(f"p{i}", "ns").gated().build())
-    await _until(lambda: len(world.slurm.submitted) == pods)
+    await until(lambda: len(world.slurm.submitted) == pods)
     patches = InFlight(world.kube.patch)
     monkeypatch.setattr(world.kube, "patch", patches)
     for job_id in list(world.slurm.jobs):
@@ -295,7 +295,7 @@ async def test_a_pod_whose_release_a_lost_lead_cut_short_is_released_in_the_next
     term = asyncio.create_task(world.bridge.intake.run())
     world.kube.add(PodBuilder("p", "ns").gated().build())
     try:
-        await _until(lambda: len(world.slurm.submitted) == 1)
+        await until(lambda: len(world.slurm.submitted) == 1)
         [job_id] = world.slurm.jobs
         world.kube.down = True  # the release fails, and the lease lapses
         world.slurm.start(job_id, "node1")
@@ -323,7 +323,7 @@ async def test_a_pod_whose_tracked_job_a_resync_cancelled_for_an_older_running_o
     Slurm; the resync kept the oldest (already running) and cancelled the one the bridge
     tracked, and nothing ever reported the kept job: the pod stayed gated, told nothing."""
     world.kube.add(PodBuilder("p", "ns").gated().build())
-    await _until(lambda: len(world.slurm.submitted) == 1)
+    await until(lambda: len(world.slurm.submitted) == 1)
     [tracked] = world.slurm.jobs
     owner = world.slurm.jobs[tracked].owner
     world.slurm.put(SlurmJob(  # an earlier submit whose answer was lost: unknown to the index
