@@ -84,10 +84,10 @@ def _unused(label: str, claim: dict[str, Any]) -> None:
 
 async def extended_gpu_resources(
     pod: PodShape, read: ExtendedResources, classes: Mapping[str, DeviceClassGres]
-) -> dict[str, str | None]:
+) -> dict[str, DeviceClassGres]:
     """The extended resources the pod asks for that a DeviceClass stands for (KEP-5004),
-    each with its Slurm GPU type: Slurm allocates them as it does ``nvidia.com/gpu`` (the
-    webhook moves them out of the containers).  Left in, kube-scheduler's DRA plugin would
+    each with what Slurm allocates for it: Slurm allocates them as it does ``nvidia.com/gpu``
+    (the webhook moves them out of the containers).  Left in, kube-scheduler's DRA plugin would
     pick the devices on Slurm's node itself, possibly the GPU Slurm gives a native job: one
     of a class not mapped to Slurm is refused (UnmappableClaim).  The classes are read only
     for a pod asking some extended resource besides ``nvidia.com/gpu``."""
@@ -105,7 +105,7 @@ async def extended_gpu_resources(
         backed = await read()
     except Exception as err:  # unreachable, RBAC: never admit a pod whose devices are unknown
         raise WorkloadLookupError(f"cannot list DeviceClasses: {err}") from err
-    found: dict[str, str | None] = {}
+    found: dict[str, DeviceClassGres] = {}
     for container, name in asked:
         device_class = backed.get(name) or (
             name.removeprefix(IMPLICIT_PREFIX) if name.startswith(IMPLICIT_PREFIX) else None)
@@ -118,7 +118,7 @@ async def extended_gpu_resources(
                 f"DeviceClass {device_class}, which is not one Slurm allocates (mapped to a "
                 f"Slurm GRES: {mapped}): kube-scheduler would pick its devices, not Slurm"
             )
-        found[name] = classes[device_class].type
+        found[name] = classes[device_class]
     return found
 
 

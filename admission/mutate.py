@@ -7,14 +7,26 @@ the pod already has the wanted value, so the patch of a patched pod is empty
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from admission.pod import Container, PodShape
 from admission.workloads import Membership
 from bridge import keys
+from bridge.config import DeviceClassGres
 from bridge.devices.asks import GpuTotal
 
 PatchOp = dict[str, Any]
+
+WHOLE_GPU = DeviceClassGres()  # what nvidia.com/gpu asks Slurm for
+
+
+@dataclass(frozen=True, slots=True)
+class Shards:
+    """``shards`` of Slurm's ``gres/shard``, asked through the extended resource ``resource``."""
+
+    shards: int
+    resource: str
 
 TOLERATION: dict[str, str] = {
     "key": keys.MANAGED_TAINT,
@@ -46,7 +58,7 @@ def pointer(*parts: str | int) -> str:
 
 def patch_for(
     pod: PodShape, defaults: Mapping[str, str] | None = None, group: Membership | None = None,
-    claimed: GpuTotal | None = None, gpu_resources: Mapping[str, str | None] | None = None,
+    claimed: GpuTotal | None = None, gpu_resources: Mapping[str, DeviceClassGres] | None = None,
 ) -> list[PatchOp]:
     """The JSON Patch that makes ``pod`` a slurmbridge pod; raises ``InvalidGpuRequest``.
 
@@ -56,7 +68,7 @@ def patch_for(
     bridge's group labels over any the pod carried.
     ``claimed``: what the pod's DRA claims ask Slurm for (admission/device_claims.py).
     ``gpu_resources``: extended resources Slurm allocates besides ``nvidia.com/gpu`` (those a
-    DeviceClass mapped to Slurm stands for), each with its Slurm GPU type or None.
+    DeviceClass mapped to Slurm stands for), each with what Slurm allocates for it.
     """
     ops: list[PatchOp] = []
     if "metadata" not in pod.model_fields_set:
@@ -65,12 +77,14 @@ def patch_for(
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": keys.SCHEDULER_NAME})
     ops += _toleration_ops(pod)
     ops += _gate_ops(pod)
-    gpu_ops, moved = _gpu_ops(pod, {keys.GPU_RESOURCE: None, **(gpu_resources or {})})
+    gpu_ops, moved = _gpu_ops(pod, {keys.GPU_RESOURCE: WHOLE_GPU, **(gpu_resources or {})})
     ops += gpu_ops
     implied = {k: v for k, v in group.asks.items() if k not in pod.annotations} if group else {}
     annotations = {**(defaults or {}), **implied}
     if claimed is not None:
         annotations |= _claimed_annotations(pod, claimed, moved)
+    elif isinstance(moved, Shards):
+        annotations |= _shard_annotations(pod, moved)
     elif moved is not None:
         annotations |= _gpu_annotations(pod, moved, "its extended resources' device classes")
     ops += _metadata_ops(pod, "annotations", annotations)
@@ -113,7 +127,7 @@ def _gate_ops(pod: PodShape) -> list[PatchOp]:
 
 
 def _claimed_annotations(
-    pod: PodShape, claimed: GpuTotal, moved: GpuTotal | None
+    pod: PodShape, claimed: GpuTotal, moved: GpuTotal | Shards | None
 ) -> dict[str, str]:
     """The claims' GPUs as the pod's GPU annotations: one GPU form per pod."""
     if moved is not None or keys.GPU_SHARDS in pod.annotations:
@@ -142,11 +156,22 @@ def _gpu_annotations(pod: PodShape, asked: GpuTotal, typed_by: str) -> dict[str,
     return found | ({keys.GPU_TYPE: asked.gpu_type} if asked.gpu_type else {})
 
 
+def _shard_annotations(pod: PodShape, moved: Shards) -> dict[str, str]:
+    asked = pod.annotations.get(keys.GPU_SHARDS)
+    if asked not in (None, str(moved.shards)) or keys.GPU_TYPE in pod.annotations:
+        key = keys.GPU_SHARDS if asked not in (None, str(moved.shards)) else keys.GPU_TYPE
+        raise InvalidGpuRequest(
+            f"annotation {key}={pod.annotations[key]!r} but the pod asks for {moved.shards} "
+            f"shards through {moved.resource}: drop the annotation"
+        )
+    return {keys.GPU_SHARDS: str(moved.shards)}
+
+
 def _gpu_ops(
-    pod: PodShape, resources: Mapping[str, str | None]
-) -> tuple[list[PatchOp], GpuTotal | None]:
-    """Move GPU requests and limits (``resources``: name → Slurm GPU type) out of every
-    container; the GPUs they asked for (None: none found).
+    pod: PodShape, resources: Mapping[str, DeviceClassGres]
+) -> tuple[list[PatchOp], GpuTotal | Shards | None]:
+    """Move GPU requests and limits (``resources``: name → what Slurm allocates for it) out
+    of every container; the GPUs, or shards, they asked for (None: none found).
 
     The device plugin or kube-scheduler's DRA plugin must not pick devices on its own: Slurm
     is the only GPU allocator.  With no GPU resource left (e.g. an already patched pod) the
@@ -154,7 +179,7 @@ def _gpu_ops(
     """
     ops: list[PatchOp] = []
     counts: dict[str, list[tuple[int, bool]]] = {}
-    types: dict[str | None, str] = {}  # Slurm GPU type → a resource asking for it
+    kinds: dict[tuple[str, str | None], str] = {}  # (Slurm GRES, GPU type) → a resource
     for field, containers in _container_lists(pod):
         counts[field] = []
         for index, container in enumerate(containers):
@@ -163,20 +188,24 @@ def _gpu_ops(
                 amounts = getattr(container.resources, kind, None) or {}
                 for name in [n for n in amounts if n in resources]:
                     found.append(_gpu_count(container.name, name, amounts[name]))
-                    types[resources[name]] = name
+                    kinds[resources[name].gres, resources[name].type] = name
                     path = pointer("spec", field, index, "resources", kind, name)
                     ops.append({"op": "remove", "path": path})
             counts[field].append((max(found, default=0), container.restart_policy == "Always"))
     if not ops:
         return [], None
-    if len(types) > 1:
+    if len(kinds) > 1:
         raise InvalidGpuRequest(
-            f"the pod asks for {', '.join(sorted(types.values()))}, GPUs of different Slurm "
-            "types (any, or their device classes' types): Slurm gives a job one GPU type"
+            f"the pod asks for {', '.join(sorted(kinds.values()))}, GPUs of different Slurm "
+            "kinds (whole or shards, any type or their device classes' types): Slurm gives a "
+            "job one GPU type, and a GPU whole or as shards"
         )
     app = sum(n for n, _ in counts["containers"])
     total = effective_gpus(app, counts["initContainers"])
-    return ops, GpuTotal(gpus=total, gpu_type=next(iter(types)))
+    [((gres, gpu_type), resource)] = kinds.items()
+    if gres == "shard":
+        return ops, Shards(shards=total, resource=resource)
+    return ops, GpuTotal(gpus=total, gpu_type=gpu_type)
 
 
 def effective_gpus(app_total: int, init: list[tuple[int, bool]]) -> int:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -241,17 +241,18 @@ class DeviceClassGres(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    gres: Literal["gpu"] = Field("gpu", description="the Slurm GRES a request of the class asks")
-    type: str | None = Field(
-        None, pattern=r"^[A-Za-z0-9_.-]+$",
-        description="the Slurm GPU type (gres/gpu:<type>:N); none: any GPU",
-    )
-    driver: str | None = Field(
-        None, description="the DRA driver publishing the devices; default: the class's name",
-    )
-    index_attribute: str = Field(
-        "index", description="the device attribute holding Slurm's GPU index (gres.conf order)",
-    )
+    # gres: whole GPUs, or shards of one (through the class's extended resource only: a
+    # claim names devices, and one GPU's shards go to several pods).
+    gres: Literal["gpu", "shard"] = "gpu"
+    type: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")  # gres/gpu:<type>:N; none: any
+    driver: str | None = None  # the DRA driver publishing the devices; None: the class's name
+    index_attribute: str = "index"  # the device attribute holding Slurm's GPU index
+
+    @model_validator(mode="after")
+    def _shards_have_no_type(self) -> "DeviceClassGres":
+        if self.gres == "shard" and self.type is not None:
+            raise ValueError("a shard class has no GPU type: Slurm's shards are untyped")
+        return self
 
 
 class Settings(BaseSettings):
@@ -267,7 +268,8 @@ class Settings(BaseSettings):
     admission: AdmissionSettings = AdmissionSettings()
     device_classes: dict[str, DeviceClassGres] = Field(
         default_factory=dict,
-        description="DRA DeviceClass name -> {gres: gpu, type: a Slurm GPU type (none: any), "
+        description="DRA DeviceClass name -> {gres: gpu or shard (shards: through the class's "
+        "extended resource only), type: a Slurm GPU type (none: any), "
         "driver: the DRA driver (default: the class name), index_attribute: the device "
         "attribute holding Slurm's GPU index (default: index)}: claims of these classes are "
         "Slurm's to allocate; the webhook refuses any other class on a slurmbridge pod",

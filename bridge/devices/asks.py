@@ -63,6 +63,13 @@ def _ask(claim: str, request: DeviceRequest, classes: Mapping[str, DeviceClassGr
             f"{where}: device class {exact.deviceClassName!r} is not one Slurm allocates "
             f"(mapped to a Slurm GRES: {mapped})"
         )
+    if classes[exact.deviceClassName].gres == "shard":
+        raise UnmappableClaim(
+            f"{where}: device class {exact.deviceClassName!r} is Slurm's GPU shards, which a "
+            "claim cannot hold (it names whole devices, and one GPU's shards go to several "
+            "pods): ask with the class's extended resource or annotation "
+            "slurmbridge.io/gpu-shards"
+        )
     if exact.allocationMode == "All":
         raise UnmappableClaim(
             f"{where}: allocationMode All is not a count Slurm can be asked for: give a count"

@@ -35,6 +35,7 @@ from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import (
     DEFAULT_TENANCY,
     E2E_DEVICE_CLASS,
+    E2E_SHARD_CLASS,
     BridgeStack,
     NamespaceFactory,
 )
@@ -247,6 +248,7 @@ async def test_gpu_requests_slurm_cannot_express_are_refused_by_the_webhook(
 
 
 E2E_EXTENDED = "e2e.slurmbridge.io/gpu"  # the class's extended resource (KEP-5004)
+E2E_SHARDS = "e2e.slurmbridge.io/shard"  # the shard class's
 
 
 def _driver_objects(kube_node: str, gpus: int) -> list[Any]:
@@ -254,12 +256,14 @@ def _driver_objects(kube_node: str, gpus: int) -> list[Any]:
     its class and a slice of devices gpu-0.. whose ``index`` is Slurm's GPU index."""
     device_class = DeviceClass.from_dict({"metadata": {"name": E2E_DEVICE_CLASS},
                                           "spec": {"extendedResourceName": E2E_EXTENDED}})
+    shard_class = DeviceClass.from_dict({"metadata": {"name": E2E_SHARD_CLASS},
+                                         "spec": {"extendedResourceName": E2E_SHARDS}})
     devices = [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}} for i in range(gpus)]
     published = ResourceSlice.from_dict({
         "metadata": {"name": f"{kube_node}-{E2E_DEVICE_CLASS}"},
         "spec": {"driver": E2E_DEVICE_CLASS, "nodeName": kube_node, "devices": devices,
                  "pool": {"name": kube_node, "generation": 1, "resourceSliceCount": 1}}})
-    return [device_class, published]
+    return [device_class, shard_class, published]
 
 
 async def _claimed_pod(kube: AsyncClient, ns: str, name: str, template: str) -> None:
@@ -315,19 +319,20 @@ async def test_a_claim_gets_the_gpus_slurm_gave_and_slurms_limits_are_refused(
             await _claimed_pod(kube, ns, "picky", "picky")
         message = str(refused.value.status.message)
         assert f"ResourceClaimTemplate {ns}/picky request 'gpus': CEL selectors" in message
-        # The class's extended resource is asked of Slurm (kube-scheduler would pick the
-        # devices itself): none is free now, so its job waits in Slurm, asking for the GPU.
-        extended = PodBuilder("extended").manifest()
-        extended["spec"]["containers"][0]["resources"] = {"limits": {E2E_EXTENDED: "1"}}
-        stored = await create_pod(kube, ns, cast(Pod, Pod.from_dict(extended)))
-        assert stored.spec is not None and stored.metadata is not None
-        resources = stored.spec.containers[0].resources
-        assert E2E_EXTENDED not in ((resources.limits if resources else None) or {})
-        assert (stored.metadata.annotations or {})[keys.GPUS] == "1"
-        asked = await wait_for(lambda: slurm.admin(
-            "squeue", "-h", "-n", f"k8s:{ns}/extended", "-o", "%b").strip(), 30,
-            interval=0.5, what="the extended resource pod's job in squeue")
-        assert asked.replace("gres:", "gres/") == "gres/gpu:1", asked
+        # The classes' extended resources are asked of Slurm (kube-scheduler would pick the
+        # devices itself): none is free now, so their jobs wait in Slurm, asking for them.
+        for name, resource, gres in (("extended", E2E_EXTENDED, "gpu"),
+                                     ("sharded", E2E_SHARDS, "shard")):
+            manifest = PodBuilder(name).manifest()
+            manifest["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
+            stored = await create_pod(kube, ns, cast(Pod, Pod.from_dict(manifest)))
+            assert stored.spec is not None
+            resources = stored.spec.containers[0].resources
+            assert resource not in ((resources.limits if resources else None) or {})
+            asked = await wait_for(lambda name=name: slurm.admin(  # type: ignore[misc]
+                "squeue", "-h", "-n", f"k8s:{ns}/{name}", "-o", "%b").strip(), 30,
+                interval=0.5, what=f"{name}'s job in squeue")
+            assert asked.replace("gres:", "gres/") == f"gres/{gres}:1", asked
 
 
 def _requeue_or_end(slurm: SlurmTarget, job_id: str) -> None:

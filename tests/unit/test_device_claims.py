@@ -18,6 +18,7 @@ from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, apply, make_po
 CLASSES = {
     "gpu.example.com": DeviceClassGres(),
     "slice.example.com": DeviceClassGres(type="1g.10gb"),
+    "shard.example.com": DeviceClassGres(gres="shard"),
 }
 
 
@@ -51,6 +52,7 @@ def test_a_request_of_a_mapped_class_is_a_count_of_its_gres() -> None:
      "firstAvailable"),
     (spec(request(), constraints=[{"matchAttribute": "pciRoot"}]), "constraints"),
     (spec(request(adminAccess=True)), "adminAccess"),
+    (spec(request(device_class="shard.example.com")), "Slurm's GPU shards, which a claim"),
     ({"devices": {}}, "asks for no device"),
 ])
 def test_what_slurm_cannot_express_is_refused_naming_the_claim(
@@ -106,7 +108,7 @@ class ExtendedClasses:
     async def __call__(self) -> Mapping[str, str]:
         self.lists += 1
         return {"example.com/gpu": "gpu.example.com", "example.com/slice": "slice.example.com",
-                "example.com/nic": "nic.example.com"}
+                "example.com/nic": "nic.example.com", "example.com/shard": "shard.example.com"}
 
 
 EXTENDED = ExtendedClasses()
@@ -191,8 +193,10 @@ async def test_a_mapped_dra_extended_resource_is_asked_of_slurm_like_nvidia_gpus
     ({"example.com/nic": "1"}, {},
      "container 'main' asks for example.com/nic, a DRA extended resource of DeviceClass "
      "nic.example.com, which is not one Slurm allocates"),
-    ({"example.com/gpu": "1", "example.com/slice": "1"}, {}, "different Slurm types"),
+    ({"example.com/gpu": "1", "example.com/slice": "1"}, {}, "different Slurm kinds"),
     ({"example.com/slice": "1"}, {keys.GPU_TYPE: "3g.40gb"}, "say GPU type '1g.10gb'"),
+    ({"example.com/shard": "2", "nvidia.com/gpu": "1"}, {}, "whole or shards"),
+    ({"example.com/shard": "2"}, {keys.GPU_SHARDS: "3"}, "asks for 2 shards through"),
 ])
 async def test_extended_resources_slurm_cannot_honour_are_refused(
     limits: dict[str, str], annotations: dict[str, str], words: str
@@ -208,3 +212,16 @@ async def test_the_classes_are_read_only_for_a_pod_asking_an_extended_resource()
                    "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": "1"}}}])
     assert (await review("mutate", pod))["allowed"]
     assert EXTENDED.lists == before
+
+
+async def test_a_shard_class_s_extended_resource_asks_slurm_for_shards() -> None:
+    pod = extended_pod({"example.com/shard": "2"})
+    out = apply(pod, await review("mutate", pod))
+    annotations = out["metadata"]["annotations"]
+    assert annotations[keys.GPU_SHARDS] == "2" and keys.GPUS not in annotations
+    assert (await review("validate", out))["allowed"]
+
+
+def test_a_shard_class_has_no_gpu_type() -> None:
+    with pytest.raises(ValueError, match="a shard class has no GPU type"):
+        DeviceClassGres(gres="shard", type="1g.10gb")
