@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.models.resource_v1 import ResourceClaimSpec
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
 
@@ -20,6 +21,7 @@ from admission.pod import PodResourceClaim, PodShape
 from bridge import keys
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import DeviceAsk, GpuTotal, UnmappableClaim, claim_asks, gpu_total
+from bridge.kube.status import is_not_found
 
 CLAIM = Kind("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims")
 CLAIM_TEMPLATE = Kind("resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates")
@@ -134,9 +136,14 @@ def kube_extended_resources(
         if cached is not None and clock() - cached[0] < CLASS_CACHE_SECONDS:
             return cached[1]
         client = client or AsyncClient()
-        names = {c.spec.extendedResourceName: c.metadata.name
-                 async for c in client.list(DeviceClass)
-                 if c.spec and c.spec.extendedResourceName and c.metadata and c.metadata.name}
+        try:
+            names = {c.spec.extendedResourceName: c.metadata.name
+                     async for c in client.list(DeviceClass)
+                     if c.spec and c.spec.extendedResourceName and c.metadata and c.metadata.name}
+        except ApiError as err:
+            if not is_not_found(err):
+                raise
+            names = {}  # resource.k8s.io/v1 not served here (Kubernetes before 1.34): no DRA
         cached = (clock(), names)
         return names
 

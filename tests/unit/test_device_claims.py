@@ -1,18 +1,21 @@
 """DRA claims on a slurmbridge pod: what Slurm is asked for, and what the webhook refuses."""
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
 import httpx
 import pytest
+from lightkube import AsyncClient
 from lightkube.models.resource_v1 import ResourceClaimSpec
+from lightkube.resources.resource_v1 import DeviceClass
 
 from admission.app import create_app
-from admission.device_claims import CLAIM, CLAIM_TEMPLATE
+from admission.device_claims import CLAIM, CLAIM_TEMPLATE, kube_extended_resources
 from admission.owners import Kind
 from bridge import keys
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import UnmappableClaim, claim_asks
+from slurmbridge_devkit.fakes import api_error
 from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, apply, make_pod, make_review, post
 
 CLASSES = {
@@ -225,3 +228,34 @@ async def test_a_shard_class_s_extended_resource_asks_slurm_for_shards() -> None
 def test_a_shard_class_has_no_gpu_type() -> None:
     with pytest.raises(ValueError, match="a shard class has no GPU type"):
         DeviceClassGres(gres="shard", type="1g.10gb")
+
+
+class ClassLister:
+    """An API server answering DeviceClass lists (or 404: resource.k8s.io not served)."""
+
+    def __init__(self, served: bool) -> None:
+        self.served, self.lists = served, 0
+
+    async def _items(self) -> AsyncIterator[DeviceClass]:
+        yield cast(DeviceClass, DeviceClass.from_dict({
+            "metadata": {"name": "gpu.example.com"},
+            "spec": {"extendedResourceName": "example.com/gpu"}}))
+
+    def list(self, res: Any) -> AsyncIterator[DeviceClass]:
+        self.lists += 1
+        if not self.served:
+            raise api_error(404, "the server could not find the requested resource")
+        return self._items()
+
+
+async def test_the_classes_are_listed_once_per_burst_and_none_where_dra_is_not_served() -> None:
+    now = [0.0]
+    served = ClassLister(served=True)
+    read = kube_extended_resources(cast(AsyncClient, served), clock=lambda: now[0])
+    assert await read() == {"example.com/gpu": "gpu.example.com"}
+    assert await read() == {"example.com/gpu": "gpu.example.com"} and served.lists == 1
+    now[0] = 10.0
+    await read()
+    assert served.lists == 2
+    old = ClassLister(served=False)
+    assert await kube_extended_resources(cast(AsyncClient, old))() == {}
