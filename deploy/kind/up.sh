@@ -194,6 +194,28 @@ install_dra() {
   sed "s|DRA_IMAGE|$DRA_IMAGE|" "$here/dra/driver.yaml" | kubectl apply -f - >/dev/null
   kubectl -n slurmbridge-dra rollout status daemonset/dra-gpu-plugin --timeout=180s >/dev/null \
     || die "the DRA GPU driver did not start (kubectl -n slurmbridge-dra logs daemonset/dra-gpu-plugin)"
+  local node
+  for node in $(kubectl get nodes -l kind.slurmbridge.io/gpus -o jsonpath='{.items[*].metadata.name}'); do
+    dra_published "$node" 20 && continue
+    # A Node deleted and registered again lost its ResourceSlices with it (they are owned by
+    # the Node), and the plugin there does not notice: restart it.
+    log "restarting the DRA GPU plugin on $node (its ResourceSlices are gone)"
+    kubectl -n slurmbridge-dra delete pod -l app=dra-gpu-plugin \
+      --field-selector "spec.nodeName=$node" --wait=true >/dev/null
+    dra_published "$node" 90 \
+      || die "the DRA GPU driver publishes no devices on $node (kubectl get resourceslices)"
+  done
+}
+
+# Whether $1's ResourceSlices of the kind driver appear within $2 seconds.
+dra_published() {
+  local deadline=$((SECONDS + $2))
+  while ((SECONDS < deadline)); do
+    [[ -n "$(kubectl get resourceslices -o name \
+      --field-selector "spec.nodeName=$1,spec.driver=gpu.example.com")" ]] && return 0
+    sleep 1
+  done
+  return 1
 }
 
 install_bridge() {

@@ -113,6 +113,24 @@ class Kind:
                 found[node] = expand_indices(idx)
         return found
 
+    def dra_devices(self, node: str) -> dict[str, int]:
+        """device name → its index attribute, over the DRA driver's ResourceSlices of ``node``."""
+        slices = self.kubectl_json("get", "resourceslices",
+                                   f"--field-selector=spec.nodeName={node},spec.driver={DRA_DRIVER}")
+        return {d["name"]: d["attributes"]["index"]["int"]
+                for s in slices["items"] for d in s["spec"].get("devices", [])}
+
+    def republish_dra_devices(self, node: str) -> None:
+        """A Node deleted and registered again lost its ResourceSlices (they are owned by the
+        Node) and the driver's kubelet plugin does not notice: restart it there, and wait for
+        the devices its label says (``DRA_GPUS_LABEL``, set again by the kubelet)."""
+        labels = self.kubectl_json("get", "node", node)["metadata"]["labels"]
+        self.kubectl("-n", DRA_NAMESPACE, "delete", "pod", "-l", "app=dra-gpu-plugin",
+                     f"--field-selector=spec.nodeName={node}", "--wait=true", timeout=120)
+        want = {f"gpu-{i}": i for i in range(int(labels[DRA_GPUS_LABEL]))}
+        wait(lambda: self.dra_devices(node) == want, 120,
+             f"{node}'s ResourceSlice of {DRA_DRIVER} to list {sorted(want)} again")
+
     def hold_gpus(self, native: list[str], first_gpus: int) -> str:
         """Native jobs hold ``first_gpus`` of the first worker's GPUs and all of the second's
         (appended to ``native``, which the fixture cancels): the first worker, where a pod's
@@ -178,6 +196,11 @@ class Kind:
         cid = container_id.removeprefix("containerd://")
         tasks = self.node_exec(node, "ctr", "-n", "k8s.io", "tasks", "ls", check=False)
         return any(line.split()[:1] == [cid] and "RUNNING" in line for line in tasks.splitlines())
+
+
+DRA_DRIVER = "gpu.example.com"  # deploy/kind/dra: its driver and DeviceClass
+DRA_NAMESPACE = "slurmbridge-dra"
+DRA_GPUS_LABEL = "kind.slurmbridge.io/gpus"  # how many GPUs the driver publishes on a node
 
 
 def pod_manifest(name: str, command: str, *, gpus: int = 0, labels: dict[str, str] | None = None,

@@ -10,17 +10,16 @@ from typing import Any
 
 import pytest
 
-from tests.kind.cluster import Kind, pod_manifest, wait
+from tests.kind.cluster import DRA_DRIVER, Kind, pod_manifest, wait
 
 pytestmark = [pytest.mark.kind, pytest.mark.e2e]
 
-DRIVER = "gpu.example.com"
 PRINT_DEVICES = "env | grep ^GPU_DEVICE_ | sort; sleep 600"
 
 
 def claim_spec(count: int) -> dict[str, Any]:
     return {"devices": {"requests": [
-        {"name": "gpus", "exactly": {"deviceClassName": DRIVER, "count": count}}]}}
+        {"name": "gpus", "exactly": {"deviceClassName": DRA_DRIVER, "count": count}}]}}
 
 
 def claimed_pod(name: str, ref: dict[str, str]) -> dict[str, Any]:

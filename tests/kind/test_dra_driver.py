@@ -14,20 +14,9 @@ from typing import Any
 import pytest
 
 from slurmbridge_devkit.kube import unique_name
-from tests.kind.cluster import WORKLOAD_IMAGE, Kind, wait
+from tests.kind.cluster import DRA_DRIVER, DRA_GPUS_LABEL, WORKLOAD_IMAGE, Kind, wait
 
 pytestmark = pytest.mark.kind
-
-DRIVER = "gpu.example.com"
-GPUS_LABEL = "kind.slurmbridge.io/gpus"
-
-
-def _devices(kind: Kind, node: str) -> dict[str, int]:
-    """device name → its index attribute, over the driver's ResourceSlices of ``node``."""
-    slices = kind.kubectl_json("get", "resourceslices",
-                               f"--field-selector=spec.nodeName={node},spec.driver={DRIVER}")
-    return {d["name"]: d["attributes"]["index"]["int"]
-            for s in slices["items"] for d in s["spec"].get("devices", [])}
 
 
 def _slurm_gpus(kind: Kind, node: str) -> int:
@@ -41,11 +30,11 @@ def test_each_worker_publishes_its_gpus_with_slurms_indices(kind: Kind) -> None:
     expected = {node: _slurm_gpus(kind, node) for node in kind.workers()}
     for node in kind.external_workers():  # not in Slurm until a test registers it
         expected[node] = int(kind.kubectl_json("get", "node", node)["metadata"]["labels"]
-                             [GPUS_LABEL])
+                             [DRA_GPUS_LABEL])
     for node, count in expected.items():
         want = {f"gpu-{i}": i for i in range(count)}
-        wait(lambda node=node, want=want: _devices(kind, node) == want,  # type: ignore[misc]
-             60, f"{node}'s ResourceSlice of {DRIVER} to list {sorted(want)}")
+        wait(lambda node=node, want=want: kind.dra_devices(node) == want,  # type: ignore[misc]
+             60, f"{node}'s ResourceSlice of {DRA_DRIVER} to list {sorted(want)}")
 
 
 @pytest.fixture
@@ -63,7 +52,7 @@ def test_a_claimed_container_is_handed_exactly_its_allocated_devices(
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
              "metadata": {"name": "two"},
              "spec": {"devices": {"requests": [
-                 {"name": "gpus", "exactly": {"deviceClassName": DRIVER, "count": 2}}]}}}
+                 {"name": "gpus", "exactly": {"deviceClassName": DRA_DRIVER, "count": 2}}]}}}
     pod: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "claimed"},
         "spec": {
@@ -82,7 +71,7 @@ def test_a_claimed_container_is_handed_exactly_its_allocated_devices(
 
     allocated = kind.kubectl_json("-n", plain_ns, "get", "resourceclaim", "two")["status"]
     results = allocated["allocation"]["devices"]["results"]
-    assert {(r["driver"], r["pool"]) for r in results} == {(DRIVER, node)}, results
+    assert {(r["driver"], r["pool"]) for r in results} == {(DRA_DRIVER, node)}, results
     devices = sorted(r["device"] for r in results)
     told = wait(lambda: kind.kubectl("-n", plain_ns, "logs", "claimed").split(), 60,
                 "the container's GPU_DEVICE_ variables in its log")

@@ -57,9 +57,11 @@ def external_node(kind: Kind) -> Iterator[str]:
     if kind.kubectl("get", "node", node, "--ignore-not-found", "-o", "name").strip():
         kind.kubectl("uncordon", node, check=False)
         kind.kubectl("label", "node", node, f"{keys.EXTERNAL_NODE}-", check=False)
-    else:  # a kubelet registers its Node when it starts (kind's labels and taint again)
-        kind.node_exec(node, "systemctl", "restart", "kubelet")
+        wait(lambda: node_ready(kind, node), 120, f"Node {node} Ready")
+        return
+    kind.node_exec(node, "systemctl", "restart", "kubelet")  # it registers the Node again
     wait(lambda: node_ready(kind, node), 120, f"Node {node} registered and Ready again")
+    kind.republish_dra_devices(node)  # kind's DRA driver's slices went with the Node
 
 
 def test_an_external_node_runs_a_gpu_pod_slurm_placed_and_leaves_slurm_with_its_node(
