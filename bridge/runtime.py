@@ -65,6 +65,7 @@ class Bridge:
             identity=c.identity, lease_seconds=c.lease_seconds,
         )
         self.claims = Claims(self.kube, self.elector.identity, namespace=c.lease_namespace)
+        self.device_claims = ClaimReleaser(self.kube)  # DRA claims: pinned at release, freed after
         hooks = SubmitHooks(admit=self._admit, on_refused=self.notifier.submit_refused,
                             on_submitted=self.grace.submitted)
         self.placer = Placer(self.index, self.nodes, self.pods, self.notifier.job_known,
@@ -89,7 +90,7 @@ class Bridge:
         self.lifecycle = Lifecycle(
             self.kube, self.slurm, self.index, self.pods, self.pod_cache,
             orphan_grace=c.orphan_grace_seconds, claims=self.claims,
-            device_claims=ClaimReleaser(self.kube) if settings.device_classes else None,
+            device_claims=self.device_claims if settings.device_classes else None,
         )
         self.nodesync = NodeSync(self.kube, self.slurm, self.nodes, self.pod_cache)
         self.external = ExternalNodes(self.kube, self.slurm, self.nodes, c.external_node_feature)
@@ -100,7 +101,7 @@ class Bridge:
         return Releaser(
             self.kube, self.placer, self.index,
             cuda_numbering=self.settings.placement.cuda_visible_devices,
-            claims=ClaimPinner(self.kube, self.settings.device_classes),
+            claims=ClaimPinner(self.kube, self.settings.device_classes, self.device_claims),
             on_unallocated=self.notifier.claims_unallocated,
         )
 

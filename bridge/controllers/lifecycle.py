@@ -68,9 +68,6 @@ def _tied_to(pod: PodView, job: SlurmJob) -> bool:
     return not isinstance(job.owner, GroupOwner) or pod.job_id == job.job_id
 
 
-_HOLDING = frozenset({JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING})
-
-
 class Lifecycle:
     def __init__(
         self,
@@ -152,7 +149,7 @@ class Lifecycle:
             job = known or await self._slurm.get_job(job_id)
         except SlurmJobNotFound:
             return False
-        return job.state in _HOLDING
+        return job.state.holds_allocation
 
     async def _job_live(self, job_id: int) -> bool:
         """Still live in Slurm (a fresh read unless this process tracks it as live)."""

@@ -50,10 +50,13 @@ class _Claim:
 
 
 class ClaimPinner:
-    def __init__(self, kube: KubePort, classes: Mapping[str, DeviceClassGres]) -> None:
+    def __init__(
+        self, kube: KubePort, classes: Mapping[str, DeviceClassGres], releaser: ClaimReleaser
+    ) -> None:
         self._kube = kube
         self._classes = classes
-        self._releaser = ClaimReleaser(kube)
+        self._releaser = releaser
+        self._index_names = {c.index_attribute for c in classes.values()}
 
     async def pin(self, pod: Pod, job_id: int, kube_node: str, gpu_ids: tuple[int, ...]) -> None:
         """Write every claim of ``pod`` with the devices of ``gpu_ids`` on ``kube_node``;
@@ -76,6 +79,7 @@ class ClaimPinner:
         planned = [(c, [self._result(a, next(indices), devices, kube_node)
                         for a in c.asks for _ in range(a.count)]) for c in claims]
         mine = {DeviceId(r["driver"], r["pool"], r["device"]) for _, rs in planned for r in rs}
+        self._releaser.pinning()
         await self._releaser.free_stale(mine, job_id)
         for claim, results in planned:
             await self._write(claim, results, pod, job_id, kube_node)
@@ -127,8 +131,7 @@ class ClaimPinner:
         return found
 
     def _index(self, driver: str, attributes: Mapping[str, Any]) -> int | None:
-        names = {c.index_attribute for c in self._classes.values()}
-        for name in names:
+        for name in self._index_names:
             for key in (name, f"{driver}/{name}"):
                 value = attributes.get(key)  # lightkube leaves a map's values as dicts
                 number = (value.get("int") if isinstance(value, dict)

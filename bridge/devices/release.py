@@ -46,8 +46,16 @@ def _job_of(claim: ResourceClaim) -> int | None:
 
 
 class ClaimReleaser:
+    """Shared by the pinner and the lifecycle loop (both the leader's): the loop lists the
+    bridge's claims only while some may exist, not every round of a cluster without any."""
+
     def __init__(self, kube: KubePort) -> None:
         self._kube = kube
+        self._maybe_pinned = True  # until a listing finds none (another leader's may exist)
+
+    def pinning(self) -> None:
+        """A claim is about to be written: the loop looks again."""
+        self._maybe_pinned = True
 
     async def pinned(self) -> list[ResourceClaim]:
         """Every claim the bridge allocated and has not freed (one list, by its label)."""
@@ -66,7 +74,11 @@ class ClaimReleaser:
         self, job_holds: Callable[[int], Awaitable[bool]], pod_runs: Callable[[str], bool]
     ) -> None:
         """Free every claim whose job holds no GPUs and whose pods may no longer run."""
-        for claim in await self.pinned():
+        if not self._maybe_pinned:
+            return
+        pinned = await self.pinned()
+        self._maybe_pinned = bool(pinned)
+        for claim in pinned:
             job_id = _job_of(claim)
             users = [r.uid for r in (claim.status.reservedFor if claim.status else None) or []]
             if any(pod_runs(uid) for uid in users):

@@ -31,8 +31,14 @@ class JobState(StrEnum):
         """Still holds (or may yet hold) resources."""
         return self in _LIVE
 
+    @property
+    def holds_allocation(self) -> bool:
+        """Holds its nodes and GPUs now (a live job may be pending, a requeued one too)."""
+        return self in _HOLDING
+
 
 _LIVE = frozenset({JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING})
+_HOLDING = _LIVE - {JobState.PENDING}
 
 
 @dataclass(frozen=True, slots=True)

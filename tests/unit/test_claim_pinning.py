@@ -137,3 +137,15 @@ async def test_slurm_giving_a_device_to_another_job_frees_the_old_claim_first(
     await world.allocate(new, "node1", gpus=(0,))
     assert devices(world.claim("old")) == []
     assert devices(world.claim("new")) == ["gpu-0"]
+
+
+async def test_the_lifecycle_lists_claims_only_while_some_may_be_pinned(world: World) -> None:
+    """A cluster whose pods bring no claims costs no claim listing per round."""
+    await world.bridge.lifecycle.reconcile_once()  # a new leader: another's may exist
+    await world.bridge.lifecycle.reconcile_once()
+    assert world.kube.lists["ResourceClaim"] == 1
+    job_id = await world.pod_with_claim("p", "c", 1)
+    await world.allocate(job_id, "node1", gpus=(2,))
+    listed = world.kube.lists["ResourceClaim"]
+    await world.bridge.lifecycle.reconcile_once()
+    assert world.kube.lists["ResourceClaim"] == listed + 1
