@@ -74,6 +74,12 @@ def _allocated(job: SlurmJob) -> bool:
     return job.allocation is not None and job.state is not JobState.PENDING
 
 
+def _key(pod: Pod) -> PodKey:
+    meta = pod.metadata or ObjectMeta()
+    assert meta.uid and meta.namespace and meta.name
+    return PodKey(meta.namespace, meta.name, meta.uid)
+
+
 class PodNotifier:
     def __init__(
         self, kube: KubePort, registry: PodRegistry, *, quiet_seconds: float = 10.0,
@@ -94,9 +100,7 @@ class PodNotifier:
 
     async def job_known(self, pod: Pod, job: SlurmJob) -> None:
         """Called by filter for every pod it sees; cheap when nothing changed."""
-        meta = pod.metadata or ObjectMeta()
-        assert meta.uid and meta.namespace and meta.name
-        key = PodKey(meta.namespace, meta.name, meta.uid)
+        key = _key(pod)
         # A gated pod's job is recorded by its release (placement/release.py), in one write.
         if gated(pod):
             self._gated.add(key.uid)
@@ -166,9 +170,7 @@ class PodNotifier:
 
     async def submit_refused(self, pod: Pod, reason: str, message: str) -> None:
         """Slurm refused the pod's job: event and condition, once per distinct refusal."""
-        meta = pod.metadata or ObjectMeta()
-        assert meta.uid and meta.namespace and meta.name
-        key = PodKey(meta.namespace, meta.name, meta.uid)
+        key = _key(pod)
         if self._refusals.get(key.uid) == message:
             return
         self._refusals[key.uid] = message
@@ -176,9 +178,7 @@ class PodNotifier:
 
     async def claims_unallocated(self, pod: Pod, message: str) -> None:
         """Slurm runs the pod's job but its claims cannot name the GPUs: it stays gated."""
-        meta = pod.metadata or ObjectMeta()
-        assert meta.uid and meta.namespace and meta.name
-        key = PodKey(meta.namespace, meta.name, meta.uid)
+        key = _key(pod)
         self._spawn(self._refused(key, keys.EventReason.CLAIMS_UNALLOCATED,
                                   keys.REASON_CLAIMS_UNALLOCATED, message))
 
