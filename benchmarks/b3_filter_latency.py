@@ -388,7 +388,8 @@ def profile_summary(path: Path, calls: int, top: int = 10) -> str:
     wanted = {
         ("extender/app.py", "filter_"): "extender filter_ (whole handler body)",
         ("extender/app.py", "_pod"): "  Pod.from_dict (lightkube model of the body's pod)",
-        ("extender/verify.py", "pod_from_api"): "  read the pod from the (fake) apiserver",
+        ("bridge/placement/eligibility.py", "pod_from_api"):
+            "  read the pod from the (fake) apiserver",
         ("bridge/placement/placer.py", "filter"): "  Placer.filter (index lookup, verdict)",
         ("fastapi/routing.py", "serialize_response"): "  FastAPI response serialization",
         ("fastapi/routing.py", "run_endpoint_function"): "  FastAPI endpoint call",

@@ -21,10 +21,10 @@ from pydantic import ValidationError
 
 from bridge import metrics
 from bridge.binding.binder import BindError
+from bridge.placement.eligibility import PodUnreadable, UnverifiedPod, pod_from_api
 from bridge.placement.outcomes import Outcome, PlacementError, Verdict
 from bridge.runtime import Bridge
 from bridge.slurm.errors import SlurmError
-from extender.verify import PodUnreadable, UnverifiedPod, pod_from_api
 from extender.wire import (
     ExtenderArgs,
     ExtenderBindingArgs,
@@ -112,8 +112,9 @@ async def _filter(bridge: Bridge, args: ExtenderArgs) -> bytes:
     candidates = args.candidates()
     verdict = _known_verdict(bridge, claimed, candidates)
     if verdict is None:
+        assert claimed.namespace and claimed.name and claimed.uid  # _pod checked them
         try:  # never act on the body: the API server's copy of the pod it names
-            pod = await pod_from_api(bridge.kube, claimed)
+            pod = await pod_from_api(bridge.kube, claimed.namespace, claimed.name, claimed.uid)
         except (UnverifiedPod, PodUnreadable) as exc:
             return _unverified(claimed, candidates, exc)
         verdict = await bridge.placer.filter(pod, candidates)

@@ -11,18 +11,18 @@ from pydantic import ValidationError
 from admission.app import TLSConfigError, serve
 from admission.scope import kube_namespace_labels
 from bridge import logs
-from bridge import status as status_view
 from bridge.config import CONFIG_FILE_ENV, Settings
-from bridge.config_reference import markdown
-from bridge.doctor import Check
-from bridge.doctor import run as run_doctor
 from bridge.kube.client import kube_client, opened_kube
 from bridge.policy.tenancy import TenancyError, TenancySource, placeholder_trust
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError
 from extender.server import TLSConfigError as ExtenderTLSError
 from extender.server import serve as serve_extender
+from slurmbridge_cli import status_view
 from slurmbridge_cli.compose import build_bridge
+from slurmbridge_cli.config_reference import markdown
+from slurmbridge_cli.doctor import Check
+from slurmbridge_cli.doctor import run as run_doctor
 
 
 def load_settings(config: Path | None) -> Settings:

@@ -25,7 +25,8 @@ from bridge.jobs.errors import InvalidPodRequest
 from bridge.kube.watchcache import resource_version
 from bridge.link.owner import pod_ref
 from bridge.link.podcache import PodCache
-from bridge.link.release import gated, other_gates
+from bridge.link.release import gated
+from bridge.placement.eligibility import unplaceable_reason
 from bridge.placement.outcomes import ClaimedElsewhere, PlacementError, Refused
 from bridge.placement.placer import Placer
 from bridge.placement.release import Releaser
@@ -44,16 +45,15 @@ UNBOUND: dict[str, str | BinaryOperator | SequenceOperator] = {
 
 
 def ready_to_submit(pod: Pod) -> bool:
-    """Unbound, pending, not being deleted, no scheduling gate but the bridge's own, no job
+    """Ours and placeable (the bridge's own gate allowed), pending, not being deleted, no job
     recorded yet."""
-    meta, spec = pod.metadata, pod.spec
-    if meta is None or spec is None or not (meta.uid and meta.name and meta.namespace):
+    meta = pod.metadata
+    if meta is None or pod.spec is None or not (meta.uid and meta.name and meta.namespace):
         return False
     phase = pod.status.phase if pod.status else None
     return (
-        not spec.nodeName
+        unplaceable_reason(pod, own_gate_allowed=True) is None
         and not meta.deletionTimestamp
-        and not other_gates(pod)
         and phase in (None, "Pending")
         and keys.JOB_ID not in (meta.annotations or {})
     )

@@ -8,7 +8,6 @@ from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
 from bridge.controllers.lifecycle import Lifecycle
-from bridge.doctor import Check, _tenant_check
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.kube.nodes import NodeCache
@@ -27,8 +26,9 @@ from bridge.slurm.convert import accounting
 from bridge.slurm.errors import SlurmRejected
 from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob
 from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
-from bridge.status import _row as status_row
-from bridge.status import render_table
+from slurmbridge_cli.doctor import Check, _tenant_check
+from slurmbridge_cli.status_view import _row as status_row
+from slurmbridge_cli.status_view import render_table
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
 
 

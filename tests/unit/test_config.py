@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from bridge.config import CONFIG_FILE_ENV, Settings
-from bridge.config_reference import markdown
+from slurmbridge_cli.config_reference import markdown
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from bridge import keys
 from bridge.config import SlurmSettings
 from bridge.placement.reasons import clock
 from bridge.slurm.client import SlurmClient
-from bridge.status import as_dicts, collect, render_table
+from slurmbridge_cli.status_view import as_dicts, collect, render_table
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.slurm_http import HttpxExchange
 
