@@ -15,7 +15,7 @@ from bridge.slurm.convert import comment_for, slurm_job
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
-from tests.unit.test_gpu_forms import _captured
+from tests.unit.slurm_answers import captured_job
 
 UID = "0000-pod-uid"
 JOB = 101
@@ -138,7 +138,7 @@ async def test_a_bound_pod_whose_job_ended_is_evicted_with_an_event_saying_why()
 async def test_a_cancelled_job_still_completing_is_named_cancelled_in_the_eviction() -> None:
     """Slurm lists a cancelled job as [CANCELLED, COMPLETING] until its nodes are free; the
     bridge treats it as COMPLETING (it still holds the nodes), and the pod is told both."""
-    info = _captured("24.11-v0.0.42-job-gpu3_idx0-2.json")
+    info = captured_job("24.11-v0.0.42-job-gpu3_idx0-2.json")
     info = info.model_copy(update={"job_state": ["CANCELLED", "COMPLETING"],
                                    "comment": comment_for(PodOwner(UID))})
     read = slurm_job(info, owned=True)

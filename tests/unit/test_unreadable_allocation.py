@@ -19,13 +19,13 @@ from bridge.slurm.convert import comment_for, slurm_job
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from bridge.slurm.wire.base import JobInfo
 from slurmbridge_devkit.fakes import FakeSlurm
-from tests.unit.test_gpu_forms import _captured
+from tests.unit.slurm_answers import captured_job
 
 BAD_GRES = "gpu:1g.10gb:1(IDX:0),gpu:3g.40gb:oops(IDX:?)"
 
 
 def _unreadable_info() -> JobInfo:
-    info = _captured("24.11-v0.0.42-job-typed1g.10gb1_idx3.json")
+    info = captured_job("24.11-v0.0.42-job-typed1g.10gb1_idx3.json")
     return info.model_copy(update={"gres_detail": [BAD_GRES],
                                    "comment": comment_for(PodOwner("uid-1"))})
 
