@@ -55,16 +55,9 @@ from slurmbridge_devkit.kube import (
     unique_name,
     wait_for,
 )
-from slurmbridge_devkit.stack import (
-    BRIDGE_NS,
-    WEBHOOK_CONFIG,
-    BridgeProcess,
-    BridgeStack,
-    ValidatingWebhookConfiguration,
-    free_port,
-    make_e2e_namespace,
-    replace_scheduler,
-)
+from slurmbridge_devkit.processes import BRIDGE_NS, BridgeProcess, free_port
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace, replace_scheduler
+from slurmbridge_devkit.stack_objects import WEBHOOK_CONFIG, ValidatingWebhookConfiguration
 
 pytestmark = pytest.mark.e2e
 

@@ -43,8 +43,9 @@ from slurmbridge_devkit.kube import (
     set_pod_phase,
     wait_for,
 )
+from slurmbridge_devkit.processes import free_port
 from slurmbridge_devkit.slurm import SlurmTarget
-from slurmbridge_devkit.stack import BridgeStack, free_port, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e
 
