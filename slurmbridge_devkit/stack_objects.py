@@ -20,12 +20,9 @@ from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 
 from bridge import keys
 from slurmbridge_devkit.helm import render
-from slurmbridge_devkit.kube import (
-    ControlPlane,
-    create_namespace,
-    create_node,
-    scheduler_config,
-)
+from slurmbridge_devkit.kube import ControlPlane, scheduler_config
+from slurmbridge_devkit.kubelet import create_node
+from slurmbridge_devkit.namespaces import create_namespace
 from slurmbridge_devkit.processes import BRIDGE_NS
 
 BRIDGE_SA = "slurmbridge"

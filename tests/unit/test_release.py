@@ -29,7 +29,7 @@ from slurmbridge_devkit.fakes import (
     bridge_over_fakes,
     intake_running,
 )
-from slurmbridge_devkit.kube import wait_for
+from slurmbridge_devkit.waiting import wait_for
 
 
 class World:
