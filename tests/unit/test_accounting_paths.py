@@ -31,7 +31,8 @@ from bridge.slurm.errors import SlurmRejected
 from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob
 from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
 from bridge.status import Row, collect, render_table
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 
 
 def _job(state: JobState, reason: str = "None", **extra: Any) -> SlurmJob:

@@ -14,7 +14,8 @@ from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 
 UID = "0000-pod-uid"
 JOB = 7

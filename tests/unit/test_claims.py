@@ -14,7 +14,8 @@ from bridge.jobs.owner import PodOwner
 from bridge.slurm.types import JobState, SlurmJob
 from extender.app import create_app
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm, bridge_over_fakes
 
 NODES = ["node1", "node2"]
 

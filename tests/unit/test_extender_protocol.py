@@ -18,7 +18,8 @@ from bridge.runtime import Bridge
 from extender.app import create_app, create_health_app
 from extender.server import TLSConfigError, api_config
 from slurmbridge_cli.compose import build_bridge
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

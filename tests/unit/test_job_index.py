@@ -19,7 +19,7 @@ from bridge.placement.poller import Poller
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit import fakes
-from slurmbridge_devkit.fakes import FakeKube
+from slurmbridge_devkit.fake_kube import FakeKube
 
 
 class FakeSlurm(fakes.FakeSlurm):

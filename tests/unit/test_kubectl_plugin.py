@@ -35,7 +35,8 @@ from bridge.slurm.errors import SlurmRejected
 from slurmbridge_cli import kubectl
 from slurmbridge_cli.kubectl import Session, Target
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, api_error, bridge_over_fakes, idle_node
+from slurmbridge_devkit.fake_kube import FakeKube, api_error
+from slurmbridge_devkit.fakes import FakeSlurm, bridge_over_fakes, idle_node
 
 NS = "ns"
 T0 = datetime(2026, 11, 30, 13, 0, tzinfo=UTC)

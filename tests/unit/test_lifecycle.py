@@ -14,7 +14,8 @@ from bridge.placement.pods import PodRegistry
 from bridge.slurm.convert import comment_for, slurm_job
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 from tests.unit.slurm_answers import captured_job
 
 UID = "0000-pod-uid"

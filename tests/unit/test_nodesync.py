@@ -24,7 +24,8 @@ from bridge.controllers.nodesync import NodeSync, topology_labels
 from bridge.kube.nodes import NodeCache, node_view
 from bridge.link.podcache import PodCache
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, idle_node
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm, idle_node
 
 
 def _node(name: str, *, ready: bool = True, cordoned: bool = False,

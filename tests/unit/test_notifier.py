@@ -14,7 +14,8 @@ from bridge.placement.notifier import NOTIFICATIONS_IN_FLIGHT, PodNotifier
 from bridge.placement.pods import PodRegistry
 from bridge.placement.reasons import clock
 from bridge.slurm.types import Allocation, JobState, SlurmJob
-from slurmbridge_devkit.fakes import FakeKube, InFlight
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import InFlight
 
 QUIET = 0.05
 

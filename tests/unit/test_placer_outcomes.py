@@ -18,7 +18,8 @@ from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.errors import SlurmRejected, SlurmUnavailable
 from bridge.slurm.types import JobState
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 
 
 class OneJobSlurm(FakeSlurm):

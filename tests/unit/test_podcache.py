@@ -18,7 +18,8 @@ from bridge.placement.index import JobIndex
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.types import JobState, SlurmJob
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 
 
 @pytest.fixture

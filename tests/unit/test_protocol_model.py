@@ -63,7 +63,8 @@ from bridge.runtime import Bridge
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm, bridge_over_fakes
 
 NODES = ["node1", "node2", "node3"]
 REPLICAS = ("a", "b")

@@ -22,13 +22,8 @@ from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from extender.app import create_app
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import (
-    FakeKube,
-    FakeSlurm,
-    InFlight,
-    bridge_over_fakes,
-    intake_running,
-)
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm, InFlight, bridge_over_fakes, intake_running
 from slurmbridge_devkit.waiting import wait_for
 
 

@@ -25,7 +25,8 @@ from bridge.placement.poller import Poller
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import Allocation, JobState, SlurmJob
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 from slurmbridge_devkit.slurm_http import HttpxExchange
 
 BRIDGE_USER = "slurm"
