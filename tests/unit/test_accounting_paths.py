@@ -1,5 +1,6 @@
 """What a researcher reads when accounting holds, refuses or preempts a pod's job."""
 
+import dataclasses
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,7 +13,6 @@ from bridge import doctor, keys
 from bridge.config import AdmissionSettings, Settings, SlurmSettings
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.doctor import Check, tenancy_checks
-from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.kube.nodes import NodeCache
 from bridge.link.podcache import PodCache
@@ -31,6 +31,7 @@ from bridge.slurm.errors import SlurmRejected
 from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob
 from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
 from bridge.status import Row, collect, render_table
+from slurmbridge_devkit.builders import JobBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
 
@@ -38,7 +39,8 @@ from slurmbridge_devkit.fakes import FakeSlurm
 def _job(state: JobState, reason: str = "None", **extra: Any) -> SlurmJob:
     allocation = Allocation(("node1",), {"node1": (0,)}) if state is JobState.RUNNING else None
     fields: dict[str, Any] = {"user": "alice", "account": "team-a", "qos": "gpu2"} | extra
-    return SlurmJob(7, "k8s:ns/p", state, reason, PodOwner("uid-1"), allocation, **fields)
+    return dataclasses.replace(JobBuilder(7).state(state, reason).allocation(allocation).build(),
+                               **fields)
 
 
 # --- the reason table -----------------------------------------------------------------------

@@ -12,8 +12,8 @@ from bridge.link.podcache import PodCache
 from bridge.placement.index import JobIndex
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.convert import comment_for, slurm_job
-from bridge.slurm.types import Allocation, JobState, SlurmJob
-from slurmbridge_devkit.builders import PodBuilder
+from bridge.slurm.types import Allocation, JobState
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
 from tests.unit.slurm_answers import captured_job
@@ -37,7 +37,8 @@ class World:
         """Slurm has the pod's job, running on node1 with GPU 3 (the index knows it)."""
         allocation = Allocation(("node1",), {"node1": (3,)})
         self.index.record(self.slurm.put(
-            SlurmJob(JOB, "k8s:ns/p", state, reason, PodOwner(UID), allocation, qos="low")))
+            JobBuilder(JOB).owner(PodOwner(UID)).state(state, reason).allocation(allocation)
+            .qos("low").build()))
 
     def pod(self, *, bound: bool = True, phase: str = "Running") -> None:
         builder = PodBuilder("p", "ns")
@@ -159,7 +160,7 @@ async def test_one_stale_observation_is_not_enough_to_evict() -> None:
     """The index says the job ended, a fresh read says it runs on the pod's GPUs: no eviction."""
     world = World()
     world.job()  # Slurm has it running where the pod is bound; the index is told it ended
-    world.index.record(SlurmJob(JOB, "k8s:ns/p", JobState.COMPLETED, "None", PodOwner(UID), None))
+    world.index.record(JobBuilder(JOB).owner(PodOwner(UID)).state(JobState.COMPLETED).build())
     world.pod()
     await world.lifecycle.reconcile_once()
     assert world.kube.evicted == []
@@ -184,8 +185,7 @@ async def test_a_pod_whose_job_runs_elsewhere_now_is_evicted() -> None:
     world = World()
     world.job()
     world.pod()
-    world.slurm.put(SlurmJob(JOB, "k8s:ns/p", JobState.RUNNING, "None", PodOwner(UID),
-                             Allocation(("node2",), {"node2": (0,)})))
+    world.slurm.put(JobBuilder(JOB).owner(PodOwner(UID)).running("node2", gpus=(0,)).build())
     world.polled()
     await world.lifecycle.reconcile_once()
     [event] = world.kube.events(keys.EventReason.JOB_ENDED)
@@ -197,7 +197,8 @@ async def test_a_job_another_replica_submitted_is_adopted_from_its_pod_and_cance
     submitted reaches it through the job id recorded on the pod (the poller no longer scans
     Slurm's queue for new jobs), read once however many rounds the pod lives."""
     world = World()
-    world.slurm.put(SlurmJob(JOB, "k8s:ns/p", JobState.PENDING, "Priority", PodOwner(UID), None))
+    world.slurm.put(
+        JobBuilder(JOB).owner(PodOwner(UID)).state(JobState.PENDING, "Priority").build())
     builder = PodBuilder("p", "ns").annotations({keys.JOB_ID: str(JOB)})
     pod = builder.build()
     assert pod.metadata is not None

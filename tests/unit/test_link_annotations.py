@@ -9,6 +9,7 @@ from bridge import keys
 from bridge.jobs.owner import GroupOwner
 from bridge.link.annotations import bound, holds, record_changes
 from bridge.slurm.types import Allocation, JobState, SlurmJob
+from slurmbridge_devkit.builders import JobBuilder
 
 
 def _pod(**annotations: str) -> Pod:
@@ -19,7 +20,8 @@ def _pod(**annotations: str) -> Pod:
 
 def _job(state: JobState = JobState.RUNNING, gpus: tuple[int, ...] = (4, 5)) -> SlurmJob:
     allocation = Allocation(("n1",), {"n1": gpus}) if state is JobState.RUNNING else None
-    return SlurmJob(12, "k8s:ns/g", state, "None", GroupOwner("ns", "g"), allocation)
+    return (JobBuilder(12, "k8s:ns/g").owner(GroupOwner("ns", "g")).state(state)
+            .allocation(allocation).build())
 
 
 def test_the_job_id_and_owner_replace_the_submit_claim_once() -> None:

@@ -13,7 +13,8 @@ from bridge.link.owner import linked_pod
 from bridge.placement.notifier import NOTIFICATIONS_IN_FLIGHT, PodNotifier
 from bridge.placement.pods import PodRegistry
 from bridge.placement.reasons import clock
-from bridge.slurm.types import Allocation, JobState, SlurmJob
+from bridge.slurm.types import JobState
+from slurmbridge_devkit.builders import JobBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import InFlight
 
@@ -46,10 +47,8 @@ def _pod(
     }))
 
 
-PENDING = SlurmJob(7, "k8s:ns/p", JobState.PENDING, "Resources", PodOwner("uid-1"), None)
-RUNNING = SlurmJob(
-    7, "k8s:ns/p", JobState.RUNNING, "None", PodOwner("uid-1"), Allocation(("node1",))
-)
+PENDING = JobBuilder(7).state(JobState.PENDING, "Resources").build()
+RUNNING = JobBuilder(7).running("node1").build()
 
 
 def _notifier() -> tuple[PodNotifier, FakeKube, PodRegistry]:

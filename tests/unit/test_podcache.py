@@ -16,8 +16,7 @@ from bridge.link.podcache import PodCache
 from bridge.link.views import view_of
 from bridge.placement.index import JobIndex
 from bridge.placement.pods import PodRegistry
-from bridge.slurm.types import JobState, SlurmJob
-from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
 
@@ -117,8 +116,7 @@ async def test_a_pending_pod_deleted_at_once_has_its_job_cancelled_at_once(
         pods.append(pod)
         owner = PodOwner(pod.metadata.uid)
         registry.remember(LinkedPod("ns", name, pod.metadata.uid, owner))
-        index.record(slurm.put(SlurmJob(len(pods), f"k8s:ns/{name}", JobState.PENDING, "None",
-                                        owner, None)))
+        index.record(slurm.put(JobBuilder(len(pods), f"k8s:ns/{name}").owner(owner).build()))
     kube.add(pods[0])
     await _until(lambda: len(cache.views()) == 1)
     await kube.delete(Pod, "deleted", namespace="ns")

@@ -19,9 +19,9 @@ from bridge.jobs.owner import Owner, PodOwner
 from bridge.link.release import release_patch
 from bridge.placement.release import RELEASES_IN_FLIGHT
 from bridge.runtime import Bridge
-from bridge.slurm.types import Allocation, JobState, SlurmJob
+from bridge.slurm.types import JobState
 from extender.app import create_app
-from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm, InFlight, bridge_over_fakes, intake_running
 from slurmbridge_devkit.waiting import wait_for
@@ -106,9 +106,7 @@ async def test_a_job_running_at_once_releases_its_pod_without_a_poll(world: Worl
     pod = PodBuilder("p", "ns").gated().build()
     assert pod.metadata is not None
     pod.metadata.uid = "uid-p"
-    job = world.slurm.put(SlurmJob(
-        7, "k8s:ns/p", JobState.RUNNING, "None", PodOwner("uid-p"), Allocation(("node1",), {}),
-    ))
+    job = world.slurm.put(JobBuilder(7).owner(PodOwner("uid-p")).running("node1").build())
     world.bridge.index.record(job)
     world.kube.add(pod)
     await until(lambda: not world.pod("p")["spec"].get("schedulingGates"))
@@ -321,10 +319,10 @@ async def test_a_pod_whose_tracked_job_a_resync_cancelled_for_an_older_running_o
     await until(lambda: len(world.slurm.submitted) == 1)
     [tracked] = world.slurm.jobs
     owner = world.slurm.jobs[tracked].owner
-    world.slurm.put(SlurmJob(  # an earlier submit whose answer was lost: unknown to the index
-        tracked - 50, world.slurm.jobs[tracked].name, JobState.RUNNING, "None", owner,
-        Allocation(("node3",), {}),
-    ))
+    world.slurm.put(  # an earlier submit whose answer was lost: unknown to the index
+        JobBuilder(tracked - 50, world.slurm.jobs[tracked].name).owner(owner).running("node3")
+        .build()
+    )
     await world.bridge.poller.resync()
     await world.bridge.releaser.drain()
     assert world.slurm.jobs[tracked].state is JobState.CANCELLED

@@ -32,7 +32,8 @@ from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.link.claims import member_slot
 from bridge.link.owner import tied_to
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.types import JobState
+from slurmbridge_devkit.builders import JobBuilder
 
 NS = "research"
 
@@ -294,11 +295,11 @@ def _pod_with(annotations: dict[str, str]) -> Pod:
 
 
 def test_an_ended_group_job_binds_only_the_members_it_was_recorded_on() -> None:
-    ended = SlurmJob(7, "k8s:research/train", JobState.CANCELLED, "None",
-                     GroupOwner(NS, "train"), None)
+    ended = (JobBuilder(7, "k8s:research/train").owner(GroupOwner(NS, "train"))
+             .state(JobState.CANCELLED).build())
     assert tied_to(_pod_with({keys.JOB_ID: "7"}), ended)
     assert not tied_to(_pod_with({}), ended)  # a resumed Job's new pod: the group's next run
-    lone = SlurmJob(8, "k8s:research/p", JobState.CANCELLED, "None", PodOwner("u"), None)
+    lone = JobBuilder(8, "k8s:research/p").owner(PodOwner("u")).state(JobState.CANCELLED).build()
     assert tied_to(_pod_with({}), lone)
 
 
