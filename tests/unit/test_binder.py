@@ -24,10 +24,7 @@ def _world(node: str = "node1", gpus: tuple[int, ...] = (4, 5)) -> tuple[Bridge,
     """Pod ns/p carries the id of its job, which Slurm runs on ``node`` with ``gpus``."""
     kube, slurm = FakeKube(), FakeSlurm()
     slurm.put(JobBuilder(JOB).owner(PodOwner(UID)).running(node, gpus=gpus).build())
-    pod = PodBuilder("p", "ns").annotate(keys.JOB_ID, str(JOB)).build()
-    assert pod.metadata is not None
-    pod.metadata.uid = UID
-    kube.add(pod)
+    kube.add(PodBuilder("p", "ns").uid(UID).annotate(keys.JOB_ID, str(JOB)).build())
     return build_bridge(Settings(), slurm=slurm, kube=kube), kube
 
 

@@ -31,9 +31,8 @@ class Replicas:
         }
 
     def add(self, builder: PodBuilder, uid: str) -> dict[str, Any]:
-        pod = builder.build()
+        pod = builder.uid(uid).build()
         assert pod.metadata is not None
-        pod.metadata.uid = uid
         self.kube.add(pod)
         return self.pod(pod.metadata.name or "")
 

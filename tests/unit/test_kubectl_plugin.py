@@ -70,10 +70,8 @@ class RefusingSlurm(FakeSlurm):
 
 def _pod(name: str, *, scheduler: str = keys.SCHEDULER_NAME, **annotations: str) -> Pod:
     """A pod as the webhook admitted it: tenancy filled in, GPUs moved to the annotation."""
-    pod = PodBuilder(name, NS).scheduler(scheduler).annotations(annotations).build()
-    assert pod.metadata is not None
-    pod.metadata.uid = f"uid-{name}"
-    return pod
+    return PodBuilder(name, NS).uid(f"uid-{name}").scheduler(scheduler).annotations(annotations) \
+        .build()
 
 
 def _event(name: str, kind: str, reason: str, message: str, *, uid: str | None = None,

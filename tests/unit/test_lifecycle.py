@@ -1,7 +1,7 @@
 """Pods and their jobs live and die together (Lifecycle), against the in-memory fakes."""
 
 import dataclasses
-from typing import Any, cast
+from typing import Any
 
 from lightkube.resources.core_v1 import Pod
 
@@ -41,16 +41,11 @@ class World:
             .qos("low").build()))
 
     def pod(self, *, bound: bool = True, phase: str = "Running") -> None:
-        builder = PodBuilder("p", "ns")
+        builder = PodBuilder("p", "ns").uid(UID).phase(phase)
         if bound:
-            builder.spec(nodeName="node1").annotations(
+            builder.node("node1").annotations(
                 {keys.JOB_ID: str(JOB), keys.SLURM_NODE: "node1", keys.GPU_IDS: "3"})
-        pod = builder.build()
-        assert pod.metadata is not None
-        pod.metadata.uid = UID
-        raw = pod.to_dict()
-        raw["status"] = {"phase": phase}
-        self.kube.add(cast(Pod, Pod.from_dict(raw)))
+        self.kube.add(builder.build())
 
     def polled(self) -> None:
         """The poller saw the job change (it records Slurm's view in the index)."""
@@ -199,11 +194,7 @@ async def test_a_job_another_replica_submitted_is_adopted_from_its_pod_and_cance
     world = World()
     world.slurm.put(
         JobBuilder(JOB).owner(PodOwner(UID)).state(JobState.PENDING, "Priority").build())
-    builder = PodBuilder("p", "ns").annotations({keys.JOB_ID: str(JOB)})
-    pod = builder.build()
-    assert pod.metadata is not None
-    pod.metadata.uid = UID
-    world.kube.add(pod)
+    world.kube.add(PodBuilder("p", "ns").uid(UID).annotations({keys.JOB_ID: str(JOB)}).build())
     for _ in range(3):
         await world.lifecycle.reconcile_once()
     adopted = world.index.by_owner(PodOwner(UID))

@@ -300,13 +300,13 @@ class PodJobProtocol(RuleBasedStateMachine):
         self._add(PodBuilder(name, "ns").group("g", 2), name)
 
     def _add(self, builder: PodBuilder, name: str) -> None:
-        pod = builder.build()
+        uid = f"uid-{name}-{next(self.uids)}"
+        pod = builder.uid(uid).build()
         assert pod.metadata is not None
-        pod.metadata.uid = f"uid-{name}-{next(self.uids)}"
         self.kube.add(pod)
         labels = pod.metadata.labels or {}
         self.owners[name] = (GroupOwner("ns", "g") if name.startswith("m") and labels
-                             else PodOwner(pod.metadata.uid))
+                             else PodOwner(uid))
 
     @precondition(lambda self: bool(self.pods()))
     @rule(data=st.data(), what=st.sampled_from(["delete", "kubelet_stops", "Succeeded",
@@ -565,10 +565,7 @@ async def test_a_job_restarted_elsewhere_while_the_bridge_was_blind_evicts_its_p
     longer than Slurm's requeue hold); the pod bound on the old node must go."""
     kube, slurm = FakeKube(), FakeSlurm(tuple(NODES))
     bridge = bridge_over_fakes(tmp_path, slurm, kube)
-    pod = PodBuilder("p", "ns").build()
-    assert pod.metadata is not None
-    pod.metadata.uid = "uid-p"
-    kube.add(pod)
+    kube.add(PodBuilder("p", "ns").uid("uid-p").build())
 
     async def fresh() -> Pod:
         return cast(Pod, await kube.get(Pod, "p", namespace="ns"))

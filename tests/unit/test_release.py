@@ -103,9 +103,7 @@ async def test_a_gated_pod_is_released_to_slurms_node_in_one_write(world: World)
 
 async def test_a_job_running_at_once_releases_its_pod_without_a_poll(world: World) -> None:
     """A new leader meets pods whose jobs already run: released from intake directly."""
-    pod = PodBuilder("p", "ns").gated().build()
-    assert pod.metadata is not None
-    pod.metadata.uid = "uid-p"
+    pod = PodBuilder("p", "ns").uid("uid-p").gated().build()
     job = world.slurm.put(JobBuilder(7).owner(PodOwner("uid-p")).running("node1").build())
     world.bridge.index.record(job)
     world.kube.add(pod)
@@ -124,13 +122,11 @@ async def test_other_gates_hold_the_submission_and_stay_after_release(world: Wor
 
 
 def test_the_release_narrows_every_term_and_keeps_other_gates() -> None:
-    pod = PodBuilder("p", "ns").gated("user/hold").spec(affinity={"nodeAffinity": {
+    pod = PodBuilder("p", "ns").uid("u").gated("user/hold").spec(affinity={"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
         ]}}}).build()
-    assert pod.metadata is not None
-    pod.metadata.uid = "u"
     stored = pod.to_dict()
     released = jsonpatch.apply_patch(stored, release_patch(pod, "node9", {keys.JOB_ID: "5"}))
     assert released["metadata"]["annotations"][keys.JOB_ID] == "5"
@@ -151,9 +147,7 @@ def test_the_release_lets_the_pod_onto_its_node_after_slurm_drained_it() -> None
     must still bind there (SOAK seed 1: a group member waited 50 s, unbound and untold,
     until the drain ended; a drain waiting for the job would never end)."""
     for tolerations in (None, [{"key": "x", "operator": "Exists"}]):
-        pod = PodBuilder("p", "ns").gated().spec(tolerations=tolerations).build()
-        assert pod.metadata is not None
-        pod.metadata.uid = "u"
+        pod = PodBuilder("p", "ns").uid("u").gated().spec(tolerations=tolerations).build()
         released = jsonpatch.apply_patch(pod.to_dict(),
                                          release_patch(pod, "node9", {keys.JOB_ID: "5"}))
         kept = tolerations or []

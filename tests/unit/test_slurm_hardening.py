@@ -25,7 +25,7 @@ from bridge.placement.poller import Poller
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
-from slurmbridge_devkit.builders import JobBuilder
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
 from slurmbridge_devkit.slurm_http import HttpxExchange
@@ -34,10 +34,7 @@ BRIDGE_USER = "slurm"
 
 
 def _pod(labels: dict[str, str], annotations: dict[str, str] | None = None) -> Pod:
-    return cast(Pod, Pod.from_dict({"metadata": {
-        "name": "p", "namespace": "ns", "uid": "uid-1", "labels": labels,
-        "annotations": annotations or {},
-    }}))
+    return PodBuilder("p", "ns").uid("uid-1").labels(labels).annotations(annotations or {}).build()
 
 
 def test_owner_recorded_by_the_bridge_outlives_a_relabel() -> None:
