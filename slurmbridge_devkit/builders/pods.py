@@ -137,6 +137,14 @@ class PodBuilder:
         self._annotations.update(values)
         return self
 
+    def grace(self, seconds: int | None) -> Self:
+        """``terminationGracePeriodSeconds``; None: left out (Kubernetes' default, 30 s)."""
+        if seconds is None:
+            self._spec.pop("terminationGracePeriodSeconds", None)
+        else:
+            self._spec["terminationGracePeriodSeconds"] = seconds
+        return self
+
     def command(self, *argv: str, image: str | None = None) -> Self:
         self._command = list(argv)
         if image is not None:

@@ -31,7 +31,7 @@ from bridge.slurm.errors import SlurmRejected
 from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob
 from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
 from bridge.status import Row, collect, render_table
-from slurmbridge_devkit.builders import JobBuilder
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
 
@@ -106,12 +106,8 @@ class RefusingSlurm(FakeSlurm):
 
 
 def _pod(uid: str = "uid-1", **spec: Any) -> PodResource:
-    return cast(PodResource, PodResource.from_dict({
-        "metadata": {"name": "p", "namespace": "ns", "uid": uid,
-                     "annotations": {keys.ACCOUNT: "team-b", keys.SLURM_USER: "bob"}},
-        "spec": {"schedulerName": keys.SCHEDULER_NAME,
-                 "containers": [{"name": "c", "image": "x"}], **spec},
-    }))
+    return (PodBuilder("p", "ns").uid(uid).grace(None)
+            .annotations({keys.ACCOUNT: "team-b", keys.SLURM_USER: "bob"}).spec(**spec).build())
 
 
 async def test_a_refused_submit_reaches_the_pod_once_without_a_retry_storm() -> None:

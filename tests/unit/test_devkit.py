@@ -132,6 +132,7 @@ def test_pod_builder_adds_what_the_api_server_and_the_kubelet_set() -> None:
     assert statuses is not None and statuses[0].ready
     assert statuses[0].state is not None and statuses[0].state.running is not None
     assert "status" not in PodBuilder("p").manifest()
+    assert "terminationGracePeriodSeconds" not in PodBuilder("p").grace(None).manifest()["spec"]
 
 
 def test_job_builder_defaults_to_pod_uid_1s_pending_job() -> None:
