@@ -6,8 +6,9 @@ the split goes where the seam is, not into a raised limit.
 
 benchmarks/ has its own, looser limits: modules up to 800 lines, functions up to 80.  Its
 longest module (b7_kube.py, 783 lines) and function (b7_exchanges.job_record, 76 lines: one
-recorded Slurm answer) meet them without a split; a benchmark can only be checked by running
-it against real Slurm and Kubernetes, so no split is made that nobody could check.
+slurmrestd job record, built field by field) meet them without a split; a benchmark can only
+be checked by running it against real Slurm and Kubernetes, so no split is made that nobody
+could check.
 """
 
 import ast
