@@ -22,7 +22,8 @@ from benchmarks import live
 from benchmarks.b1_measure import WRITE_VERBS, Limits, create_pods, drop_pods, watch_binds
 from benchmarks.common import percentile
 from bridge import keys
-from slurmbridge_devkit.kube import ControlPlane, create_namespace, unique_name
+from slurmbridge_devkit.kube import ControlPlane
+from slurmbridge_devkit.namespaces import create_namespace, unique_name
 from slurmbridge_devkit.slurm import SlurmTarget
 
 HOLDER = "b1-full-holder"

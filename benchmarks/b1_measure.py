@@ -37,14 +37,8 @@ from bridge.slurm import convert
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
 from bridge.slurm.wire.base import JobStatesResponse
-from slurmbridge_devkit.kube import (
-    ControlPlane,
-    create_namespace,
-    scheduler_config,
-    start_scheduler,
-    stop_scheduler,
-    unique_name,
-)
+from slurmbridge_devkit.kube import ControlPlane, scheduler_config, start_scheduler, stop_scheduler
+from slurmbridge_devkit.namespaces import create_namespace, unique_name
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import BridgeStack, replace_scheduler
 

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks import live
 from benchmarks.b1_measure import drop_pods
 from bridge import keys
-from slurmbridge_devkit.kube import create_namespace, unique_name
+from slurmbridge_devkit.namespaces import create_namespace, unique_name
 from slurmbridge_devkit.stack import BridgeStack
 
 FILTER_HISTOGRAM = "slurmbridge_filter_seconds"

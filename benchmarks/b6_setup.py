@@ -31,7 +31,7 @@ from lightkube.types import PatchType
 from benchmarks import live
 from bridge import keys
 from bridge.slurm.client import SlurmClient
-from slurmbridge_devkit.kube import create_node, delete_node, node_status
+from slurmbridge_devkit.kubelet import create_node, delete_node, node_status
 from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget
 
 PID_MAX = Path("/proc/sys/kernel/pid_max")

@@ -69,7 +69,7 @@ from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.slurm.convert import comment_for
 from bridge.slurm.wire import FAMILIES
-from slurmbridge_devkit.stack import stop_process
+from slurmbridge_devkit.processes import stop_process
 
 PARSER = "v0.0.44"
 BRIDGE_USER = "slurm"

@@ -37,13 +37,13 @@ from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.kube import (
     FIELD_MANAGER,
     ControlPlane,
-    delete_namespace,
     k8s_bin_dir,
     missing_binaries,
-    node_status,
     parse_env,
     run_controlplane,
 )
+from slurmbridge_devkit.kubelet import node_status
+from slurmbridge_devkit.namespaces import delete_namespace
 from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget, external_target, local_target
 from slurmbridge_devkit.stack import BridgeStack, start_stack, stop_stack
 

@@ -22,7 +22,8 @@ from bridge import keys
 from bridge.jobs.owner import PodOwner
 from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm, bridge_over_fakes
 
 NAMESPACE = "bench"
 JOB_ID_BASE = 100_000

@@ -1,9 +1,11 @@
 """The development kit: what the tests, the benchmarks and the demo share.
 
-- ``slurm``, ``kube``, ``stack``, ``helm``: bring up the real components (Slurm chroots or any
-  slurmrestd, the local control plane, the bridge's processes, the chart) and their pytest
-  fixtures (``tests/conftest.py`` loads them as plugins);
-- ``builders``: ``PodBuilder("p").gpus(2).group("g", 2)`` and friends;
+- ``slurm``, ``kube`` (with ``kubelet``, ``namespaces``, ``waiting``), ``stack`` (with
+  ``processes``, ``stack_objects``), ``helm``: bring up the real components (Slurm chroots or
+  any slurmrestd, the local control plane, the bridge's processes, the chart) and their
+  pytest fixtures (``tests/conftest.py`` loads them as plugins);
+- ``fakes``, ``fake_kube``: Slurm and the apiserver in memory (``FakeSlurm``, ``FakeKube``);
+- ``builders``: ``PodBuilder("p").gpus(2).group("g", 2)``, ``JobBuilder(7).running("node1")``;
 - ``scontrol``: Slurm's own view (``scontrol``/``squeue`` text), parsed independently of the
   product, for end-to-end checks;
 - ``e2e``: waiting for pods, their events, an idle Slurm.

@@ -7,9 +7,9 @@ from lightkube.resources.core_v1 import Event, Pod
 
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.kube import wait_for
 from slurmbridge_devkit.scontrol import show_job
 from slurmbridge_devkit.slurm import SlurmTarget
+from slurmbridge_devkit.waiting import wait_for
 
 
 def pod_manifest(

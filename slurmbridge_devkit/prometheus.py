@@ -20,7 +20,7 @@ import httpx
 import yaml
 
 from slurmbridge_devkit.kube import cache_dir
-from slurmbridge_devkit.stack import free_port, stop_process
+from slurmbridge_devkit.processes import free_port, stop_process
 
 PACKAGE = "prometheus"  # Debian 12: 2.42
 

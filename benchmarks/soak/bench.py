@@ -32,13 +32,9 @@ from benchmarks.soak.load import NATIVE_USER, Load, delete_job
 from benchmarks.soak.schedule import Fault, FaultKind, fault_schedule
 from benchmarks.soak.tracker import Tracker
 from slurmbridge_devkit.kube import ControlPlane
+from slurmbridge_devkit.processes import BridgeProcess, another_replica
 from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget
-from slurmbridge_devkit.stack import (
-    BridgeProcess,
-    BridgeStack,
-    another_replica,
-    make_e2e_namespace,
-)
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
 
 TITLE = ("seeded fault soak: a mixed load (pods, GPU pods, 2- and 4-pod groups, pods that "
          "exit, random deletions, native GPU jobs) with a fault every 20-40 s, invariants "

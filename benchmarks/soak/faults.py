@@ -28,8 +28,8 @@ from benchmarks.soak.invariants import Snapshot
 from benchmarks.soak.schedule import Fault, FaultKind, pick_one
 from benchmarks.soak.tracker import Tracker
 from slurmbridge_devkit.kube import run_controlplane, run_dir
+from slurmbridge_devkit.processes import BridgeProcess, leader_identity, leads
 from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget
-from slurmbridge_devkit.stack import BridgeProcess, leader_identity, leads
 
 # Seconds after a repair until the bridge is whole again: a new leader's lease (6 s) and first
 # resync; the poller's backoff after Slurm failed it (up to 30 s); watches re-established.

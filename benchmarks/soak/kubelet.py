@@ -15,7 +15,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
 from benchmarks.soak.invariants import TERMINAL_PHASES
-from slurmbridge_devkit.kube import set_pod_phase
+from slurmbridge_devkit.kubelet import set_pod_phase
 
 STOP_SECONDS = 2.0
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # on the pods of a batch Job

@@ -20,16 +20,11 @@ from lightkube.resources.core_v1 import Pod
 
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import create_pod
-from slurmbridge_devkit.kube import (
-    ControlPlane,
-    cache_dir,
-    delete_namespace,
-    parse_env,
-    run_controlplane,
-    wait_for,
-)
+from slurmbridge_devkit.kube import ControlPlane, cache_dir, parse_env, run_controlplane
+from slurmbridge_devkit.namespaces import delete_namespace
 from slurmbridge_devkit.slurm import local_target
 from slurmbridge_devkit.stack import make_e2e_namespace, start_stack
+from slurmbridge_devkit.waiting import wait_for
 
 STATE = cache_dir() / "demo"
 NAMESPACE = "demo"

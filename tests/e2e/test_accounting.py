@@ -31,9 +31,11 @@ from slurmbridge_devkit.e2e import (
     wait_job_id,
     wait_slurm_job,
 )
-from slurmbridge_devkit.kube import set_pod_phase, unique_name, wait_for
+from slurmbridge_devkit.kubelet import set_pod_phase
+from slurmbridge_devkit.namespaces import unique_name
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import DEFAULT_TENANCY, BridgeStack, NamespaceFactory
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,7 @@ from lightkube.core.exceptions import ApiError
 
 from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_manifest
-from slurmbridge_devkit.kube import delete_namespace
+from slurmbridge_devkit.namespaces import delete_namespace
 from slurmbridge_devkit.stack import ALLOWED_ACCOUNTS, BridgeStack, make_e2e_namespace
 
 pytestmark = pytest.mark.e2e

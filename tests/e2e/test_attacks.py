@@ -47,24 +47,13 @@ from slurmbridge_devkit.e2e import (
     slurm_job_view,
     wait_bound,
 )
-from slurmbridge_devkit.kube import (
-    ControlPlane,
-    namespace_user,
-    set_pod_phase,
-    stop_scheduler,
-    unique_name,
-    wait_for,
-)
-from slurmbridge_devkit.stack import (
-    BRIDGE_NS,
-    WEBHOOK_CONFIG,
-    BridgeProcess,
-    BridgeStack,
-    ValidatingWebhookConfiguration,
-    free_port,
-    make_e2e_namespace,
-    replace_scheduler,
-)
+from slurmbridge_devkit.kube import ControlPlane, stop_scheduler
+from slurmbridge_devkit.kubelet import set_pod_phase
+from slurmbridge_devkit.namespaces import namespace_user, unique_name
+from slurmbridge_devkit.processes import BRIDGE_NS, BridgeProcess, free_port
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace, replace_scheduler
+from slurmbridge_devkit.stack_objects import WEBHOOK_CONFIG, ValidatingWebhookConfiguration
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -34,15 +34,10 @@ from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.core_v1 import Pod
 
-from slurmbridge_devkit.kube import (
-    ControlPlane,
-    NodeFactory,
-    SchedulerFactory,
-    scheduler_config,
-    set_pod_phase,
-    unique_name,
-    wait_for,
-)
+from slurmbridge_devkit.kube import ControlPlane, SchedulerFactory, scheduler_config
+from slurmbridge_devkit.kubelet import NodeFactory, set_pod_phase
+from slurmbridge_devkit.namespaces import unique_name
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

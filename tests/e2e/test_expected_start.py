@@ -18,8 +18,10 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_events, pod_manifest, slurm_idle, slurm_job_view
-from slurmbridge_devkit.kube import ControlPlane, create_namespace, unique_name, wait_for
+from slurmbridge_devkit.kube import ControlPlane
+from slurmbridge_devkit.namespaces import create_namespace, unique_name
 from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

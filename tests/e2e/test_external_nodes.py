@@ -10,10 +10,11 @@ from lightkube.resources.core_v1 import Node
 
 from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, wait_bound, wait_slurm_job
-from slurmbridge_devkit.kube import NodeFactory, delete_node, wait_for
+from slurmbridge_devkit.kubelet import NodeFactory, delete_node
 from slurmbridge_devkit.scontrol import show_job
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -14,16 +14,11 @@ from bridge import keys
 from bridge.jobs.owner import PodOwner
 from bridge.slurm.client import SlurmClient
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, wait_bound
-from slurmbridge_devkit.kube import set_pod_phase, wait_for
+from slurmbridge_devkit.kubelet import set_pod_phase
+from slurmbridge_devkit.processes import BridgeProcess, another_replica, leader_identity, leads
 from slurmbridge_devkit.slurm import CLUSTER_SH
-from slurmbridge_devkit.stack import (
-    BridgeProcess,
-    BridgeStack,
-    another_replica,
-    leader_identity,
-    leads,
-    make_e2e_namespace,
-)
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -24,8 +24,9 @@ from slurmbridge_devkit.e2e import (
     slurm_job_view,
     wait_bound,
 )
-from slurmbridge_devkit.kube import create_namespace, unique_name, wait_for
+from slurmbridge_devkit.namespaces import create_namespace, unique_name
 from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -29,7 +29,6 @@ from lightkube.resources.resource_v1 import (
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import create_pod, pod_events, slurm_idle, wait_bound, wait_job_id
-from slurmbridge_devkit.kube import wait_for
 from slurmbridge_devkit.scontrol import gpu_overlaps, show_job, show_jobs
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import (
@@ -39,6 +38,7 @@ from slurmbridge_devkit.stack import (
     BridgeStack,
     NamespaceFactory,
 )
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

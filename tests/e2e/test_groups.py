@@ -8,8 +8,8 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, slurm_job_view, wait_bound
-from slurmbridge_devkit.kube import wait_for
 from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

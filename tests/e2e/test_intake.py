@@ -10,8 +10,9 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_job_view, wait_bound
-from slurmbridge_devkit.kube import stop_scheduler, wait_for
+from slurmbridge_devkit.kube import stop_scheduler
 from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace, replace_scheduler
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

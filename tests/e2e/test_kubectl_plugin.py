@@ -26,8 +26,11 @@ from slurmbridge_devkit.e2e import (
     wait_bound,
     wait_slurm_job,
 )
-from slurmbridge_devkit.kube import ControlPlane, namespace_user, set_pod_phase, wait_for
+from slurmbridge_devkit.kube import ControlPlane
+from slurmbridge_devkit.kubelet import set_pod_phase
+from slurmbridge_devkit.namespaces import namespace_user
 from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,9 @@ from slurmbridge_devkit.e2e import (
     wait_bound,
     wait_slurm_job,
 )
-from slurmbridge_devkit.kube import set_pod_phase, wait_for
+from slurmbridge_devkit.kubelet import set_pod_phase
 from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -14,9 +14,9 @@ from slurmbridge_devkit.e2e import (
     slurm_idle,
     slurm_job_view,
 )
-from slurmbridge_devkit.kube import wait_for
 from slurmbridge_devkit.scontrol import gpu_overlaps, show_jobs
 from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,7 @@ from lightkube.resources.core_v1 import Pod
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import create_pod, slurm_idle, wait_bound
-from slurmbridge_devkit.kube import REPO, wait_for
+from slurmbridge_devkit.kube import REPO
 from slurmbridge_devkit.prometheus import (
     Prometheus,
     run_prometheus,
@@ -34,6 +34,7 @@ from slurmbridge_devkit.prometheus import (
 )
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

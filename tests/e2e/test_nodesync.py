@@ -10,8 +10,8 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from bridge import keys
-from slurmbridge_devkit.kube import wait_for
 from slurmbridge_devkit.stack import BridgeStack
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -10,9 +10,10 @@ from lightkube.resources.core_v1 import Pod
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import create_pod, slurm_idle, wait_bound
-from slurmbridge_devkit.kube import set_pod_phase, wait_for
+from slurmbridge_devkit.kubelet import set_pod_phase
 from slurmbridge_devkit.scontrol import show_job
 from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

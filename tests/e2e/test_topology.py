@@ -26,10 +26,10 @@ from slurmbridge_devkit.e2e import (
     wait_bound,
     wait_slurm_job,
 )
-from slurmbridge_devkit.kube import wait_for
 from slurmbridge_devkit.scontrol import expand_hostlist, show_job
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -35,16 +35,12 @@ from lightkube.types import CascadeType, PatchType
 from bridge import keys
 from bridge.slurm.allocation import expand_nodes
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, slurm_job_view
-from slurmbridge_devkit.kube import (
-    ControlPlane,
-    cache_dir,
-    k8s_version,
-    run_dir,
-    set_pod_phase,
-    wait_for,
-)
+from slurmbridge_devkit.kube import ControlPlane, cache_dir, k8s_version, run_dir
+from slurmbridge_devkit.kubelet import set_pod_phase
+from slurmbridge_devkit.processes import free_port
 from slurmbridge_devkit.slurm import SlurmTarget
-from slurmbridge_devkit.stack import BridgeStack, free_port, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 

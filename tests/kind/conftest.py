@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bridge import keys
-from slurmbridge_devkit.kube import unique_name
+from slurmbridge_devkit.namespaces import unique_name
 from tests.kind.cluster import UP, Kind, run, wait
 
 START = f"start it with: bash {UP.relative_to(UP.parents[2])}"

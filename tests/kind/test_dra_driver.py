@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from slurmbridge_devkit.kube import unique_name
+from slurmbridge_devkit.namespaces import unique_name
 from tests.kind.cluster import DRA_DRIVER, DRA_GPUS_LABEL, WORKLOAD_IMAGE, Kind, wait
 
 pytestmark = pytest.mark.kind

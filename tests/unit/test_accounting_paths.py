@@ -1,14 +1,17 @@
 """What a researcher reads when accounting holds, refuses or preempts a pod's job."""
 
+import dataclasses
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from lightkube import AsyncClient
 from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
+from bridge.config import AdmissionSettings, Settings, SlurmSettings
 from bridge.controllers.lifecycle import Lifecycle
-from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.kube.nodes import NodeCache
 from bridge.link.podcache import PodCache
@@ -21,21 +24,24 @@ from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.placement.reasons import explain, refusal, waiting_message
 from bridge.placement.submit import SubmitHooks
-from bridge.policy.tenancy import Tenant
+from bridge.slurm.client import SlurmClient
 from bridge.slurm.convert import accounting
 from bridge.slurm.errors import SlurmRejected
 from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob
 from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
-from slurmbridge_cli.doctor import Check, _tenant_check
-from slurmbridge_cli.status_view import _row as status_row
-from slurmbridge_cli.status_view import render_table
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_cli import doctor
+from slurmbridge_cli.doctor import Check, tenancy_checks
+from slurmbridge_cli.status_view import Row, collect, render_table
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 
 
 def _job(state: JobState, reason: str = "None", **extra: Any) -> SlurmJob:
     allocation = Allocation(("node1",), {"node1": (0,)}) if state is JobState.RUNNING else None
     fields: dict[str, Any] = {"user": "alice", "account": "team-a", "qos": "gpu2"} | extra
-    return SlurmJob(7, "k8s:ns/p", state, reason, PodOwner("uid-1"), allocation, **fields)
+    return dataclasses.replace(JobBuilder(7).state(state, reason).allocation(allocation).build(),
+                               **fields)
 
 
 # --- the reason table -----------------------------------------------------------------------
@@ -101,12 +107,8 @@ class RefusingSlurm(FakeSlurm):
 
 
 def _pod(uid: str = "uid-1", **spec: Any) -> PodResource:
-    return cast(PodResource, PodResource.from_dict({
-        "metadata": {"name": "p", "namespace": "ns", "uid": uid,
-                     "annotations": {keys.ACCOUNT: "team-b", keys.SLURM_USER: "bob"}},
-        "spec": {"schedulerName": keys.SCHEDULER_NAME,
-                 "containers": [{"name": "c", "image": "x"}], **spec},
-    }))
+    return (PodBuilder("p", "ns").uid(uid).grace(None)
+            .annotations({keys.ACCOUNT: "team-b", keys.SLURM_USER: "bob"}).spec(**spec).build())
 
 
 async def test_a_refused_submit_reaches_the_pod_once_without_a_retry_storm() -> None:
@@ -253,17 +255,37 @@ def test_slurmdb_answers_parse_into_what_doctor_compares() -> None:
     assert known.preemptable("low") and not known.preemptable("high")
 
 
-def test_doctor_names_what_the_tenancy_maps_but_slurmdbd_lacks() -> None:
-    known = _accounting()
-    good = _tenant_check("namespaces.a", Tenant(account="team-a", user="alice", qos=["low"]),
-                         known, "slurm")
+class SlurmdbdOnly:
+    """slurmrestd as ``doctor``'s tenancy checks read it: slurmdbd's accounting, nothing else."""
+
+    def __init__(self, settings: SlurmSettings) -> None:
+        self.settings = settings
+
+    async def __aenter__(self) -> "SlurmdbdOnly":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def accounting(self) -> Accounting:
+        return _accounting()
+
+
+async def test_doctor_names_what_the_tenancy_maps_but_slurmdbd_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenancy = tmp_path / "tenancy.yaml"
+    tenancy.write_text("namespaces:\n  a: {account: team-a, user: alice, qos: [low]}\n"
+                       "  b: {account: team-b, user: bob, qos: [vip]}\n"
+                       "default: {account: team-a, user: eve}\n")
+    monkeypatch.setattr(doctor, "SlurmClient", SlurmdbdOnly)
+    settings = Settings(admission=AdmissionSettings(tenancy_file=tenancy))
+    checks = [c async for c in tenancy_checks(settings, cast(AsyncClient, FakeKube()))]
+    good, bad, stranger = checks
     assert good.ok and "in slurmdbd" in good.line()
-    bad = _tenant_check("namespaces.b", Tenant(account="team-b", user="bob", qos=["vip"]),
-                        known, "slurm")
     assert not bad.ok
     assert "account 'team-b'" in bad.line() and "QOS 'vip'" in bad.line()
     assert "sacctmgr" in bad.line()
-    stranger = _tenant_check("default", Tenant(account="team-a", user="eve"), known, "slurm")
     assert "user 'eve' in account 'team-a'" in stranger.line()
 
 
@@ -285,13 +307,31 @@ def test_a_grace_period_longer_than_slurm_waits_is_named() -> None:
     assert check.line().startswith("WARN") and "hint: lower it" in check.line()
 
 
-def test_status_shows_account_user_and_qos() -> None:
+class JobListing:
+    """slurmrestd as ``slurmbridge status`` reads it: the list of jobs."""
+
+    def __init__(self, *jobs: SlurmJob) -> None:
+        self.jobs = list(jobs)
+
+    async def list_jobs(self) -> list[SlurmJob]:
+        return self.jobs
+
+
+async def _status_row(pod: PodResource, *jobs: SlurmJob) -> Row:
+    """``slurmbridge status``'s one row: ``pod`` joined with its job among ``jobs``."""
+    kube = FakeKube()
+    kube.add(pod)
+    (row,) = await collect(cast(AsyncClient, kube), cast(SlurmClient, JobListing(*jobs)))
+    return row
+
+
+async def test_status_shows_account_user_and_qos() -> None:
     pod = _pod()
     assert pod.metadata is not None and pod.metadata.annotations is not None
     pod.metadata.annotations[keys.QOS] = "low"
-    row = status_row(pod, _job(JobState.RUNNING, qos="high"))
+    row = await _status_row(pod, _job(JobState.RUNNING, qos="high"))
     assert (row.account, row.user, row.qos) == ("team-a", "alice", "high")
-    waiting = status_row(pod, None)  # no job yet: what the tenancy asked for
+    waiting = await _status_row(pod)  # no job yet: what the tenancy asked for
     assert (waiting.account, waiting.user, waiting.qos) == ("team-b", "bob", "low")
     table = render_table([row])
     assert table.splitlines()[0].split()[5:8] == ["ACCOUNT", "USER", "QOS"]

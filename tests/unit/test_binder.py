@@ -11,10 +11,10 @@ from bridge.binding.binder import BindError
 from bridge.config import Settings
 from bridge.jobs.owner import PodOwner
 from bridge.runtime import Bridge
-from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_cli.compose import build_bridge
-from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 
 UID = "0000-pod-uid"
 JOB = 7
@@ -23,12 +23,8 @@ JOB = 7
 def _world(node: str = "node1", gpus: tuple[int, ...] = (4, 5)) -> tuple[Bridge, FakeKube]:
     """Pod ns/p carries the id of its job, which Slurm runs on ``node`` with ``gpus``."""
     kube, slurm = FakeKube(), FakeSlurm()
-    slurm.put(SlurmJob(JOB, "k8s:ns/p", JobState.RUNNING, "None", PodOwner(UID),
-                       Allocation((node,), {node: gpus})))
-    pod = PodBuilder("p", "ns").annotate(keys.JOB_ID, str(JOB)).build()
-    assert pod.metadata is not None
-    pod.metadata.uid = UID
-    kube.add(pod)
+    slurm.put(JobBuilder(JOB).owner(PodOwner(UID)).running(node, gpus=gpus).build())
+    kube.add(PodBuilder("p", "ns").uid(UID).annotate(keys.JOB_ID, str(JOB)).build())
     return build_bridge(Settings(), slurm=slurm, kube=kube), kube
 
 

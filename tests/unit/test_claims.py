@@ -11,10 +11,11 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import PodOwner
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.types import JobState
 from extender.app import create_app
-from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm, bridge_over_fakes
 
 NODES = ["node1", "node2"]
 
@@ -30,9 +31,8 @@ class Replicas:
         }
 
     def add(self, builder: PodBuilder, uid: str) -> dict[str, Any]:
-        pod = builder.build()
+        pod = builder.uid(uid).build()
         assert pod.metadata is not None
-        pod.metadata.uid = uid
         self.kube.add(pod)
         return self.pod(pod.metadata.name or "")
 
@@ -87,7 +87,7 @@ async def test_a_dead_replicas_claim_is_taken_over_and_its_job_adopted(tmp_path:
     stale = f"a@{int(time.time()) - 120}"
     replicas.add(PodBuilder("p", "ns").annotate(keys.SUBMITTING, stale), "uid-p")
     replicas.slurm.put(
-        SlurmJob(55, "k8s:ns/p", JobState.PENDING, "Priority", PodOwner("uid-p"), None)
+        JobBuilder(55).owner(PodOwner("uid-p")).state(JobState.PENDING, "Priority").build()
     )
     await replicas.filter("b", "p")
     await replicas.drain()

@@ -15,7 +15,7 @@ from admission.owners import Kind
 from bridge import keys
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import UnmappableClaim, claim_asks
-from slurmbridge_devkit.fakes import api_error
+from slurmbridge_devkit.fake_kube import api_error
 from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, apply, make_pod, make_review, post
 
 CLASSES = {

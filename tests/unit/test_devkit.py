@@ -1,9 +1,11 @@
-"""The dev kit's own pieces: the pod builder and the independent Slurm text parser."""
+"""The dev kit's own pieces: the pod and job builders and the independent Slurm text parser."""
 
 import pytest
 
 from bridge import keys
-from slurmbridge_devkit.builders import PodBuilder
+from bridge.jobs.owner import GroupOwner, PodOwner
+from bridge.slurm.types import Allocation, JobState, SlurmJob
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.scontrol import (
     JobView,
     expand_hostlist,
@@ -115,3 +117,28 @@ def test_pod_builder_leaves_out_what_is_unset() -> None:
     assert "schedulerName" not in manifest["spec"]
     assert "resources" not in manifest["spec"]["containers"][0]
     assert manifest["metadata"]["namespace"] == "ns"
+
+
+def test_pod_builder_adds_what_the_api_server_and_the_kubelet_set() -> None:
+    pod = (PodBuilder("w-0", "ns").uid("u1").node("kube-a").running().deleting()
+           .owned_by("Job", "train").pod_group("ring").build())
+    assert pod.metadata is not None and pod.spec is not None and pod.status is not None
+    assert (pod.metadata.uid, pod.spec.nodeName, pod.status.phase) == ("u1", "kube-a", "Running")
+    assert pod.metadata.deletionTimestamp is not None
+    assert pod.metadata.ownerReferences is not None
+    assert (pod.metadata.ownerReferences[0].kind, pod.metadata.ownerReferences[0].name) == (
+        "Job", "train")
+    statuses = pod.status.containerStatuses
+    assert statuses is not None and statuses[0].ready
+    assert statuses[0].state is not None and statuses[0].state.running is not None
+    assert "status" not in PodBuilder("p").manifest()
+    assert "terminationGracePeriodSeconds" not in PodBuilder("p").grace(None).manifest()["spec"]
+
+
+def test_job_builder_defaults_to_pod_uid_1s_pending_job() -> None:
+    assert JobBuilder().build() == SlurmJob(
+        7, "k8s:ns/p", JobState.PENDING, "None", PodOwner("uid-1"), None)
+    group = (JobBuilder(12, "k8s:ns/g").owner(GroupOwner("ns", "g"))
+             .running("n1", gpus=(4, 5)).tenancy(user="alice", qos="low").build())
+    assert group == SlurmJob(12, "k8s:ns/g", JobState.RUNNING, "None", GroupOwner("ns", "g"),
+                             Allocation(("n1",), {"n1": (4, 5)}), user="alice", qos="low")

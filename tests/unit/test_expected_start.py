@@ -12,6 +12,7 @@ from bridge.placement.reasons import expected_start, said_expected
 from bridge.slurm import convert
 from bridge.slurm.types import JobState, SlurmJob
 from bridge.slurm.wire.base import JobsResponse
+from slurmbridge_devkit.builders import JobBuilder
 from slurmbridge_devkit.fakes import FakeSlurm
 
 NOW = datetime(2026, 12, 2, 13, 53, 20, tzinfo=UTC)
@@ -54,8 +55,8 @@ def test_a_start_a_year_ahead_is_slurms_way_of_having_no_plan() -> None:
 
 
 def test_the_words_say_when_in_how_long_and_by_which_backfill() -> None:
-    job = SlurmJob(7, "k8s:ns/p", JobState.PENDING, "Resources", None, None,
-                   expected_start=START, backfill_at=BACKFILL)
+    job = (JobBuilder(7).owner(None).state(JobState.PENDING, "Resources")
+           .expected_start(START, BACKFILL).build())
     assert expected_start(job, NOW) == (
         "expected to start at 14:05 UTC, in about 12 minutes, by Slurm's backfill at 13:53")
     tomorrow = dataclasses.replace(job, expected_start=START + timedelta(days=1))

@@ -18,7 +18,9 @@ from bridge.runtime import Bridge
 from extender.app import create_app, create_health_app
 from extender.server import TLSConfigError, api_config
 from slurmbridge_cli.compose import build_bridge
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -41,8 +43,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 
 def _pod() -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": str(uuid.uuid4())},
-            "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    return PodBuilder("p", "ns").uid(str(uuid.uuid4())).manifest()
 
 
 async def test_filter_speaks_pascal_case_and_names_the_problem(

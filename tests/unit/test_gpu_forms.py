@@ -2,10 +2,7 @@
 GPUs of one Slurm type (``gres/gpu:<type>:N``, MIG-style slices), from the pod's annotations
 to the job's GRES request, and back from Slurm's allocation to the GPU the pod is told."""
 
-import json
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -17,14 +14,14 @@ from bridge.jobs.translate import job_request_for_pod
 from bridge.slurm.allocation import allocation_from, gpu_indices
 from bridge.slurm.convert import allocation, slurm_job
 from bridge.slurm.types import JobState
-from bridge.slurm.wire.base import JobInfo, ResourcesResponse
+from bridge.slurm.wire.base import ResourcesResponse
 from bridge.slurm.wire.v0041 import describe as describe_batch
 from bridge.slurm.wire.v0044 import describe as describe_external
+from tests.unit.slurm_answers import captured_job
 from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, denial, make_review
 from tests.unit.test_admission import make_pod as admission_pod
 from tests.unit.test_resources import GPU, container, make_pod
 
-CAPTURED = Path(__file__).parent / "slurm_json"
 ADMITTED = {keys.ACCOUNT: "physics", keys.QOS: "normal"}  # test_admission's namespace policy
 
 
@@ -95,16 +92,11 @@ async def test_the_webhook_refuses_shards_with_whole_gpus_and_a_bad_type(
     assert keys.GPU_TYPE in message and "1g:10gb" in message and "Slurm GPU type" in message
 
 
-def _captured(name: str) -> JobInfo:
-    answer: dict[str, Any] = json.loads((CAPTURED / name).read_text())
-    return JobInfo.model_validate(answer["jobs"][0])
-
-
 def test_shards_read_from_slurm_24_11_are_the_gpu_they_are_on() -> None:
     """Real answers: whole GPUs 0-2 for one job, two shard jobs sharing GPU 3 (node2)."""
-    whole = _captured("24.11-v0.0.42-job-gpu3_idx0-2.json")
-    two = _captured("24.11-v0.0.42-job-shard2_on_gpu3.json")
-    one = _captured("24.11-v0.0.42-job-shard1_on_gpu3.json")
+    whole = captured_job("24.11-v0.0.42-job-gpu3_idx0-2.json")
+    two = captured_job("24.11-v0.0.42-job-shard2_on_gpu3.json")
+    one = captured_job("24.11-v0.0.42-job-shard1_on_gpu3.json")
     assert two.gres_detail == ["shard:2(0/4,0/4,0/4,2/4,0/4,0/4,0/4,0/4)"]
     for info, gpus in ((whole, (0, 1, 2)), (two, (3,)), (one, (3,))):
         found = allocation_from(info.nodes, info.gres_detail)
@@ -113,9 +105,9 @@ def test_shards_read_from_slurm_24_11_are_the_gpu_they_are_on() -> None:
 
 def test_typed_slices_read_from_slurm_24_11_are_the_slices_index() -> None:
     """Real answers: three 1g.10gb slices, then the fourth, then none left (pending)."""
-    three = _captured("24.11-v0.0.42-job-typed1g.10gb3_idx0-2.json")
-    last = _captured("24.11-v0.0.42-job-typed1g.10gb1_idx3.json")
-    waiting = _captured("24.11-v0.0.42-job-typed1g.10gb1_pending_resources.json")
+    three = captured_job("24.11-v0.0.42-job-typed1g.10gb3_idx0-2.json")
+    last = captured_job("24.11-v0.0.42-job-typed1g.10gb1_idx3.json")
+    waiting = captured_job("24.11-v0.0.42-job-typed1g.10gb1_pending_resources.json")
     for info, gpus in ((three, (0, 1, 2)), (last, (3,))):
         found = allocation_from(info.nodes, info.gres_detail)
         assert found is not None and found.gpu_ids == {"node4": gpus}
@@ -126,7 +118,7 @@ def test_typed_slices_read_from_slurm_24_11_are_the_slices_index() -> None:
 def test_an_untyped_request_on_a_typed_node_reads_as_the_gpus_it_got() -> None:
     """Real answer: ``gres/gpu:2`` on node4 (1g.10gb and 3g.40gb slices) lists the type it got
     none of with an empty index list, which is no GPU and no error."""
-    info = _captured("24.11-v0.0.42-job-untyped2_on_typed_node.json")
+    info = captured_job("24.11-v0.0.42-job-untyped2_on_typed_node.json")
     assert info.gres_detail == ["gpu:1g.10gb:2(IDX:0-1),gpu:3g.40gb:0(IDX:)"]
     found = allocation_from(info.nodes, info.gres_detail)
     assert found is not None and found.gpu_ids == {"node4": (0, 1)}

@@ -11,7 +11,8 @@ from lightkube.types import PatchType
 from bridge import keys
 from bridge.runtime import Bridge
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes, intake_running
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm, bridge_over_fakes, intake_running
 
 
 class World:

@@ -17,9 +17,10 @@ from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.slurm.errors import SlurmProtocolError
-from bridge.slurm.types import Allocation, JobState, SlurmJob
+from bridge.slurm.types import JobState, SlurmJob
 from slurmbridge_devkit import fakes
-from slurmbridge_devkit.fakes import FakeKube
+from slurmbridge_devkit.builders import JobBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
 
 
 class FakeSlurm(fakes.FakeSlurm):
@@ -79,9 +80,8 @@ async def test_a_change_seen_only_by_a_resync_is_reported() -> None:
     fake = FakeSlurm()
     index = _index(fake)
     job = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-3")))
-    fake.jobs[job.job_id] = SlurmJob(
-        job.job_id, job.name, JobState.RUNNING, "None", PodOwner("uid-3"), Allocation(("node1",))
-    )
+    fake.jobs[job.job_id] = (JobBuilder(job.job_id, job.name).owner(PodOwner("uid-3"))
+                             .running("node1").build())
     seen: list[tuple[JobState, JobState]] = []
 
     async def on_change(before: SlurmJob, after: SlurmJob) -> None:
@@ -151,8 +151,8 @@ async def test_a_group_created_again_after_its_job_ended_gets_a_new_job() -> Non
     index = _index(fake)
     placer = Placer(index, NodeCache(FakeKube()), PodRegistry())
     first = await placer.prepare(_member("a"))
-    index.record(SlurmJob(first.job_id, first.name, JobState.CANCELLED, "None", first.owner,
-                          None))
+    index.record(JobBuilder(first.job_id, first.name).owner(first.owner)
+                 .state(JobState.CANCELLED).build())
     tied = _member("a", {"slurmbridge.io/job-id": str(first.job_id)})
     verdict = await placer.filter(tied, ["kube-node1"])
     assert "will not resubmit" in verdict.message  # a member the ended job was recorded on
@@ -167,7 +167,7 @@ async def test_a_resync_reads_each_native_job_once_and_never_lists_every_job() -
     once; a known job again only when its state changed.  Duplicates are still cancelled."""
     fake = FakeSlurm()
     for job_id in (100, 101, 102):
-        fake.put(SlurmJob(job_id, "native", JobState.RUNNING, "None", None, None))
+        fake.put(JobBuilder(job_id, "native").owner(None).running().build())
     first = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-5")))
     second = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-5")))
     index = _index(fake)
@@ -181,7 +181,7 @@ async def test_a_resync_reads_each_native_job_once_and_never_lists_every_job() -
     assert (await index.resync()).cancelled == []
     assert fake.fetched == []  # natives remembered, known jobs unchanged: nothing read
     fake.start(first, "node1")
-    fake.put(SlurmJob(103, "native", JobState.PENDING, "Priority", None, None))
+    fake.put(JobBuilder(103, "native").owner(None).state(JobState.PENDING, "Priority").build())
     await index.resync()
     assert sorted(fake.fetched) == [first, 103]
     running = index.by_owner(PodOwner("uid-5"))
@@ -267,8 +267,8 @@ async def test_a_periodic_resync_does_not_read_native_jobs_that_ended_before_it_
     poller = Poller(fake, index, _ignore, interval=0.01, resync_interval=3600)
     await poller.resync()  # the first: a rebuild
     for job_id in range(100, 150):
-        fake.put(SlurmJob(job_id, "native", JobState.CANCELLED, "None", None, None))
-    fake.put(SlurmJob(150, "native", JobState.RUNNING, "None", None, None))
+        fake.put(JobBuilder(job_id, "native").owner(None).state(JobState.CANCELLED).build())
+    fake.put(JobBuilder(150, "native").owner(None).running().build())
     ours = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-9")))
     fake.end(ours, JobState.CANCELLED)  # another replica's job, ended unseen
     fake.fetched.clear()

@@ -16,14 +16,13 @@ from lightkube.types import PatchType
 
 from bridge.kube.client import kube_client
 from bridge.kube.status import is_conflict
+from slurmbridge_devkit.builders import PodBuilder
 
 TOKEN = "t0ken"
 
 
 def _pod(name: str, version: str = "7") -> dict[str, object]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "ns", "uid": "u-" + name,
-                         "resourceVersion": version}}
+    return PodBuilder(name, "ns").uid("u-" + name).resource_version(version).manifest()
 
 
 def _json(doc: object, status: int = 200) -> web.Response:

@@ -35,7 +35,8 @@ from bridge.slurm.errors import SlurmRejected
 from slurmbridge_cli import kubectl
 from slurmbridge_cli.kubectl import Session, Target
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, api_error, bridge_over_fakes, idle_node
+from slurmbridge_devkit.fake_kube import FakeKube, api_error
+from slurmbridge_devkit.fakes import FakeSlurm, bridge_over_fakes, idle_node
 
 NS = "ns"
 T0 = datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
@@ -69,10 +70,8 @@ class RefusingSlurm(FakeSlurm):
 
 def _pod(name: str, *, scheduler: str = keys.SCHEDULER_NAME, **annotations: str) -> Pod:
     """A pod as the webhook admitted it: tenancy filled in, GPUs moved to the annotation."""
-    pod = PodBuilder(name, NS).scheduler(scheduler).annotations(annotations).build()
-    assert pod.metadata is not None
-    pod.metadata.uid = f"uid-{name}"
-    return pod
+    return PodBuilder(name, NS).uid(f"uid-{name}").scheduler(scheduler).annotations(annotations) \
+        .build()
 
 
 def _event(name: str, kind: str, reason: str, message: str, *, uid: str | None = None,

@@ -10,7 +10,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from bridge.controllers.leader import LeaderElector
-from slurmbridge_devkit.fakes import FakeKube
+from slurmbridge_devkit.fake_kube import FakeKube
 
 NS = "slurmbridge"
 

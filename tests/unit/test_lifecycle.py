@@ -1,7 +1,7 @@
 """Pods and their jobs live and die together (Lifecycle), against the in-memory fakes."""
 
 import dataclasses
-from typing import Any, cast
+from typing import Any
 
 from lightkube.resources.core_v1 import Pod
 
@@ -12,10 +12,11 @@ from bridge.link.podcache import PodCache
 from bridge.placement.index import JobIndex
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.convert import comment_for, slurm_job
-from bridge.slurm.types import Allocation, JobState, SlurmJob
-from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
-from tests.unit.test_gpu_forms import _captured
+from bridge.slurm.types import Allocation, JobState
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
+from tests.unit.slurm_answers import captured_job
 
 UID = "0000-pod-uid"
 JOB = 101
@@ -36,19 +37,15 @@ class World:
         """Slurm has the pod's job, running on node1 with GPU 3 (the index knows it)."""
         allocation = Allocation(("node1",), {"node1": (3,)})
         self.index.record(self.slurm.put(
-            SlurmJob(JOB, "k8s:ns/p", state, reason, PodOwner(UID), allocation, qos="low")))
+            JobBuilder(JOB).owner(PodOwner(UID)).state(state, reason).allocation(allocation)
+            .qos("low").build()))
 
     def pod(self, *, bound: bool = True, phase: str = "Running") -> None:
-        builder = PodBuilder("p", "ns")
+        builder = PodBuilder("p", "ns").uid(UID).phase(phase)
         if bound:
-            builder.spec(nodeName="node1").annotations(
+            builder.node("node1").annotations(
                 {keys.JOB_ID: str(JOB), keys.SLURM_NODE: "node1", keys.GPU_IDS: "3"})
-        pod = builder.build()
-        assert pod.metadata is not None
-        pod.metadata.uid = UID
-        raw = pod.to_dict()
-        raw["status"] = {"phase": phase}
-        self.kube.add(cast(Pod, Pod.from_dict(raw)))
+        self.kube.add(builder.build())
 
     def polled(self) -> None:
         """The poller saw the job change (it records Slurm's view in the index)."""
@@ -138,7 +135,7 @@ async def test_a_bound_pod_whose_job_ended_is_evicted_with_an_event_saying_why()
 async def test_a_cancelled_job_still_completing_is_named_cancelled_in_the_eviction() -> None:
     """Slurm lists a cancelled job as [CANCELLED, COMPLETING] until its nodes are free; the
     bridge treats it as COMPLETING (it still holds the nodes), and the pod is told both."""
-    info = _captured("24.11-v0.0.42-job-gpu3_idx0-2.json")
+    info = captured_job("24.11-v0.0.42-job-gpu3_idx0-2.json")
     info = info.model_copy(update={"job_state": ["CANCELLED", "COMPLETING"],
                                    "comment": comment_for(PodOwner(UID))})
     read = slurm_job(info, owned=True)
@@ -158,7 +155,7 @@ async def test_one_stale_observation_is_not_enough_to_evict() -> None:
     """The index says the job ended, a fresh read says it runs on the pod's GPUs: no eviction."""
     world = World()
     world.job()  # Slurm has it running where the pod is bound; the index is told it ended
-    world.index.record(SlurmJob(JOB, "k8s:ns/p", JobState.COMPLETED, "None", PodOwner(UID), None))
+    world.index.record(JobBuilder(JOB).owner(PodOwner(UID)).state(JobState.COMPLETED).build())
     world.pod()
     await world.lifecycle.reconcile_once()
     assert world.kube.evicted == []
@@ -183,8 +180,7 @@ async def test_a_pod_whose_job_runs_elsewhere_now_is_evicted() -> None:
     world = World()
     world.job()
     world.pod()
-    world.slurm.put(SlurmJob(JOB, "k8s:ns/p", JobState.RUNNING, "None", PodOwner(UID),
-                             Allocation(("node2",), {"node2": (0,)})))
+    world.slurm.put(JobBuilder(JOB).owner(PodOwner(UID)).running("node2", gpus=(0,)).build())
     world.polled()
     await world.lifecycle.reconcile_once()
     [event] = world.kube.events(keys.EventReason.JOB_ENDED)
@@ -196,12 +192,9 @@ async def test_a_job_another_replica_submitted_is_adopted_from_its_pod_and_cance
     submitted reaches it through the job id recorded on the pod (the poller no longer scans
     Slurm's queue for new jobs), read once however many rounds the pod lives."""
     world = World()
-    world.slurm.put(SlurmJob(JOB, "k8s:ns/p", JobState.PENDING, "Priority", PodOwner(UID), None))
-    builder = PodBuilder("p", "ns").annotations({keys.JOB_ID: str(JOB)})
-    pod = builder.build()
-    assert pod.metadata is not None
-    pod.metadata.uid = UID
-    world.kube.add(pod)
+    world.slurm.put(
+        JobBuilder(JOB).owner(PodOwner(UID)).state(JobState.PENDING, "Priority").build())
+    world.kube.add(PodBuilder("p", "ns").uid(UID).annotations({keys.JOB_ID: str(JOB)}).build())
     for _ in range(3):
         await world.lifecycle.reconcile_once()
     adopted = world.index.by_owner(PodOwner(UID))

@@ -1,7 +1,6 @@
 """What the bridge writes on a pod about its job: the record other replicas adopt the job
 from, and the Binding's annotations the containers read their GPUs from."""
 
-from typing import cast
 
 from lightkube.models.core_v1 import Pod
 
@@ -9,17 +8,17 @@ from bridge import keys
 from bridge.jobs.owner import GroupOwner
 from bridge.link.annotations import bound, holds, record_changes
 from bridge.slurm.types import Allocation, JobState, SlurmJob
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 
 
 def _pod(**annotations: str) -> Pod:
-    return cast(Pod, Pod.from_dict(
-        {"metadata": {"name": "p", "namespace": "ns", "uid": "u1", "annotations": annotations}}
-    ))
+    return PodBuilder("p", "ns").uid("u1").annotations(annotations).build()
 
 
 def _job(state: JobState = JobState.RUNNING, gpus: tuple[int, ...] = (4, 5)) -> SlurmJob:
     allocation = Allocation(("n1",), {"n1": gpus}) if state is JobState.RUNNING else None
-    return SlurmJob(12, "k8s:ns/g", state, "None", GroupOwner("ns", "g"), allocation)
+    return (JobBuilder(12, "k8s:ns/g").owner(GroupOwner("ns", "g")).state(state)
+            .allocation(allocation).build())
 
 
 def test_the_job_id_and_owner_replace_the_submit_claim_once() -> None:

@@ -6,13 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from lightkube.models.core_v1 import (
-    ContainerState,
-    ContainerStateRunning,
-    ContainerStatus,
     NodeCondition,
     NodeSpec,
     NodeStatus,
-    PodStatus,
     Taint,
 )
 from lightkube.models.meta_v1 import ObjectMeta
@@ -24,7 +20,8 @@ from bridge.controllers.nodesync import NodeSync, topology_labels
 from bridge.kube.nodes import NodeCache, node_view
 from bridge.link.podcache import PodCache
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, idle_node
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm, idle_node
 
 
 def _node(name: str, *, ready: bool = True, cordoned: bool = False,
@@ -172,12 +169,8 @@ async def test_a_relabelled_or_deleted_node_maps_to_its_new_slurm_node_at_once()
 
 
 def _running_pod(name: str, job_id: int, node: str = "node1") -> Pod:
-    pod = (PodBuilder(name, "research").annotate(keys.JOB_ID, str(job_id))
-           .spec(nodeName=node).build())
-    pod.status = PodStatus(phase="Running", containerStatuses=[ContainerStatus(
-        name="main", image="x", imageID="", ready=True, restartCount=0,
-        state=ContainerState(running=ContainerStateRunning()))])
-    return pod
+    return (PodBuilder(name, "research").annotate(keys.JOB_ID, str(job_id)).node(node)
+            .running().build())
 
 
 async def test_a_not_ready_node_names_the_pods_that_may_still_run_and_keeps_their_jobs() -> None:

@@ -3,7 +3,6 @@
 import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
-from typing import cast
 
 from lightkube.models.core_v1 import Pod
 
@@ -13,8 +12,10 @@ from bridge.link.owner import linked_pod
 from bridge.placement.notifier import NOTIFICATIONS_IN_FLIGHT, PodNotifier
 from bridge.placement.pods import PodRegistry
 from bridge.placement.reasons import clock
-from bridge.slurm.types import Allocation, JobState, SlurmJob
-from slurmbridge_devkit.fakes import FakeKube, InFlight
+from bridge.slurm.types import JobState
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import InFlight
 
 QUIET = 0.05
 
@@ -37,18 +38,12 @@ def writes(kube: FakeKube) -> list[tuple[str, str]]:
 def _pod(
     uid: str = "uid-1", annotations: dict[str, str] | None = None, *, gated: bool = False
 ) -> Pod:
-    return cast(Pod, Pod.from_dict({
-        "metadata": {"name": "p", "namespace": "ns", "uid": uid,
-                     "annotations": annotations or {}},
-        "spec": {"containers": [],
-                 "schedulingGates": [{"name": keys.SLURM_GATE}] if gated else None},
-    }))
+    pod = PodBuilder("p", "ns").uid(uid).annotations(annotations or {}).containers()
+    return (pod.gated() if gated else pod).build()
 
 
-PENDING = SlurmJob(7, "k8s:ns/p", JobState.PENDING, "Resources", PodOwner("uid-1"), None)
-RUNNING = SlurmJob(
-    7, "k8s:ns/p", JobState.RUNNING, "None", PodOwner("uid-1"), Allocation(("node1",))
-)
+PENDING = JobBuilder(7).state(JobState.PENDING, "Resources").build()
+RUNNING = JobBuilder(7).running("node1").build()
 
 
 def _notifier() -> tuple[PodNotifier, FakeKube, PodRegistry]:

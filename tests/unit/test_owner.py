@@ -11,6 +11,7 @@ from bridge.jobs.owner import GroupOwner, PodOwner, owner_text, parse_owner
 from bridge.link.owner import LinkedPod, linked_pod, owner_key
 from bridge.link.records import group_claim_name
 from bridge.slurm.convert import comment_for, owner_from_comment
+from slurmbridge_devkit.builders import PodBuilder
 
 UID = "6f1c0a9e-1b2c-4d5e-8f90-123456789abc"
 
@@ -39,17 +40,13 @@ def test_text_the_bridge_never_writes_stays_an_owner_no_pod_has() -> None:
 
 
 def test_an_older_bridges_pod_annotation_names_the_owner() -> None:
-    pod = Pod(metadata=ObjectMeta(
-        name="p", namespace="research", uid=UID,
-        annotations={keys.OWNER: "group:research/train"},
-    ))
+    pod = PodBuilder("p", "research").uid(UID).annotate(keys.OWNER, "group:research/train").build()
     assert owner_key(pod) == GroupOwner("research", "train")
 
 
 def test_a_pod_is_read_once_into_where_it_is_and_whose_job_it_waits_on() -> None:
-    meta = ObjectMeta(name="w-0", namespace="research", uid=UID, labels={keys.GROUP: "other"},
-                      annotations={keys.OWNER: "group:research/train"})
-    linked = linked_pod(Pod(metadata=meta))
+    linked = linked_pod(PodBuilder("w-0", "research").uid(UID).group("other")
+                        .annotate(keys.OWNER, "group:research/train").build())
     # relabelled after its job was recorded: the recorded owner stands
     assert linked == LinkedPod("research", "w-0", UID, GroupOwner("research", "train"))
     assert str(linked) == "research/w-0"

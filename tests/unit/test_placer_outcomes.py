@@ -2,7 +2,6 @@
 counted under the metric label it always had, and worded as users read it today."""
 
 import time
-from typing import cast
 
 import pytest
 from lightkube.resources.core_v1 import Pod as PodResource
@@ -18,7 +17,9 @@ from bridge.placement.placer import Placer
 from bridge.placement.pods import PodRegistry
 from bridge.slurm.errors import SlurmRejected, SlurmUnavailable
 from bridge.slurm.types import JobState
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 
 
 class OneJobSlurm(FakeSlurm):
@@ -39,12 +40,8 @@ class OneJobSlurm(FakeSlurm):
 
 
 def _pod(**annotations: str) -> PodResource:
-    return cast(PodResource, PodResource.from_dict({
-        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1", "resourceVersion": "1",
-                     "annotations": annotations},
-        "spec": {"schedulerName": keys.SCHEDULER_NAME,
-                 "containers": [{"name": "c", "image": "x"}]},
-    }))
+    return PodBuilder("p", "ns").uid("uid-1").resource_version("1").annotations(annotations) \
+        .build()
 
 
 def _placer(slurm: OneJobSlurm, claims: Claims) -> Placer:

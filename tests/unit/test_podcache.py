@@ -16,9 +16,9 @@ from bridge.link.podcache import PodCache
 from bridge.link.views import view_of
 from bridge.placement.index import JobIndex
 from bridge.placement.pods import PodRegistry
-from bridge.slurm.types import JobState, SlurmJob
-from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 
 
 @pytest.fixture
@@ -73,10 +73,9 @@ async def test_a_broken_watch_relists_and_forgets_pods_deleted_meanwhile(
 
 
 def test_a_view_is_small_and_says_what_the_readers_ask() -> None:
-    pod = PodBuilder("p", "ns").spec(nodeName="node1", terminationGracePeriodSeconds=45) \
+    pod = PodBuilder("p", "ns").uid("u").resource_version("41") \
+        .spec(nodeName="node1", terminationGracePeriodSeconds=45) \
         .annotations({keys.JOB_ID: "7", keys.SLURM_NODE: "n1", keys.ACCOUNT: "physics"}).build()
-    assert pod.metadata is not None
-    pod.metadata.uid, pod.metadata.resourceVersion = "u", "41"
     view = view_of(pod)
     assert (view.job_id, view.node_name, view.grace_seconds, view.resource_version) == (
         7, "node1", 45, 41)
@@ -110,14 +109,12 @@ async def test_a_pending_pod_deleted_at_once_has_its_job_cancelled_at_once(
     lifecycle = Lifecycle(kube, slurm, index, registry, cache, orphan_grace=30.0)
     pods = []
     for name in ("deleted", "unseen"):
-        pod = PodBuilder(name, "ns").gated().build()
-        assert pod.metadata is not None
-        pod.metadata.uid = f"uid-{name}"
+        pod = PodBuilder(name, "ns").uid(f"uid-{name}").gated().build()
+        assert pod.metadata is not None and pod.metadata.uid is not None
         pods.append(pod)
         owner = PodOwner(pod.metadata.uid)
         registry.remember(LinkedPod("ns", name, pod.metadata.uid, owner))
-        index.record(slurm.put(SlurmJob(len(pods), f"k8s:ns/{name}", JobState.PENDING, "None",
-                                        owner, None)))
+        index.record(slurm.put(JobBuilder(len(pods), f"k8s:ns/{name}").owner(owner).build()))
     kube.add(pods[0])
     await _until(lambda: len(cache.views()) == 1)
     await kube.delete(Pod, "deleted", namespace="ns")

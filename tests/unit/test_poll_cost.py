@@ -15,6 +15,7 @@ from bridge.slurm.client import IDS_PER_REQUEST, SlurmClient
 from bridge.slurm.errors import SlurmProtocolError, SlurmUnavailable
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from bridge.slurm.wire.base import PingResponse
+from slurmbridge_devkit.builders import JobBuilder
 from slurmbridge_devkit.fakes import FakeSlurm
 from slurmbridge_devkit.slurm_http import HttpxExchange
 
@@ -35,7 +36,8 @@ async def _idle_cycle(foreign: int) -> tuple[dict[str, int], int]:
         slurm.start(job.job_id, "node1")
     for _ in range(foreign):
         job_id = max(slurm.jobs) + 1
-        slurm.put(SlurmJob(job_id, "native", JobState.PENDING, "Priority", None, None))
+        slurm.put(JobBuilder(job_id, "native").owner(None)
+                  .state(JobState.PENDING, "Priority").build())
     poller = Poller(slurm, index, _noop)
     await poller.resync()
     await poller.poll_once()  # the first cycle reads the jobs that started
@@ -55,7 +57,7 @@ async def test_with_nothing_tracked_a_cycle_is_one_ping_and_still_notices_slurm_
     """No job named, no listing (without ids Slurm answers with every job); /readyz and the
     controllers still learn whether Slurm answers."""
     slurm = FakeSlurm()
-    slurm.put(SlurmJob(1, "native", JobState.RUNNING, "None", None, None))
+    slurm.put(JobBuilder(1, "native").owner(None).running().build())
     poller = Poller(slurm, JobIndex(slurm), _noop)
     await poller.poll_once()
     assert dict(slurm.requests) == {"ping": 1} and slurm.states_returned == 0

@@ -62,8 +62,9 @@ from bridge.placement.outcomes import Outcome, PlacementError
 from bridge.runtime import Bridge
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.types import Allocation, JobState, SlurmJob
-from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm, bridge_over_fakes
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm, bridge_over_fakes
 
 NODES = ["node1", "node2", "node3"]
 REPLICAS = ("a", "b")
@@ -299,13 +300,13 @@ class PodJobProtocol(RuleBasedStateMachine):
         self._add(PodBuilder(name, "ns").group("g", 2), name)
 
     def _add(self, builder: PodBuilder, name: str) -> None:
-        pod = builder.build()
+        uid = f"uid-{name}-{next(self.uids)}"
+        pod = builder.uid(uid).build()
         assert pod.metadata is not None
-        pod.metadata.uid = f"uid-{name}-{next(self.uids)}"
         self.kube.add(pod)
         labels = pod.metadata.labels or {}
         self.owners[name] = (GroupOwner("ns", "g") if name.startswith("m") and labels
-                             else PodOwner(pod.metadata.uid))
+                             else PodOwner(uid))
 
     @precondition(lambda self: bool(self.pods()))
     @rule(data=st.data(), what=st.sampled_from(["delete", "kubelet_stops", "Succeeded",
@@ -462,8 +463,9 @@ class PodJobProtocol(RuleBasedStateMachine):
         live = sorted(i for i, j in self.slurm.jobs.items() if j.state.is_live)
         job = self.slurm.jobs[data.draw(st.sampled_from(live))]
         if state is JobState.PENDING:
-            self.slurm.put(SlurmJob(job.job_id, job.name, JobState.PENDING, "BeginTime",
-                                    job.owner, None, user=job.user, account=job.account))
+            self.slurm.put(JobBuilder(job.job_id, job.name).owner(job.owner)
+                           .state(JobState.PENDING, "BeginTime")
+                           .tenancy(user=job.user, account=job.account).build())
             self.held_until[job.job_id] = self.now + REQUEUE_HOLD_SECONDS
         else:
             self.slurm.end(job.job_id, state)
@@ -563,10 +565,7 @@ async def test_a_job_restarted_elsewhere_while_the_bridge_was_blind_evicts_its_p
     longer than Slurm's requeue hold); the pod bound on the old node must go."""
     kube, slurm = FakeKube(), FakeSlurm(tuple(NODES))
     bridge = bridge_over_fakes(tmp_path, slurm, kube)
-    pod = PodBuilder("p", "ns").build()
-    assert pod.metadata is not None
-    pod.metadata.uid = "uid-p"
-    kube.add(pod)
+    kube.add(PodBuilder("p", "ns").uid("uid-p").build())
 
     async def fresh() -> Pod:
         return cast(Pod, await kube.get(Pod, "p", namespace="ns"))
@@ -583,7 +582,7 @@ async def test_a_job_restarted_elsewhere_while_the_bridge_was_blind_evicts_its_p
     await bridge.poller.poll_once()  # RUNNING on node1, as recorded
     # slurmrestd goes away; meanwhile scontrol requeue, and once its hold is over Slurm
     # starts the job again on node2
-    slurm.put(SlurmJob(100, "k8s:ns/p", JobState.PENDING, "BeginTime", PodOwner("uid-p"), None))
+    slurm.put(JobBuilder(100).owner(PodOwner("uid-p")).state(JobState.PENDING, "BeginTime").build())
     now[0] += REQUEUE_HOLD_SECONDS
     slurm.start(100, "node2", gpus=(1,))
     await bridge.poller.poll_once()

@@ -19,17 +19,12 @@ from bridge.jobs.owner import Owner, PodOwner
 from bridge.link.release import release_patch
 from bridge.placement.release import RELEASES_IN_FLIGHT
 from bridge.runtime import Bridge
-from bridge.slurm.types import Allocation, JobState, SlurmJob
+from bridge.slurm.types import JobState
 from extender.app import create_app
-from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.fakes import (
-    FakeKube,
-    FakeSlurm,
-    InFlight,
-    bridge_over_fakes,
-    intake_running,
-)
-from slurmbridge_devkit.kube import wait_for
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm, InFlight, bridge_over_fakes, intake_running
+from slurmbridge_devkit.waiting import wait_for
 
 
 class World:
@@ -108,12 +103,8 @@ async def test_a_gated_pod_is_released_to_slurms_node_in_one_write(world: World)
 
 async def test_a_job_running_at_once_releases_its_pod_without_a_poll(world: World) -> None:
     """A new leader meets pods whose jobs already run: released from intake directly."""
-    pod = PodBuilder("p", "ns").gated().build()
-    assert pod.metadata is not None
-    pod.metadata.uid = "uid-p"
-    job = world.slurm.put(SlurmJob(
-        7, "k8s:ns/p", JobState.RUNNING, "None", PodOwner("uid-p"), Allocation(("node1",), {}),
-    ))
+    pod = PodBuilder("p", "ns").uid("uid-p").gated().build()
+    job = world.slurm.put(JobBuilder(7).owner(PodOwner("uid-p")).running("node1").build())
     world.bridge.index.record(job)
     world.kube.add(pod)
     await until(lambda: not world.pod("p")["spec"].get("schedulingGates"))
@@ -131,13 +122,11 @@ async def test_other_gates_hold_the_submission_and_stay_after_release(world: Wor
 
 
 def test_the_release_narrows_every_term_and_keeps_other_gates() -> None:
-    pod = PodBuilder("p", "ns").gated("user/hold").spec(affinity={"nodeAffinity": {
+    pod = PodBuilder("p", "ns").uid("u").gated("user/hold").spec(affinity={"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
         ]}}}).build()
-    assert pod.metadata is not None
-    pod.metadata.uid = "u"
     stored = pod.to_dict()
     released = jsonpatch.apply_patch(stored, release_patch(pod, "node9", {keys.JOB_ID: "5"}))
     assert released["metadata"]["annotations"][keys.JOB_ID] == "5"
@@ -158,9 +147,7 @@ def test_the_release_lets_the_pod_onto_its_node_after_slurm_drained_it() -> None
     must still bind there (SOAK seed 1: a group member waited 50 s, unbound and untold,
     until the drain ended; a drain waiting for the job would never end)."""
     for tolerations in (None, [{"key": "x", "operator": "Exists"}]):
-        pod = PodBuilder("p", "ns").gated().spec(tolerations=tolerations).build()
-        assert pod.metadata is not None
-        pod.metadata.uid = "u"
+        pod = PodBuilder("p", "ns").uid("u").gated().spec(tolerations=tolerations).build()
         released = jsonpatch.apply_patch(pod.to_dict(),
                                          release_patch(pod, "node9", {keys.JOB_ID: "5"}))
         kept = tolerations or []
@@ -326,10 +313,10 @@ async def test_a_pod_whose_tracked_job_a_resync_cancelled_for_an_older_running_o
     await until(lambda: len(world.slurm.submitted) == 1)
     [tracked] = world.slurm.jobs
     owner = world.slurm.jobs[tracked].owner
-    world.slurm.put(SlurmJob(  # an earlier submit whose answer was lost: unknown to the index
-        tracked - 50, world.slurm.jobs[tracked].name, JobState.RUNNING, "None", owner,
-        Allocation(("node3",), {}),
-    ))
+    world.slurm.put(  # an earlier submit whose answer was lost: unknown to the index
+        JobBuilder(tracked - 50, world.slurm.jobs[tracked].name).owner(owner).running("node3")
+        .build()
+    )
     await world.bridge.poller.resync()
     await world.bridge.releaser.drain()
     assert world.slurm.jobs[tracked].state is JobState.CANCELLED

@@ -24,7 +24,7 @@ from bridge.jobs.translate import job_request_for_pod
 from bridge.policy.check import SubmitRefused, for_submit, policy_refusal
 from bridge.policy.tenancy import TenancySource
 from tests.unit.test_admission import FakeLabels, make_pod, make_review, post
-from tests.unit.test_tenancy import MAPPING, _admit, _lightkube_pod, _pod
+from tests.unit.test_tenancy import MAPPING, admit, submitted_pod, webhook_pod
 
 SB = "slurmjob.slinky.slurm.net/"
 
@@ -71,11 +71,11 @@ def test_a_bad_alias_value_names_the_alias() -> None:
 
 
 def test_job_name_keeps_the_namespace_prefix() -> None:
-    pod = _lightkube_pod("team-a", {SB + "job-name": "my run;rm"})
+    pod = submitted_pod("team-a", {SB + "job-name": "my run;rm"})
     assert job_request_for_pod(pod).name == "k8s:team-a/my_run_rm"
-    assert job_request_for_pod(_lightkube_pod("team-a")).name == "k8s:team-a/p"
+    assert job_request_for_pod(submitted_pod("team-a")).name == "k8s:team-a/p"
     # The bridge's own key says the same.
-    pod = _lightkube_pod("team-a", {keys.JOB_NAME: "train"})
+    pod = submitted_pod("team-a", {keys.JOB_NAME: "train"})
     assert job_request_for_pod(pod).name == "k8s:team-a/train"
 
 
@@ -115,7 +115,7 @@ async def test_the_validating_webhook_refuses_what_it_cannot_honour(
     webhook: httpx.AsyncClient, alias: str
 ) -> None:
     with pytest.raises(PermissionError) as refused:
-        await _admit(webhook, _pod("team-a", {SB + alias: "1"}))
+        await admit(webhook, webhook_pod("team-a", {SB + alias: "1"}))
     assert SB + alias in str(refused.value)
 
 
@@ -144,10 +144,11 @@ def test_the_policy_applies_to_aliases_as_to_the_bridge_keys() -> None:
 async def test_the_tenancy_applies_to_aliases(webhook: httpx.AsyncClient) -> None:
     for alias, value in (("account", "chemistry"), ("qos", "vip"), ("partition", "gpu,big")):
         with pytest.raises(PermissionError) as refused:
-            await _admit(webhook, _pod("team-a", {SB + alias: value}))
+            await admit(webhook, webhook_pod("team-a", {SB + alias: value}))
         assert SB + alias in str(refused.value) and "namespaces.team-a" in str(refused.value)
     # An allowed alias is the pod's own choice: the tenancy's default does not override it.
-    out = await _admit(webhook, _pod("team-a", {SB + "partition": "debug", SB + "qos": "low"}))
+    asked = {SB + "partition": "debug", SB + "qos": "low"}
+    out = await admit(webhook, webhook_pod("team-a", asked))
     annotations = out["metadata"]["annotations"]
     assert keys.PARTITION not in annotations and keys.QOS not in annotations
     request = job_request_for_pod(cast(Pod, Pod.from_dict({
@@ -159,9 +160,9 @@ async def test_the_tenancy_applies_to_aliases(webhook: httpx.AsyncClient) -> Non
 def test_the_bridge_refuses_to_submit_an_alias_the_tenancy_refuses(tenancy_file: Path) -> None:
     source = TenancySource(tenancy_file)
     with pytest.raises(SubmitRefused, match="'root'"):
-        for_submit(_lightkube_pod("team-a", {SB + "account": "root"}), AdmissionSettings(),
+        for_submit(submitted_pod("team-a", {SB + "account": "root"}), AdmissionSettings(),
                    source)
-    pod = for_submit(_lightkube_pod("team-a", {SB + "partition": "debug"}), AdmissionSettings(),
+    pod = for_submit(submitted_pod("team-a", {SB + "partition": "debug"}), AdmissionSettings(),
                      source)
     assert job_request_for_pod(pod).placement.partition == "debug"
 

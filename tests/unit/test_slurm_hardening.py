@@ -24,18 +24,17 @@ from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
-from bridge.slurm.types import Allocation, JobState, SlurmJob
-from slurmbridge_devkit.fakes import FakeKube, FakeSlurm
+from bridge.slurm.types import JobState, SlurmJob
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
+from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
 from slurmbridge_devkit.slurm_http import HttpxExchange
 
 BRIDGE_USER = "slurm"
 
 
 def _pod(labels: dict[str, str], annotations: dict[str, str] | None = None) -> Pod:
-    return cast(Pod, Pod.from_dict({"metadata": {
-        "name": "p", "namespace": "ns", "uid": "uid-1", "labels": labels,
-        "annotations": annotations or {},
-    }}))
+    return PodBuilder("p", "ns").uid("uid-1").labels(labels).annotations(annotations or {}).build()
 
 
 def test_owner_recorded_by_the_bridge_outlives_a_relabel() -> None:
@@ -124,7 +123,7 @@ class BrokenOnce(FakeSlurm):
         super().__init__()
         self.calls = 0
         self.job = self.put(
-            SlurmJob(1, "k8s:ns/p", JobState.PENDING, "None", PodOwner("uid-1"), None)
+            JobBuilder(1).build()
         )
 
     async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
@@ -173,7 +172,7 @@ async def test_known_placement_is_none_until_the_job_runs() -> None:
     assert verdict.keep == [] and "waiting for Slurm job 1" in verdict.message
     assert placer.known_placement("uid-1") is None
     index.record(
-        SlurmJob(1, "k8s:ns/p", JobState.RUNNING, "None", PodOwner("uid-1"), Allocation(("node1",)))
+        JobBuilder(1).running("node1").build()
     )
     known = placer.known_placement("uid-1")
     assert known is not None and known.kube_node == "node1" and known.owner == PodOwner("uid-1")

@@ -24,7 +24,7 @@ from benchmarks.soak.observe import job_obs
 from benchmarks.soak.schedule import GAP_SECONDS, HOLD_SECONDS, fault_schedule, pick_one
 from benchmarks.soak.tracker import Outage, Tracker, healthy_seconds
 from slurmbridge_devkit.e2e import create_pod, pod_manifest
-from slurmbridge_devkit.fakes import FakeKube
+from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.scontrol import parse_job_line
 
 NS = "soak"

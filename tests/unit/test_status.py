@@ -45,14 +45,12 @@ JOBS = [
 
 
 def _pod(name: str, uid: str, node: str = "", gpus: str = "", **labels: str) -> dict[str, Any]:
-    pod = PodBuilder(name, NS).labels(labels).manifest()
-    pod["metadata"]["uid"] = uid
-    pod["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    pod = PodBuilder(name, NS).uid(uid).created("2026-01-01T00:00:00Z").labels(labels)
     if gpus:
-        pod["metadata"]["annotations"][keys.GPU_IDS] = gpus
+        pod.annotate(keys.GPU_IDS, gpus)
     if node:
-        pod["spec"]["nodeName"] = node
-    return pod
+        pod.node(node)
+    return pod.manifest()
 
 
 PODS = [

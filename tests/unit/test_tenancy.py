@@ -3,7 +3,7 @@
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -15,6 +15,7 @@ from bridge.config import AdmissionSettings
 from bridge.jobs.translate import job_request_for_pod
 from bridge.policy.check import SubmitRefused, for_submit
 from bridge.policy.tenancy import TenancyError, TenancyMap, TenancySource, Tenant, placeholder_trust
+from slurmbridge_devkit.builders import PodBuilder
 from tests.unit.test_admission import FakeLabels, apply, make_pod, make_review
 
 MAPPING = """
@@ -55,7 +56,7 @@ async def _review(client: httpx.AsyncClient, endpoint: str, pod: dict[str, Any])
     return response
 
 
-async def _admit(client: httpx.AsyncClient, pod: dict[str, Any]) -> dict[str, Any]:
+async def admit(client: httpx.AsyncClient, pod: dict[str, Any]) -> dict[str, Any]:
     """Mutate, then validate the result, as the API server does; the stored pod or a refusal."""
     mutated = apply(pod, await _review(client, "mutate", pod))
     verdict = await _review(client, "validate", mutated)
@@ -64,36 +65,37 @@ async def _admit(client: httpx.AsyncClient, pod: dict[str, Any]) -> dict[str, An
     return mutated
 
 
-def _pod(namespace: str, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+def webhook_pod(namespace: str, annotations: dict[str, str] | None = None,
+                **spec: Any) -> dict[str, Any]:
     return make_pod(namespace=namespace, annotations=annotations or {}, **spec)
 
 
 async def test_mutation_fills_in_the_namespace_tenancy(webhook: httpx.AsyncClient) -> None:
-    out = await _admit(webhook, _pod("team-a"))
+    out = await admit(webhook, webhook_pod("team-a"))
     annotations = out["metadata"]["annotations"]
     assert annotations[keys.ACCOUNT] == "physics"
     assert annotations[keys.SLURM_USER] == "alice"
     assert annotations[keys.PARTITION] == "gpu"  # the first allowed
     assert annotations[keys.QOS] == "normal"
-    team_b = (await _admit(webhook, _pod("team-b")))["metadata"]["annotations"]
+    team_b = (await admit(webhook, webhook_pod("team-b")))["metadata"]["annotations"]
     assert (team_b[keys.ACCOUNT], team_b[keys.SLURM_USER]) == ("chemistry", "bob")
     assert keys.PARTITION not in team_b and keys.QOS not in team_b  # Slurm's defaults
 
 
 async def test_a_pod_keeps_its_own_allowed_choices(webhook: httpx.AsyncClient) -> None:
-    out = await _admit(webhook, _pod("team-a", {keys.PARTITION: "debug", keys.QOS: "low"}))
+    out = await admit(webhook, webhook_pod("team-a", {keys.PARTITION: "debug", keys.QOS: "low"}))
     annotations = out["metadata"]["annotations"]
     assert (annotations[keys.PARTITION], annotations[keys.QOS]) == ("debug", "low")
 
 
 async def test_priority_class_maps_to_qos(webhook: httpx.AsyncClient) -> None:
-    out = await _admit(webhook, _pod("team-a", priorityClassName="researcher-high"))
+    out = await admit(webhook, webhook_pod("team-a", priorityClassName="researcher-high"))
     assert out["metadata"]["annotations"][keys.QOS] == "high"
-    own = await _admit(webhook, _pod("team-a", {keys.QOS: "low"},
+    own = await admit(webhook, webhook_pod("team-a", {keys.QOS: "low"},
                                      priorityClassName="researcher-high"))
     assert own["metadata"]["annotations"][keys.QOS] == "low"  # the pod's own choice wins
     with pytest.raises(PermissionError) as refused:  # the class's QOS is not the namespace's
-        await _admit(webhook, _pod("team-a", priorityClassName="vip"))
+        await admit(webhook, webhook_pod("team-a", priorityClassName="vip"))
     assert "'vip'" in str(refused.value) and "namespaces.team-a.qos" in str(refused.value)
 
 
@@ -110,7 +112,7 @@ async def test_values_outside_the_tenancy_are_refused(
     webhook: httpx.AsyncClient, annotations: dict[str, str], expected: list[str]
 ) -> None:
     with pytest.raises(PermissionError) as refused:
-        await _admit(webhook, _pod("team-a", annotations))
+        await admit(webhook, webhook_pod("team-a", annotations))
     for part in expected:
         assert part in str(refused.value)
 
@@ -119,7 +121,7 @@ async def test_unmapped_namespace_is_refused_naming_what_to_configure(
     webhook: httpx.AsyncClient, tenancy_file: Path
 ) -> None:
     with pytest.raises(PermissionError) as refused:
-        await _admit(webhook, _pod("lost"))
+        await admit(webhook, webhook_pod("lost"))
     message = str(refused.value)
     assert "'lost'" in message and "namespaces.lost" in message and str(tenancy_file) in message
     assert "tenancy.namespaces.lost" in message  # the Helm value
@@ -130,7 +132,7 @@ async def test_without_a_tenancy_file_every_pod_is_refused_saying_so() -> None:
     app = create_app(settings, namespace_lookup=FakeLabels())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         with pytest.raises(PermissionError) as refused:
-            await _admit(c, _pod("ml"))
+            await admit(c, webhook_pod("ml"))
     assert "admission.tenancy_file" in str(refused.value)
 
 
@@ -138,12 +140,12 @@ async def test_the_mapping_changes_without_a_restart(
     webhook: httpx.AsyncClient, tenancy_file: Path
 ) -> None:
     with pytest.raises(PermissionError):
-        await _admit(webhook, _pod("lost"))
+        await admit(webhook, webhook_pod("lost"))
     _rewrite(tenancy_file, MAPPING + "default: {account: shared, user: guest}\n")
-    out = await _admit(webhook, _pod("lost"))
+    out = await admit(webhook, webhook_pod("lost"))
     assert out["metadata"]["annotations"][keys.SLURM_USER] == "guest"
     _rewrite(tenancy_file, "namespaces: [not, a, mapping]\n")  # broken edit: last good stays
-    assert (await _admit(webhook, _pod("lost")))["metadata"]["annotations"][keys.ACCOUNT] == (
+    assert (await admit(webhook, webhook_pod("lost")))["metadata"]["annotations"][keys.ACCOUNT] == (
         "shared"
     )
 
@@ -165,17 +167,16 @@ def test_an_invalid_file_fails_at_start_with_its_name(tmp_path: Path) -> None:
         TenancySource(bad)
 
 
-def _lightkube_pod(namespace: str, annotations: dict[str, str] | None = None,
-                   **spec: Any) -> Pod:
-    raw = _pod(namespace, annotations, **spec)
-    raw["metadata"].update(uid="u-1", name="p")
-    return cast(Pod, Pod.from_dict(raw))
+def submitted_pod(namespace: str, annotations: dict[str, str] | None = None,
+                  **spec: Any) -> Pod:
+    """A pod as the bridge reads it before submitting (admission may not have run)."""
+    return PodBuilder("p", namespace).uid("u-1").annotations(annotations or {}).spec(**spec).build()
 
 
 def test_submit_carries_the_tenancy_even_when_admission_did_not_run(tenancy_file: Path) -> None:
     source = TenancySource(tenancy_file)
     settings = AdmissionSettings()
-    pod = for_submit(_lightkube_pod("team-a", priorityClassName="batch-low"), settings, source)
+    pod = for_submit(submitted_pod("team-a", priorityClassName="batch-low"), settings, source)
     where = job_request_for_pod(pod).placement
     assert (where.account, where.user, where.partition, where.qos) == (
         "physics", "alice", "gpu", "low"
@@ -186,11 +187,11 @@ def test_submit_refuses_what_the_tenancy_refuses_now(tenancy_file: Path) -> None
     source = TenancySource(tenancy_file)
     settings = AdmissionSettings()
     with pytest.raises(SubmitRefused, match=r"namespaces\.lost"):
-        for_submit(_lightkube_pod("lost"), settings, source)
+        for_submit(submitted_pod("lost"), settings, source)
     with pytest.raises(SubmitRefused, match="'root'"):  # a forged user annotation
-        for_submit(_lightkube_pod("team-a", {keys.SLURM_USER: "root"}), settings, source)
+        for_submit(submitted_pod("team-a", {keys.SLURM_USER: "root"}), settings, source)
     # An admin unmaps team-b after its pod was admitted: the bridge no longer submits it.
-    admitted = for_submit(_lightkube_pod("team-b"), settings, source)
+    admitted = for_submit(submitted_pod("team-b"), settings, source)
     _rewrite(tenancy_file, MAPPING.replace("  team-b: {account: chemistry, user: bob}\n", ""))
     with pytest.raises(SubmitRefused, match=r"namespaces\.team-b"):
         for_submit(admitted, settings, source)
@@ -199,8 +200,8 @@ def test_submit_refuses_what_the_tenancy_refuses_now(tenancy_file: Path) -> None
 def test_a_tenant_without_a_user_lets_no_pod_name_one() -> None:
     source = TenancySource(None, fixed=TenancyMap(default=Tenant(account="shared")))
     with pytest.raises(SubmitRefused, match=r"default\.user"):
-        for_submit(_lightkube_pod("any", {keys.SLURM_USER: "root"}), AdmissionSettings(), source)
-    request = job_request_for_pod(for_submit(_lightkube_pod("any"), AdmissionSettings(), source))
+        for_submit(submitted_pod("any", {keys.SLURM_USER: "root"}), AdmissionSettings(), source)
+    request = job_request_for_pod(for_submit(submitted_pod("any"), AdmissionSettings(), source))
     where = request.placement
     assert (where.account, where.user) == ("shared", None)  # None: the bridge's own user
 

@@ -18,14 +18,15 @@ from bridge.placement.poller import Poller
 from bridge.slurm.convert import comment_for, slurm_job
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from bridge.slurm.wire.base import JobInfo
+from slurmbridge_devkit.builders import JobBuilder
 from slurmbridge_devkit.fakes import FakeSlurm
-from tests.unit.test_gpu_forms import _captured
+from tests.unit.slurm_answers import captured_job
 
 BAD_GRES = "gpu:1g.10gb:1(IDX:0),gpu:3g.40gb:oops(IDX:?)"
 
 
 def _unreadable_info() -> JobInfo:
-    info = _captured("24.11-v0.0.42-job-typed1g.10gb1_idx3.json")
+    info = captured_job("24.11-v0.0.42-job-typed1g.10gb1_idx3.json")
     return info.model_copy(update={"gres_detail": [BAD_GRES],
                                    "comment": comment_for(PodOwner("uid-1"))})
 
@@ -42,8 +43,8 @@ def test_a_job_whose_gres_cannot_be_read_keeps_its_owner_and_state() -> None:
 async def test_a_new_index_knows_the_owner_has_a_job_and_submits_no_second_one() -> None:
     fake = FakeSlurm(("node4",))
     owner = PodOwner("uid-1")
-    running = fake.put(SlurmJob(7, "k8s:ns/p", JobState.RUNNING, "None", owner, None,
-                                unreadable=f"bad GPU index list in gres {BAD_GRES!r}"))
+    running = fake.put(JobBuilder(7).owner(owner).running()
+                       .unreadable(f"bad GPU index list in gres {BAD_GRES!r}").build())
     index = JobIndex(fake)
     await index.resync()
     assert index.by_owner(owner) == running
@@ -54,16 +55,13 @@ async def test_a_new_index_knows_the_owner_has_a_job_and_submits_no_second_one()
 def test_an_unreadable_rereading_keeps_the_allocation_held_and_evicts_nobody() -> None:
     index = JobIndex(FakeSlurm())
     owner = PodOwner("uid-1")
-    held = SlurmJob(7, "k8s:ns/p", JobState.RUNNING, "None", owner,
-                    Allocation(("node4",), {"node4": (3,)}))
+    held = JobBuilder(7).owner(owner).running("node4", gpus=(3,)).build()
     index.record(held)
-    index.record(SlurmJob(7, "k8s:ns/p", JobState.RUNNING, "None", owner, None,
-                          unreadable="bad gres"))
+    index.record(JobBuilder(7).owner(owner).running().unreadable("bad gres").build())
     job = index.by_id(7)
     assert job is not None and job.allocation == held.allocation
     bound = annotations.bound(7, owner, "node4", "3", "0")
-    never_read = SlurmJob(8, "k8s:ns/q", JobState.RUNNING, "None", owner, None,
-                          unreadable="bad gres")
+    never_read = JobBuilder(8, "k8s:ns/q").owner(owner).running().unreadable("bad gres").build()
     assert annotations.holds(bound, never_read)  # unknown is no reason to evict
 
 
@@ -73,8 +71,7 @@ async def test_an_unknown_allocation_is_read_again_each_poll_until_it_is_known()
     its pod released as soon as the answer reads, not when its state next changes."""
     fake = FakeSlurm(("node4",))
     owner = PodOwner("uid-1")
-    fake.put(SlurmJob(7, "k8s:ns/p", JobState.RUNNING, "None", owner, None,
-                      unreadable="bad gres"))
+    fake.put(JobBuilder(7).owner(owner).running().unreadable("bad gres").build())
     index = JobIndex(fake)
     changes: list[SlurmJob] = []
 

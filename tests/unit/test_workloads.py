@@ -11,7 +11,7 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import Pod
-from lightkube.models.meta_v1 import ObjectMeta, Status, StatusDetails
+from lightkube.models.meta_v1 import Status, StatusDetails
 
 from admission import mutate
 from admission.owners import (
@@ -32,7 +32,8 @@ from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.link.claims import member_slot
 from bridge.link.owner import tied_to
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.types import JobState
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 
 NS = "research"
 
@@ -64,15 +65,13 @@ def job(name: str, *, parallelism: int, completions: int | None, gang: bool = Tr
 
 def pod(*, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
         owner: tuple[str, str, str] | None = None, pod_group_name: str | None = None) -> PodShape:
-    meta: dict[str, Any] = {"name": "p", "labels": labels or {}, "annotations": annotations or {}}
+    built = PodBuilder("p").labels(labels or {}).annotations(annotations or {})
     if owner is not None:
         api_version, kind, name = owner
-        meta["ownerReferences"] = [{"apiVersion": api_version, "kind": kind, "name": name,
-                                    "uid": "job-uid", "controller": True}]
-    spec: dict[str, Any] = {"containers": [{"name": "c"}]}
+        built.owned_by(kind, name, api_version=api_version)
     if pod_group_name is not None:
-        spec["schedulingGroup"] = {"podGroupName": pod_group_name}
-    return PodShape.model_validate({"metadata": meta, "spec": spec})
+        built.pod_group(pod_group_name)
+    return PodShape.model_validate(built.manifest())
 
 
 def job_pod(job_name: str, index: int | None = None) -> PodShape:
@@ -290,15 +289,15 @@ def test_rank_zero_gets_the_first_allocated_node_whatever_arrives_first() -> Non
 
 
 def _pod_with(annotations: dict[str, str]) -> Pod:
-    return Pod(metadata=ObjectMeta(name="p", namespace=NS, uid="u", annotations=annotations))
+    return PodBuilder("p", NS).uid("u").annotations(annotations).build()
 
 
 def test_an_ended_group_job_binds_only_the_members_it_was_recorded_on() -> None:
-    ended = SlurmJob(7, "k8s:research/train", JobState.CANCELLED, "None",
-                     GroupOwner(NS, "train"), None)
+    ended = (JobBuilder(7, "k8s:research/train").owner(GroupOwner(NS, "train"))
+             .state(JobState.CANCELLED).build())
     assert tied_to(_pod_with({keys.JOB_ID: "7"}), ended)
     assert not tied_to(_pod_with({}), ended)  # a resumed Job's new pod: the group's next run
-    lone = SlurmJob(8, "k8s:research/p", JobState.CANCELLED, "None", PodOwner("u"), None)
+    lone = JobBuilder(8, "k8s:research/p").owner(PodOwner("u")).state(JobState.CANCELLED).build()
     assert tied_to(_pod_with({}), lone)
 
 
