@@ -14,7 +14,7 @@ from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
-from bridge.kube.status import is_not_found
+from bridge.kube.apierrors import is_not_found
 from bridge.ports import KubePort
 from extender.wire import PodMeta
 

@@ -7,7 +7,7 @@ from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner
-from bridge.link.annotations import bound, holds, record_changes
+from bridge.link.bound import bound, holds, record_changes
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 
 

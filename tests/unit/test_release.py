@@ -16,11 +16,11 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.jobs.owner import Owner, PodOwner
-from bridge.link.release import release_patch
+from bridge.link.gate import release_patch
 from bridge.placement.release import RELEASES_IN_FLIGHT
 from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
-from extender.app import create_app
+from extender.protocol import create_app
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fakes import (
     FakeKube,
