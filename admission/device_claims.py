@@ -21,7 +21,7 @@ from admission.pod import PodResourceClaim, PodShape
 from bridge import keys
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import DeviceAsk, GpuTotal, UnmappableClaim, claim_asks, gpu_total
-from bridge.kube.status import is_not_found
+from bridge.kube.apierrors import is_not_found
 
 CLAIM = Kind("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims")
 CLAIM_TEMPLATE = Kind("resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates")

@@ -15,7 +15,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bridge.kube.status import is_not_found
+from bridge.kube.apierrors import is_not_found
 
 
 class WorkloadError(ValueError):

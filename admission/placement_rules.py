@@ -1,6 +1,6 @@
 """A pod's own placement rules weighed against Slurm's choice of node.
 
-The bridge pins each pod to the node Slurm allocated (bridge/link/release.py), so
+The bridge pins each pod to the node Slurm allocated (bridge/link/gate.py), so
 kube-scheduler checks the pod's rules on that one node only: a spread then has a single
 domain and always holds, an affinity to other pods either holds by chance or leaves the pod
 pending while its job holds the node.  So each hard rule is kept through what Slurm does

@@ -10,7 +10,7 @@ from lightkube.resources.core_v1 import Namespace
 from admission.pod import PodShape
 from bridge import keys
 from bridge.config import AdmissionSettings
-from bridge.kube.status import is_not_found
+from bridge.kube.apierrors import is_not_found
 
 NamespaceLabels = Callable[[str], Awaitable[Mapping[str, str]]]
 """Async lookup of a namespace's labels (empty when the namespace does not exist)."""

@@ -12,7 +12,7 @@ from admission.review import AdmissionRequest
 from bridge import keys
 from bridge.config import AdmissionSettings
 from bridge.jobs.aliases import canonical_key
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.request import JobRequest
 from bridge.policy.check import POLICY_ANNOTATIONS, deadline_refusal, policy_refusal
 from bridge.policy.tenancy import TenancySource, missing_tenant

@@ -72,7 +72,7 @@ from benchmarks.synthetic import (
 )
 from bridge import logs
 from bridge.draining import SERVING
-from extender.app import create_app
+from extender.protocol import create_app
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -386,8 +386,8 @@ def profile_summary(path: Path, calls: int, top: int = 10) -> str:
     lines.append("Cumulative time of the steps, per filter call (an async function's "
                  "calls count each resumption):")
     wanted = {
-        ("extender/app.py", "filter_"): "extender filter_ (whole handler body)",
-        ("extender/app.py", "_pod"): "  Pod.from_dict (lightkube model of the body's pod)",
+        ("extender/protocol.py", "filter_"): "extender filter_ (whole handler body)",
+        ("extender/protocol.py", "_pod"): "  Pod.from_dict (lightkube model of the body's pod)",
         ("bridge/placement/eligibility.py", "pod_from_api"):
             "  read the pod from the (fake) apiserver",
         ("bridge/placement/placer.py", "filter"): "  Placer.filter (index lookup, verdict)",

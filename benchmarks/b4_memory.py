@@ -56,7 +56,7 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
     from benchmarks import synthetic  # noqa: PLC0415
     from bridge import logs  # noqa: PLC0415
     from bridge.jobs.owner import PodOwner  # noqa: PLC0415
-    from extender.app import create_app  # noqa: PLC0415
+    from extender.protocol import create_app  # noqa: PLC0415
 
     logs.configure("info")  # as `slurmbridge extender` does
 

@@ -11,7 +11,7 @@ Issue 22, item 4, measured as ``b7_exchanges`` measures slurmrestd's (which call
   event (one pod event line on a watch stream: each watch request streams
   ``WATCH_EVENTS`` lines, one per millisecond, so its own cost is shared by them).
   Stacks: ``lightkube (httpx2)``, the bridge's client as ``bridge/kube`` builds it and
-  calls it (``bridge.kube.pods.annotate``/``bind``/``record_event``, ``get``, ``watch``:
+  calls it (``bridge.kube.writes.annotate``/``bind``/``record_event``, ``get``, ``watch``:
   lightkube's models decoded); bare ``aiohttp`` (bytes only); ``aiohttp + struct``
   (decoding into a msgspec ``Struct`` of the fields the bridge reads of a pod);
   ``kubernetes_asyncio (raw)``, its ``CoreV1Api`` with ``_preload_content=False`` (bytes).
@@ -298,8 +298,8 @@ async def _lightkube(url: str, ca_pem: bytes, *, bridge: bool) -> AsyncIterator[
     from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
 
     from bridge import keys  # noqa: PLC0415
-    from bridge.kube import pods  # noqa: PLC0415
-    from bridge.kube.client import FIELD_MANAGER, client_for  # noqa: PLC0415
+    from bridge.kube import writes  # noqa: PLC0415
+    from bridge.kube.connection import FIELD_MANAGER, client_for  # noqa: PLC0415
 
     config = LkConfig.from_dict({
         "apiVersion": "v1", "kind": "Config", "current-context": "b7",
@@ -318,11 +318,11 @@ async def _lightkube(url: str, ca_pem: bytes, *, bridge: bool) -> AsyncIterator[
                 pod = await client.get(Pod, NAME, namespace=NS)
                 assert pod.metadata is not None and pod.metadata.uid == UID
             elif kind == "patch":
-                await pods.annotate(client, NS, NAME, _annotations())
+                await writes.annotate(client, NS, NAME, _annotations())
             elif kind == "binding":
-                await pods.bind(client, NS, NAME, UID, NODE, annotations=_bound())
+                await writes.bind(client, NS, NAME, UID, NODE, annotations=_bound())
             elif kind == "event":
-                await pods.record_event(client, _Ref(), keys.EventReason.PENDING, "pending")
+                await writes.record_event(client, _Ref(), keys.EventReason.PENDING, "pending")
             else:
                 for _ in range(WATCH_EVENTS):
                     _, obj = await anext(watch)
@@ -552,7 +552,7 @@ def serve_extender(side: str, port: int) -> None:
     logs.configure("info")  # as `slurmbridge extender` does
     if side == "bridge":
         from benchmarks.synthetic import load, offline_bridge  # noqa: PLC0415
-        from extender.app import create_app  # noqa: PLC0415
+        from extender.protocol import create_app  # noqa: PLC0415
 
         bridge, kube = offline_bridge()
         load(bridge, kube, EXTENDER_JOBS, CANDIDATES, pods=True)
@@ -719,11 +719,11 @@ def notes(cfg: KubeConfig) -> list[str]:
         "so a watch figure is per event line with 1/50 of a request in it (lightkube's "
         "watch re-requests on its own; the others issue the next request).",
         "`lightkube (aiohttp)` is the bridge's path: lightkube's `AsyncClient` over the "
-        "aiohttp transport, as `bridge/kube/client.py` builds it (adopted on this "
+        "aiohttp transport, as `bridge/kube/connection.py` builds it (adopted on this "
         "benchmark's ratio); `lightkube (httpx2)` the same client on httpx2's own transport "
-        "(the bridge's path before): `client.get(Pod)`, `bridge.kube.pods.annotate` "
-        "(merge PATCH), `pods.bind` (the Status answer fails lightkube's decoder, which "
-        "`bind` swallows: that cost is in the figure), `pods.record_event` (an Event "
+        "(the bridge's path before): `client.get(Pod)`, `bridge.kube.writes.annotate` "
+        "(merge PATCH), `writes.bind` (the Status answer fails lightkube's decoder, which "
+        "`bind` swallows: that cost is in the figure), `writes.record_event` (an Event "
         "model built and encoded), `client.watch(Pod)` (each line decoded to a Pod). No "
         "bridge call uses a raw response today. `aiohttp` sends the same bytes and reads "
         "the answer's bytes; `aiohttp + struct` decodes them into a msgspec Struct of the "

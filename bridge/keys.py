@@ -78,7 +78,7 @@ GPU_IDS: Final = PREFIX + "gpu-ids"
 CUDA_DEVICES: Final = PREFIX + "cuda-visible-devices"
 # "<replica>@<epoch seconds>" while a replica submits the pod's job (link/claims.py).
 SUBMITTING: Final = PREFIX + "submitting"
-# The owner of the pod's job (pod UID, or group:<ns>/<group>), recorded once (link/owner.py).
+# The owner of the pod's job (pod UID, or group:<ns>/<group>), recorded once (link/ownership.py).
 OWNER: Final = PREFIX + "owner"
 BRIDGE_OWNED_ANNOTATIONS: Final = (
     JOB_ID, SLURM_NODE, GPU_IDS, CUDA_DEVICES, SUBMITTING, OWNER,
@@ -120,7 +120,7 @@ GROUP_NODES: Final = PREFIX + "group-nodes"
 
 # The scheduling gate the webhook gives every pod it enrols: kube-scheduler does not look at
 # the pod until the bridge removes it, in the one write that records where Slurm placed it
-# (bridge/link/release.py).  Only the bridge may remove it.
+# (bridge/link/gate.py).  Only the bridge may remove it.
 SLURM_GATE: Final = PREFIX + "slurm"
 
 # Node label: a Kubernetes node without slurmd that Slurm schedules all the same, registered

@@ -13,10 +13,10 @@ from bridge.controllers.external import ExternalNodes
 from bridge.controllers.leader import LeaderElector
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
+from bridge.devices.freeing import ClaimReleaser
 from bridge.devices.pinning import ClaimPinner
-from bridge.devices.release import ClaimReleaser
-from bridge.kube.nodes import NodeCache
-from bridge.kube.pods import set_slurm_condition
+from bridge.kube.nodecache import NodeCache
+from bridge.kube.writes import set_slurm_condition
 from bridge.link.claims import Claims
 from bridge.link.podcache import PodCache
 from bridge.placement.grace import GraceWarnings
@@ -25,8 +25,8 @@ from bridge.placement.intake import Intake
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.outcomes import Refused
 from bridge.placement.placer import Placer
-from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
+from bridge.placement.registry import PodRegistry
 from bridge.placement.release import Releaser
 from bridge.placement.submit import SubmitHooks
 from bridge.policy.check import SubmitRefused, for_submit

@@ -16,7 +16,7 @@ import uvicorn
 from bridge.config import ExtenderSettings
 from bridge.draining import SERVING, DrainingServer
 from bridge.runtime import Bridge
-from extender.app import create_app, create_health_app
+from extender.protocol import create_app, create_health_app
 
 
 class TLSConfigError(ValueError):

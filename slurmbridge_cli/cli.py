@@ -8,11 +8,11 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from admission.app import TLSConfigError, serve
 from admission.scope import kube_namespace_labels
+from admission.webhook import TLSConfigError, serve
 from bridge import logs
 from bridge.config import CONFIG_FILE_ENV, Settings
-from bridge.kube.client import kube_client, opened_kube
+from bridge.kube.connection import kube_client, opened_kube
 from bridge.policy.tenancy import TenancyError, TenancySource, placeholder_trust
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError

@@ -6,7 +6,7 @@ they are slurmrestd and the apiserver.  A test or an offline benchmark passes it
 """
 
 from bridge.config import Settings
-from bridge.kube.client import kube_client
+from bridge.kube.connection import kube_client
 from bridge.policy.tenancy import TenancySource, placeholder_trust
 from bridge.ports import KubePort, SlurmPort
 from bridge.runtime import Bridge

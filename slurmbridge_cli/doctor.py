@@ -12,7 +12,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from bridge import keys
 from bridge.config import Settings
 from bridge.controllers.nodesync import topology_labels
-from bridge.kube.nodes import node_view
+from bridge.kube.nodecache import node_view
 from bridge.placement.grace import grace_warning
 from bridge.policy.tenancy import TenancyError, TenancySource, Tenant
 from bridge.slurm.client import SlurmClient

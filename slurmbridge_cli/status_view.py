@@ -8,7 +8,7 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import Owner
-from bridge.link.owner import owner_key
+from bridge.link.ownership import owner_key
 from bridge.placement.reasons import clock
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import SlurmJob

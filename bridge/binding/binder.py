@@ -11,9 +11,8 @@ import structlog
 from lightkube.resources.core_v1 import Pod
 
 from bridge import metrics
-from bridge.kube import pods as kpods
-from bridge.link import annotations
-from bridge.link.annotations import CudaNumbering, cuda_visible_devices
+from bridge.kube import writes
+from bridge.link.bound import CudaNumbering, bound, cuda_visible_devices
 from bridge.placement.outcomes import Placement
 from bridge.placement.placer import Placer
 from bridge.ports import KubePort
@@ -45,11 +44,11 @@ class Binder:
             )
         try:
             cuda = cuda_visible_devices(placement.gpu_ids, self._cuda_numbering)
-            bound = annotations.bound(
+            recorded = bound(
                 placement.job_id, placement.owner, placement.slurm_node, placement.gpu_ids, cuda
             )
-            await kpods.bind(self._kube, namespace, name, uid, node, annotations=bound)
-        except kpods.AlreadyBound:  # bound meanwhile, or recreated (the UID precondition)
+            await writes.bind(self._kube, namespace, name, uid, node, annotations=recorded)
+        except writes.AlreadyBound:  # bound meanwhile, or recreated (the UID precondition)
             current = await self._kube.get(Pod, name, namespace=namespace)
             if current.metadata is None or current.metadata.uid != uid:
                 raise BindError(f"pod {namespace}/{name} was recreated") from None

@@ -22,7 +22,7 @@ from lightkube.types import PatchType
 
 from bridge import keys, metrics
 from bridge.controllers import drains
-from bridge.kube.nodes import Allocatable, NodeCache, NodeView
+from bridge.kube.nodecache import Allocatable, NodeCache, NodeView
 from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.errors import SlurmRejected, SlurmUnsupported
 from bridge.slurm.types import SlurmNode

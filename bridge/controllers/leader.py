@@ -19,7 +19,7 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
-from bridge.kube.status import is_conflict, is_not_found
+from bridge.kube.apierrors import is_conflict, is_not_found
 from bridge.ports import KubePort
 
 log = structlog.get_logger(__name__)

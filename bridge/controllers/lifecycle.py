@@ -21,20 +21,18 @@ from collections.abc import Callable
 
 import structlog
 from lightkube.core.exceptions import ApiError
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Pod
 
 from bridge import keys, metrics
-from bridge.devices.release import ClaimReleaser
+from bridge.devices.freeing import ClaimReleaser
 from bridge.jobs.owner import GroupOwner, Owner
-from bridge.kube import pods as kpods
-from bridge.kube.status import is_not_found, is_too_many_requests
-from bridge.link.annotations import holds
+from bridge.kube import writes
+from bridge.kube.apierrors import is_not_found, is_too_many_requests
+from bridge.link.bound import holds
 from bridge.link.claims import Claims
 from bridge.link.podcache import PodCache
 from bridge.link.views import PodView
 from bridge.placement.index import JobIndex
-from bridge.placement.pods import PodKey, PodRegistry
+from bridge.placement.registry import PodKey, PodRegistry
 from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.errors import SlurmJobNotFound, SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
@@ -233,10 +231,7 @@ class Lifecycle:
         else:
             message = f"{_what_happened(job)} while the pod still needed it: evicting the pod"
         try:
-            await self._kube.create(
-                Pod.Eviction(metadata=ObjectMeta(name=pod.name, namespace=pod.namespace)),
-                pod.name, namespace=pod.namespace,
-            )
+            await writes.evict(self._kube, pod.namespace, pod.name)
         except ApiError as exc:
             if is_too_many_requests(exc):  # a PodDisruptionBudget says not now: retry next round
                 log.info("lifecycle.eviction_blocked", pod=str(pod), job_id=job.job_id)
@@ -247,15 +242,15 @@ class Lifecycle:
         metrics.CONTROLLER_ACTIONS.labels("evict").inc()
         ref = PodKey(pod.namespace, pod.name, pod.uid)
         if preempted(job):
-            await kpods.record_event(
+            await writes.record_event(
                 self._kube, ref, keys.EventReason.PREEMPTED, message, warning=True
             )
-            await kpods.set_slurm_condition(
+            await writes.set_slurm_condition(
                 self._kube, pod.namespace, pod.name, allocated=False,
                 reason=keys.REASON_PREEMPTED, message=message,
             )
         else:
-            await kpods.record_event(
+            await writes.record_event(
                 self._kube, ref, keys.EventReason.JOB_ENDED, message, warning=True
             )
         log.warning("lifecycle.evicted", pod=str(pod), job_id=job.job_id, state=job.state)

@@ -21,7 +21,7 @@ from lightkube.types import PatchType
 from bridge import keys, metrics
 from bridge.controllers import drains
 from bridge.controllers.drains import ours
-from bridge.kube.nodes import NodeCache, NodeView, Taint
+from bridge.kube.nodecache import NodeCache, NodeView, Taint
 from bridge.link.podcache import PodCache
 from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.types import SlurmNode

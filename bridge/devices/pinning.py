@@ -6,7 +6,7 @@ order of the pod's claims and their requests.  The write is what kube-scheduler'
 would write (results, class and claim configs, the node), with ``reservedFor`` the pod, so its
 DRA plugin finds the claim allocated for that node, and the kubelet prepares those devices.
 The claim carries the bridge's finalizer and the job's label: the bridge, not the resource
-claim controller, frees it, once the job ended and no pod uses it (``release.py``).  Anything
+claim controller, frees it, once the job ended and no pod uses it (``freeing.py``).  Anything
 that would need a guess (a GPU without an index, a device the driver does not publish, a
 count that does not add up) is an error naming it, and the pod is not released.
 """
@@ -26,9 +26,9 @@ from lightkube.types import PatchType
 from bridge import keys
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import DeviceAsk, UnmappableClaim, claim_asks
-from bridge.devices.release import ClaimReleaser, DeviceId, allocated_devices
-from bridge.kube.status import is_not_found
-from bridge.link.release import escaped
+from bridge.devices.freeing import ClaimReleaser, DeviceId, allocated_devices
+from bridge.kube.apierrors import is_not_found
+from bridge.link.gate import escaped
 from bridge.ports import KubePort
 
 log = structlog.get_logger(__name__)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from bridge import keys
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 
 # alias -> the bridge annotation it stands for.
 ALIASES: Final[Mapping[str, str]] = {

@@ -8,8 +8,8 @@ get a job Slurm cannot read the way the pod meant, so it is refused with how to 
 from dataclasses import dataclass
 
 from bridge import keys
-from bridge.jobs.annotations import SlurmOptions
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
+from bridge.jobs.options import SlurmOptions
 
 
 @dataclass(frozen=True, slots=True)

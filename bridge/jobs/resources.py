@@ -16,7 +16,7 @@ from decimal import Decimal
 from lightkube.models.core_v1 import Container, Pod, ResourceRequirements
 
 from bridge import keys
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.quantity import parse_quantity
 
 CPU = "cpu"

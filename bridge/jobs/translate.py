@@ -4,10 +4,10 @@ from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
-from bridge.jobs.annotations import pod_group, slurm_options
-from bridge.jobs.errors import InvalidPodRequest
 from bridge.jobs.gpus import gpu_ask
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.names import placeholder_job_name
+from bridge.jobs.options import pod_group, slurm_options
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest, TopologyAsk
 from bridge.jobs.resources import pod_resources

@@ -6,7 +6,7 @@ The claim object is the pod itself for a lone pod, and a Lease per group (record
 Before submitting, a replica writes ``slurmbridge.io/submitting=<identity>@<time>`` and
 the owner on it with the object's resourceVersion as precondition: of two replicas racing
 on the same version, exactly one write succeeds.  The loser answers "waiting" and adopts
-the job once its id is recorded (on the pod with its job's first status, annotations.py;
+the job once its id is recorded (on the pod with its job's first status, bound.py;
 on a group's Lease right after submitting).  A claim whose holder died is taken over after
 ``stale_after`` seconds, and the taker first looks in Slurm for a job the holder may
 have submitted before dying; anything a crash still leaves twice is cancelled by the
@@ -29,7 +29,7 @@ from lightkube.resources.coordination_v1 import Lease
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, Owner, owner_text
-from bridge.kube.status import is_not_found
+from bridge.kube.apierrors import is_not_found
 from bridge.link.records import Annotations, LeaseRecord, Outdated, PodRecord, Record
 from bridge.ports import KubePort
 

@@ -15,8 +15,8 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, Owner, owner_text
-from bridge.kube.status import is_conflict, is_not_found
-from bridge.link.owner import owner_key
+from bridge.kube.apierrors import is_conflict, is_not_found
+from bridge.link.ownership import owner_key
 from bridge.ports import KubePort
 
 Annotations = dict[str, str]

@@ -13,8 +13,8 @@ from lightkube.models.core_v1 import Pod
 from bridge import keys
 from bridge.jobs.owner import Owner
 from bridge.kube.watchcache import resource_version
-from bridge.link.owner import owner_key
-from bridge.link.release import gated, other_gates
+from bridge.link.gate import gated, other_gates
+from bridge.link.ownership import owner_key
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
 _KEPT_ANNOTATIONS = (keys.JOB_ID, keys.SLURM_NODE, keys.GPU_IDS, keys.SUBMITTING)

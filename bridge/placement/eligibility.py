@@ -15,9 +15,9 @@ from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
-from bridge.kube.status import is_not_found
-from bridge.link.owner import pod_ref
-from bridge.link.release import other_gates
+from bridge.kube.apierrors import is_not_found
+from bridge.link.gate import other_gates
+from bridge.link.ownership import pod_ref
 from bridge.ports import KubePort
 
 

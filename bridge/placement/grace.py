@@ -16,9 +16,9 @@ import structlog
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
-from bridge.kube import pods as kpods
+from bridge.kube import writes
 from bridge.link.views import grace_seconds
-from bridge.placement.pods import PodKey
+from bridge.placement.registry import PodKey
 from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.types import Accounting
@@ -89,7 +89,7 @@ class GraceWarnings:
             return
         self._warned.add(meta.uid)
         log.warning("grace.too_long", pod=f"{meta.namespace}/{meta.name}", why=warning)
-        await kpods.record_event(
+        await writes.record_event(
             self._kube, PodKey(meta.namespace, meta.name, meta.uid),
             keys.EventReason.GRACE_TOO_LONG, warning, warning=True,
         )

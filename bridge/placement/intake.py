@@ -21,11 +21,11 @@ from lightkube.operators import BinaryOperator, SequenceOperator
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.kube.watchcache import resource_version
-from bridge.link.owner import pod_ref
+from bridge.link.gate import gated
+from bridge.link.ownership import pod_ref
 from bridge.link.podcache import PodCache
-from bridge.link.release import gated
 from bridge.placement.eligibility import unplaceable_reason
 from bridge.placement.outcomes import ClaimedElsewhere, PlacementError, Refused
 from bridge.placement.placer import Placer

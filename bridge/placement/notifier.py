@@ -30,11 +30,11 @@ from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
-from bridge.kube import pods as kpods
-from bridge.link import annotations
-from bridge.link.release import gated
-from bridge.placement.pods import PodKey, PodRegistry
+from bridge.kube import writes
+from bridge.link.bound import record_changes
+from bridge.link.gate import gated
 from bridge.placement.reasons import expected_start, waiting_message
+from bridge.placement.registry import PodKey, PodRegistry
 from bridge.ports import KubePort
 from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
@@ -105,9 +105,9 @@ class PodNotifier:
         if gated(pod):
             self._gated.add(key.uid)
         recorded = key.uid in self._seen or key.uid in self._gated
-        changes = {} if recorded else annotations.record_changes(pod, job)
+        changes = {} if recorded else record_changes(pod, job)
         if changes:
-            self._spawn(kpods.annotate(self._kube, key.namespace, key.name, changes))
+            self._spawn(writes.annotate(self._kube, key.namespace, key.name, changes))
         self._update(key, job)
 
     async def job_changed(self, job: SlurmJob) -> None:
@@ -117,7 +117,7 @@ class PodNotifier:
         for key in self._registry.pods_of(job.owner):
             self._update(key, job)
 
-    def _update(self, key: kpods.PodRef, job: SlurmJob) -> None:
+    def _update(self, key: writes.PodRef, job: SlurmJob) -> None:
         status = _status(job)
         if _same(self._seen.get(key.uid), status, self._moves):
             return
@@ -140,7 +140,7 @@ class PodNotifier:
                 self._shown[key.uid] = status
             self._spawn(self._nudge(key, job))
 
-    async def _after_quiet(self, key: kpods.PodRef) -> None:
+    async def _after_quiet(self, key: writes.PodRef) -> None:
         await asyncio.sleep(self._quiet)
         job = self._latest.pop(key.uid, None)
         if job is None or key.uid in self._shown:
@@ -163,7 +163,7 @@ class PodNotifier:
     async def slurm_recovered(self) -> None:
         """slurmrestd answers again: nudge the pods it turned away, instead of their backoff."""
         for key in self._registry.take_slurm_trouble():
-            self._spawn(kpods.set_slurm_condition(
+            self._spawn(writes.set_slurm_condition(
                 self._kube, key.namespace, key.name, allocated=False,
                 reason=keys.REASON_SLURM_REACHABLE, message="slurmrestd answers again: retrying",
             ))
@@ -183,10 +183,10 @@ class PodNotifier:
                                   keys.REASON_CLAIMS_UNALLOCATED, message))
 
     async def _refused(
-        self, key: kpods.PodRef, event: keys.EventReason, reason: str, message: str
+        self, key: writes.PodRef, event: keys.EventReason, reason: str, message: str
     ) -> None:
-        await kpods.record_event(self._kube, key, event, message, warning=True)
-        await kpods.set_slurm_condition(
+        await writes.record_event(self._kube, key, event, message, warning=True)
+        await writes.set_slurm_condition(
             self._kube, key.namespace, key.name, allocated=False, reason=reason, message=message,
         )
 
@@ -195,10 +195,10 @@ class PodNotifier:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _show(self, key: kpods.PodRef, job: SlurmJob) -> None:
+    async def _show(self, key: writes.PodRef, job: SlurmJob) -> None:
         """Event and condition: the pod's owner follows the job from here on."""
         self._shown[key.uid] = _status(job)
-        await kpods.record_event(
+        await writes.record_event(
             self._kube, key,
             keys.EventReason.PENDING if job.state is JobState.PENDING
             else keys.EventReason.ALLOCATED,
@@ -211,13 +211,13 @@ class PodNotifier:
         """Gated, and no condition of the bridge's on the pod (a refusal's) to correct."""
         return uid in self._gated and uid not in self._refusals
 
-    async def _nudge(self, key: kpods.PodRef, job: SlurmJob) -> None:
+    async def _nudge(self, key: writes.PodRef, job: SlurmJob) -> None:
         """The condition alone; its change makes kube-scheduler requeue a parked pod."""
         allocated = _allocated(job)
         if allocated:
             self._registry.unpark(key.uid)
         self._refusals.pop(key.uid, None)  # the condition no longer says it
-        await kpods.set_slurm_condition(
+        await writes.set_slurm_condition(
             self._kube, key.namespace, key.name,
             allocated=allocated,
             reason=keys.REASON_ALLOCATED if allocated else job.reason,

@@ -12,13 +12,13 @@ import structlog
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys, metrics
-from bridge.jobs.annotations import pod_group
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
+from bridge.jobs.options import pod_group
 from bridge.jobs.owner import GroupOwner, Owner
-from bridge.kube.nodes import NodeCache
+from bridge.kube.nodecache import NodeCache
 from bridge.link.claims import Claims, member_slot
-from bridge.link.owner import LinkedPod, linked_pod, recorded_job_id, tied_to
-from bridge.link.release import released_node
+from bridge.link.gate import released_node
+from bridge.link.ownership import LinkedPod, linked_pod, recorded_job_id, tied_to
 from bridge.link.views import PodView
 from bridge.placement.index import JobIndex
 from bridge.placement.outcomes import (
@@ -29,8 +29,8 @@ from bridge.placement.outcomes import (
     Refused,
     Verdict,
 )
-from bridge.placement.pods import PodRegistry
 from bridge.placement.reasons import waiting_message
+from bridge.placement.registry import PodRegistry
 from bridge.placement.submit import NO_HOOKS, SubmitHooks, Submitter
 from bridge.slurm.allocation import format_gpu_ids
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound

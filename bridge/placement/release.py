@@ -2,7 +2,7 @@
 
 Intake submits a gated pod's job and hands the pod here; when the job runs (at once, or
 when the poller sees it change), each of the owner's gated pods gets one write
-(bridge/link/release.py): gate lifted, job recorded, pod narrowed to its node.  A lone pod
+(bridge/link/gate.py): gate lifted, job recorded, pod narrowed to its node.  A lone pod
 gets the job's node; a group's members are listed once per release and each gets its
 rank's node (Slurm's i-th), or the first node no released member holds, so any leader
 computes the same answer and a member released before a failover keeps its node.
@@ -21,15 +21,14 @@ from lightkube.types import PatchType
 
 from bridge import keys, metrics
 from bridge.devices.pinning import ClaimPinError, ClaimPinner, ClaimsNotReady
-from bridge.jobs.annotations import pod_group
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
+from bridge.jobs.options import pod_group
 from bridge.jobs.owner import GroupOwner, Owner
-from bridge.kube.status import is_conflict, is_not_found, is_unprocessable
-from bridge.link import annotations
-from bridge.link.annotations import CudaNumbering, cuda_visible_devices
+from bridge.kube.apierrors import is_conflict, is_not_found, is_unprocessable
+from bridge.link.bound import CudaNumbering, bound, cuda_visible_devices
 from bridge.link.claims import member_slot
-from bridge.link.owner import owner_key, pod_ref
-from bridge.link.release import gated, release_patch, released_node
+from bridge.link.gate import gated, release_patch, released_node
+from bridge.link.ownership import owner_key, pod_ref
 from bridge.placement.index import JobIndex
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer, allocated_nodes
@@ -180,7 +179,7 @@ class Releaser:
         if not await self._claims_pinned(pod, job, placement.kube_node, slurm_node):
             return False
         cuda = cuda_visible_devices(placement.gpu_ids, self._cuda)
-        recorded = annotations.bound(job.job_id, owner, slurm_node, placement.gpu_ids, cuda)
+        recorded = bound(job.job_id, owner, slurm_node, placement.gpu_ids, cuda)
         meta = pod.metadata
         assert meta is not None and meta.name and meta.namespace
         for _ in range(_WRITE_ATTEMPTS):

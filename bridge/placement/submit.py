@@ -17,8 +17,8 @@ from bridge.jobs.owner import Owner
 from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import job_request_for_pod
 from bridge.link.claims import AlreadySubmitted, ClaimLost, Claims
+from bridge.link.gate import gated
 from bridge.link.records import OwnerChanged
-from bridge.link.release import gated
 from bridge.placement.index import JobIndex
 from bridge.placement.outcomes import ClaimedElsewhere, Pending, Refused
 from bridge.placement.reasons import refusal

@@ -18,7 +18,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from bridge import keys
 from bridge.config import AdmissionSettings, NamespacePolicy
 from bridge.jobs.aliases import resolve
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.timelimit import parse_time_limit
 from bridge.policy.tenancy import TENANT_FIELDS, TenancyMap, TenancySource, missing_tenant
 

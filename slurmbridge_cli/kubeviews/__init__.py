@@ -5,7 +5,7 @@ here asks Slurm.
 Where each fact comes from:
 
 - job id, owner, Slurm node, GPU indices: the pod's bridge-owned annotations, written when the
-  job is known and in the Binding (bridge/link/annotations.py);
+  job is known and in the Binding (bridge/link/bound.py);
 - Slurm's state, pending reason and expected start: the pod condition ``SlurmJobAllocated``
   and the ``Slurm*`` events (bridge/placement/notifier.py, bridge/controllers/lifecycle.py),
   shown once a job has pended ``placement.notify_quiet_seconds``; before that,

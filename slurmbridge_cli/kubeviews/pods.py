@@ -10,7 +10,7 @@ from lightkube.models.core_v1 import PodCondition
 from lightkube.resources.core_v1 import Event, Pod
 
 from bridge import keys
-from bridge.kube.pods import COMPONENT
+from bridge.kube.writes import COMPONENT
 from bridge.placement.reasons import said_expected
 from bridge.ports import KubePort
 from slurmbridge_cli.kubeviews.clock import age, iso

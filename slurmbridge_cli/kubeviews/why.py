@@ -11,7 +11,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from bridge.kube.status import is_not_found
+from bridge.kube.apierrors import is_not_found
 from bridge.ports import KubePort
 from slurmbridge_cli.kubeviews.advice import advice
 from slurmbridge_cli.kubeviews.events import (

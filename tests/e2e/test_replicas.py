@@ -5,11 +5,11 @@ import asyncio
 import pytest
 from lightkube import AsyncClient
 
-from bridge.kube.nodes import NodeCache
+from bridge.kube.nodecache import NodeCache
 from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
 from bridge.placement.placer import Placer
-from bridge.placement.pods import PodRegistry
+from bridge.placement.registry import PodRegistry
 from bridge.slurm.client import SlurmClient
 from slurmbridge_devkit.e2e import create_pod, pod_manifest
 from slurmbridge_devkit.kube import ControlPlane

@@ -13,16 +13,16 @@ from bridge import keys
 from bridge.config import AdmissionSettings, Settings, SlurmSettings
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.jobs.request import JobRequest
-from bridge.kube.nodes import NodeCache
+from bridge.kube.nodecache import NodeCache
 from bridge.link.podcache import PodCache
 from bridge.placement.grace import grace_warning
 from bridge.placement.index import JobIndex
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer
-from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
 from bridge.placement.reasons import explain, refusal, waiting_message
+from bridge.placement.registry import PodRegistry
 from bridge.placement.submit import SubmitHooks
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.convert import accounting

@@ -21,11 +21,11 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.models.core_v1 import Pod
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from admission.app import TLSConfigError, create_app, server_config
 from admission.scope import CachedNamespaceLabels, NamespaceLookupError, kube_namespace_labels
+from admission.webhook import TLSConfigError, create_app, server_config
 from bridge import keys
 from bridge.config import AdmissionSettings, NamespacePolicy
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.request import JobRequest
 from bridge.policy.check import SubmitRefused, deadline_refusal, for_submit, policy_refusal
 from bridge.policy.tenancy import TenancyMap, TenancySource, Tenant

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.app import create_app
+from admission.webhook import create_app
 from bridge import keys
 from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, apply, make_pod, make_review
 

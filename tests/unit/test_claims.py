@@ -12,7 +12,7 @@ from lightkube.resources.core_v1 import Pod
 from bridge import keys
 from bridge.jobs.owner import PodOwner
 from bridge.slurm.types import JobState
-from extender.app import create_app
+from extender.protocol import create_app
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm, bridge_over_fakes

@@ -9,9 +9,9 @@ from lightkube import AsyncClient
 from lightkube.models.resource_v1 import ResourceClaimSpec
 from lightkube.resources.resource_v1 import DeviceClass
 
-from admission.app import create_app
 from admission.device_claims import CLAIM, CLAIM_TEMPLATE, kube_extended_resources
 from admission.owners import Kind
+from admission.webhook import create_app
 from bridge import keys
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import UnmappableClaim, claim_asks

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from bridge.config import ExtenderSettings, Settings, SlurmSettings
 from bridge.runtime import Bridge
-from extender.app import create_app, create_health_app
+from extender.protocol import create_app, create_health_app
 from extender.server import TLSConfigError, api_config
 from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.builders import PodBuilder

@@ -12,7 +12,7 @@ from lightkube.resources.core_v1 import Node
 
 from bridge import keys
 from bridge.controllers.external import ExternalNodes, node_conf, slurm_size
-from bridge.kube.nodes import Allocatable, NodeCache, allocatable
+from bridge.kube.nodecache import Allocatable, NodeCache, allocatable
 from bridge.slurm.errors import SlurmUnsupported
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm, idle_node

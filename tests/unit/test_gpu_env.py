@@ -2,7 +2,7 @@
 
 import pytest
 
-from bridge.link.annotations import cuda_visible_devices
+from bridge.link.bound import cuda_visible_devices
 
 
 @pytest.mark.parametrize(

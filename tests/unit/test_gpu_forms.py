@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from admission.app import create_app
+from admission.webhook import create_app
 from bridge import keys
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.translate import job_request_for_pod
 from bridge.slurm.allocation import allocation_from, gpu_indices
 from bridge.slurm.convert import allocation, slurm_job

@@ -10,12 +10,12 @@ from prometheus_client import REGISTRY
 from bridge import keys
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
-from bridge.kube.nodes import NodeCache
+from bridge.kube.nodecache import NodeCache
 from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
 from bridge.placement.placer import Placer
-from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
+from bridge.placement.registry import PodRegistry
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
 from slurmbridge_devkit import fakes

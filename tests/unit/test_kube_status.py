@@ -4,7 +4,7 @@ import pytest
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import Status
 
-from bridge.kube.status import is_conflict, is_not_found, is_too_many_requests
+from bridge.kube.apierrors import is_conflict, is_not_found, is_too_many_requests
 
 
 def _error(code: int) -> ApiError:

@@ -14,8 +14,8 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
-from bridge.kube.client import kube_client
-from bridge.kube.status import is_conflict
+from bridge.kube.apierrors import is_conflict
+from bridge.kube.connection import kube_client
 from slurmbridge_devkit.builders import PodBuilder
 
 TOKEN = "t0ken"

@@ -27,8 +27,8 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from bridge import keys
 from bridge.controllers.nodesync import NodeSync
 from bridge.jobs.request import JobRequest
-from bridge.kube.nodes import NodeCache
-from bridge.kube.pods import set_slurm_condition
+from bridge.kube.nodecache import NodeCache
+from bridge.kube.writes import set_slurm_condition
 from bridge.link.podcache import PodCache
 from bridge.placement.reasons import clock
 from bridge.slurm.errors import SlurmRejected

@@ -10,7 +10,7 @@ from bridge.controllers.lifecycle import Lifecycle
 from bridge.jobs.owner import PodOwner
 from bridge.link.podcache import PodCache
 from bridge.placement.index import JobIndex
-from bridge.placement.pods import PodRegistry
+from bridge.placement.registry import PodRegistry
 from bridge.slurm.convert import comment_for, slurm_job
 from bridge.slurm.types import Allocation, JobState
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder

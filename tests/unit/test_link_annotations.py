@@ -6,7 +6,7 @@ from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner
-from bridge.link.annotations import bound, holds, record_changes
+from bridge.link.bound import bound, holds, record_changes
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 

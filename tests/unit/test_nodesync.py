@@ -17,7 +17,7 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.controllers.nodesync import NodeSync, topology_labels
-from bridge.kube.nodes import NodeCache, node_view
+from bridge.kube.nodecache import NodeCache, node_view
 from bridge.link.podcache import PodCache
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube

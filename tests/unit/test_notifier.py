@@ -8,10 +8,10 @@ from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, PodOwner
-from bridge.link.owner import linked_pod
+from bridge.link.ownership import linked_pod
 from bridge.placement.notifier import NOTIFICATIONS_IN_FLIGHT, PodNotifier
-from bridge.placement.pods import PodRegistry
 from bridge.placement.reasons import clock
+from bridge.placement.registry import PodRegistry
 from bridge.slurm.types import JobState
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube

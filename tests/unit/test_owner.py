@@ -8,7 +8,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, PodOwner, owner_text, parse_owner
-from bridge.link.owner import LinkedPod, linked_pod, owner_key
+from bridge.link.ownership import LinkedPod, linked_pod, owner_key
 from bridge.link.records import group_claim_name
 from bridge.slurm.convert import comment_for, owner_from_comment
 from slurmbridge_devkit.builders import PodBuilder

@@ -9,12 +9,12 @@ from prometheus_client import REGISTRY
 
 from bridge import keys
 from bridge.jobs.request import JobRequest
-from bridge.kube.nodes import NodeCache
+from bridge.kube.nodecache import NodeCache
 from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
 from bridge.placement.outcomes import Outcome
 from bridge.placement.placer import Placer
-from bridge.placement.pods import PodRegistry
+from bridge.placement.registry import PodRegistry
 from bridge.slurm.errors import SlurmRejected, SlurmUnavailable
 from bridge.slurm.types import JobState
 from slurmbridge_devkit.builders import PodBuilder

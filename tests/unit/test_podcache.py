@@ -11,11 +11,11 @@ from lightkube.types import PatchType
 from bridge import keys
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.jobs.owner import PodOwner
-from bridge.link.owner import LinkedPod
+from bridge.link.ownership import LinkedPod
 from bridge.link.podcache import PodCache
 from bridge.link.views import view_of
 from bridge.placement.index import JobIndex
-from bridge.placement.pods import PodRegistry
+from bridge.placement.registry import PodRegistry
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm

@@ -55,7 +55,7 @@ from lightkube.types import PatchType
 from bridge import keys
 from bridge.binding.binder import BindError
 from bridge.controllers.lifecycle import Lifecycle
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner, PodOwner
 from bridge.link import claims as claims_module
 from bridge.placement.outcomes import Outcome, PlacementError

@@ -16,11 +16,11 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.jobs.owner import Owner, PodOwner
-from bridge.link.release import release_patch
+from bridge.link.gate import release_patch
 from bridge.placement.release import RELEASES_IN_FLIGHT
 from bridge.runtime import Bridge
 from bridge.slurm.types import JobState
-from extender.app import create_app
+from extender.protocol import create_app
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm, InFlight, bridge_over_fakes, intake_running

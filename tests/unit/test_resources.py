@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from lightkube.models.core_v1 import Pod
 
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.resources import PodResources, pod_resources
 
 GPU = "nvidia.com/gpu"

@@ -14,11 +14,11 @@ import httpx
 import pytest
 from lightkube.models.core_v1 import Pod
 
-from admission.app import create_app
+from admission.webhook import create_app
 from bridge import keys
 from bridge.config import AdmissionSettings, NamespacePolicy
-from bridge.jobs.annotations import SlurmOptions, slurm_options
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
+from bridge.jobs.options import SlurmOptions, slurm_options
 from bridge.jobs.request import SlurmPlacement
 from bridge.jobs.translate import job_request_for_pod
 from bridge.policy.check import SubmitRefused, for_submit, policy_refusal

@@ -16,12 +16,12 @@ from bridge import keys
 from bridge.config import SlurmSettings
 from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.jobs.request import JobRequest
-from bridge.kube.nodes import NodeCache
-from bridge.link.owner import owner_key
+from bridge.kube.nodecache import NodeCache
+from bridge.link.ownership import owner_key
 from bridge.placement.index import JobIndex
 from bridge.placement.placer import Placer
-from bridge.placement.pods import PodRegistry
 from bridge.placement.poller import Poller
+from bridge.placement.registry import PodRegistry
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob

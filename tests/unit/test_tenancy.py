@@ -9,7 +9,7 @@ import httpx
 import pytest
 from lightkube.models.core_v1 import Pod
 
-from admission.app import create_app
+from admission.webhook import create_app
 from bridge import keys
 from bridge.config import AdmissionSettings
 from bridge.jobs.translate import job_request_for_pod

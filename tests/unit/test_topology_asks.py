@@ -7,10 +7,10 @@ from typing import Any
 import httpx
 import pytest
 
-from admission.app import create_app
+from admission.webhook import create_app
 from bridge import keys
 from bridge.config import AdmissionSettings, NamespacePolicy
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.request import JobRequest, TopologyAsk
 from bridge.jobs.translate import job_request_for_pod
 from bridge.placement.reasons import explain

@@ -9,7 +9,7 @@ from lightkube.models.core_v1 import Pod, PodResourceClaim, PodSchedulingGate
 from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.names import MAX_JOB_NAME, placeholder_job_name
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge import keys
-from bridge.jobs.annotations import PodGroup, SlurmOptions, pod_group, slurm_options
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
+from bridge.jobs.options import PodGroup, SlurmOptions, pod_group, slurm_options
 from bridge.jobs.request import SlurmPlacement
 from bridge.jobs.timelimit import parse_time_limit
 

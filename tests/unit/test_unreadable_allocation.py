@@ -11,7 +11,7 @@ a reason to release, bind or evict."""
 
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
-from bridge.link import annotations
+from bridge.link.bound import bound, holds
 from bridge.placement.index import JobIndex
 from bridge.placement.notifier import describe
 from bridge.placement.poller import Poller
@@ -60,9 +60,9 @@ def test_an_unreadable_rereading_keeps_the_allocation_held_and_evicts_nobody() -
     index.record(JobBuilder(7).owner(owner).running().unreadable("bad gres").build())
     job = index.by_id(7)
     assert job is not None and job.allocation == held.allocation
-    bound = annotations.bound(7, owner, "node4", "3", "0")
+    recorded = bound(7, owner, "node4", "3", "0")
     never_read = JobBuilder(8, "k8s:ns/q").owner(owner).running().unreadable("bad gres").build()
-    assert annotations.holds(bound, never_read)  # unknown is no reason to evict
+    assert holds(recorded, never_read)  # unknown is no reason to evict
 
 
 async def test_an_unknown_allocation_is_read_again_each_poll_until_it_is_known() -> None:

@@ -27,11 +27,11 @@ from admission.owners import (
 from admission.pod import PodShape
 from admission.workloads import Membership, group_name, membership
 from bridge import keys
-from bridge.jobs.annotations import PodGroup, pod_group
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
+from bridge.jobs.options import PodGroup, pod_group
 from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.link.claims import member_slot
-from bridge.link.owner import tied_to
+from bridge.link.ownership import tied_to
 from bridge.slurm.types import JobState
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 

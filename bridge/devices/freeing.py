@@ -22,7 +22,7 @@ from lightkube.resources.resource_v1 import ResourceClaimStatus as ClaimStatus
 from lightkube.types import PatchType
 
 from bridge import keys
-from bridge.kube.status import is_not_found
+from bridge.kube.apierrors import is_not_found
 from bridge.ports import KubePort
 
 log = structlog.get_logger(__name__)

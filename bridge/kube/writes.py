@@ -1,4 +1,4 @@
-"""Pod writes: annotations, the Slurm condition, events and the Binding."""
+"""Pod writes: annotations, the Slurm condition, events, the Binding and the Eviction."""
 
 import re
 from collections.abc import Mapping
@@ -14,7 +14,7 @@ from lightkube.resources.core_v1 import Event, Pod
 from lightkube.types import PatchType
 
 from bridge import keys
-from bridge.kube.status import is_conflict
+from bridge.kube.apierrors import is_conflict
 from bridge.ports import KubePort
 
 log = structlog.get_logger(__name__)
@@ -115,6 +115,15 @@ async def bind(
         # client's decoder then complains.  Errors raised before decoding, so this is 2xx.
         pass
 
+
+
+async def evict(client: KubePort, namespace: str, name: str) -> None:
+    """Create the pod's Eviction: unlike a delete it honours PodDisruptionBudgets (HTTP 429
+    while one says not now) and the pod's terminationGracePeriodSeconds."""
+    await client.create(
+        Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace)),
+        name, namespace=namespace,
+    )
 
 def _camel(text: str) -> str:
     """A condition reason must be an identifier; Slurm's reason codes are (``Priority``)."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bridge.jobs.owner import Owner
-from bridge.link.owner import LinkedPod
+from bridge.link.ownership import LinkedPod
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ def cuda_visible_devices(gpu_ids: str, numbering: CudaNumbering) -> str:
 def record_changes(pod: Pod, job: SlurmJob) -> dict[str, str | None]:
     """The annotation changes that record ``job`` on the pod (empty: recorded already).
 
-    The job id replaces the submit claim; the owner is fixed from now on (owner.py)."""
+    The job id replaces the submit claim; the owner is fixed from now on (ownership.py)."""
     annotations = (pod.metadata and pod.metadata.annotations) or {}
     owner = owner_text(job.owner) if job.owner is not None else None
     recorded = {keys.JOB_ID: str(job.job_id), keys.OWNER: owner}

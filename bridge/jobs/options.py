@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from bridge import keys
 from bridge.jobs.aliases import resolve
-from bridge.jobs.errors import InvalidPodRequest
+from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.request import SlurmPlacement, TopologyAsk
 from bridge.jobs.timelimit import ACCEPTED as TIME_LIMIT_FORM
 from bridge.jobs.timelimit import SLURM_UINT32_MAX, parse_duration_seconds, parse_time_limit
