@@ -9,8 +9,8 @@
 #   (${SLURMBRIDGE_VENV:-.venv}): Debian's python3 refuses system-wide pip (PEP 668).
 # Safe to run again: the virtualenv is only re-synced when pyproject.toml changed.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-log() { echo "[install] $*" >&2; }
+source "$(dirname "${BASH_SOURCE[0]}")/prelude.sh" install
+cd "$repo"
 
 VENV="${SLURMBRIDGE_VENV:-$PWD/.venv}"
 PYTHON="${SLURMBRIDGE_PYTHON:-python3}"
@@ -28,6 +28,7 @@ if (( ${#need[@]} )); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# shellcheck source=go.sh
 source deploy/dev/go.sh
 log "$(go version)"
 

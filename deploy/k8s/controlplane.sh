@@ -19,10 +19,10 @@
 # SLURMBRIDGE_CP_INSTANCE=N (0-9) runs another control plane beside it: every port + 100*N,
 # state in $CACHE/k8s/run-N/ (tests/run.sh gives each e2e tier its own).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" k8s
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 K8S_VERSION="${K8S_VERSION:-1.37.2}"
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 BIN="$CACHE/k8s-$K8S_VERSION/bin"
 INSTANCE="${SLURMBRIDGE_CP_INSTANCE:-0}"
 [[ "$INSTANCE" =~ ^[0-9]$ ]] || { echo "[k8s] error: SLURMBRIDGE_CP_INSTANCE must be 0-9, not '$INSTANCE'" >&2; exit 2; }
@@ -58,9 +58,6 @@ esac
 # --node-monitor-grace-period (50 s), taint it node.kubernetes.io/unreachable
 # (NoSchedule: nothing schedules; NoExecute: taint-eviction deletes the pods).
 CONTROLLERS="*,-node-lifecycle-controller"
-
-log() { echo "[k8s] $*" >&2; }
-die() { echo "[k8s] error: $*" >&2; exit 1; }
 
 # --- processes ---------------------------------------------------------------
 

@@ -9,13 +9,10 @@
 #   cluster.sh exec VERSION CMD...   run an admin tool (squeue, scontrol, sbatch) in it
 # VERSION is 24.11 (Debian trixie) or 26.05 (Debian sid).  Both can run at once.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" slurm
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-
-log() { echo "[slurm] $*" >&2; }
-die() { echo "[slurm] error: $*" >&2; exit 1; }
 
 select_version() {
   VERSION="${1:-}"
