@@ -73,8 +73,7 @@ PY
 
 write_env() {
   mkdir -p "$RUN"
-  in_root scontrol token username=slurm lifespan="${SLURM_TOKEN_LIFESPAN:-604800}" \
-    | sed -n 's/^SLURM_JWT=//p' > "$RUN/token.tmp"
+  in_root /usr/local/sbin/slurmbridge-recipe token slurm "${SLURM_TOKEN_LIFESPAN:-604800}" > "$RUN/token.tmp"
   [[ -s "$RUN/token.tmp" ]] || die "scontrol token printed no token (see $ROOT/var/log/slurm/slurmctld.log)"
   mv "$RUN/token.tmp" "$RUN/token"
   cat > "$RUN/env" <<ENV

@@ -10,6 +10,8 @@
 #                                  database and register cluster NAME (before slurmctld)
 #   recipe.sh accounts             the account tree, users and QOS (once slurmctld runs:
 #                                  the gres/gpu TRES exists only after it registered)
+#   recipe.sh token USER LIFESPAN  print a JWT for USER (LIFESPAN seconds), nothing else
+#   recipe.sh write-token DIR USER LIFESPAN   that JWT into DIR/token (readable by all)
 # Node shape comes from NODES (default 4), CPUS (64), MEMORY_MB (262144), GPUS (8).
 # Each GPU is also SHARDS_PER_GPU (4) Slurm gres/shard on the same placeholder file, so pods and
 # native jobs can share one GPU (--gres=shard:N); a GPU is either whole or shared at one time.
@@ -252,6 +254,23 @@ SQL
   sam add cluster "$name"
 }
 
+# The JWT of Slurm user $1, valid $2 seconds, alone on stdout: every cluster's token is
+# minted here (cluster.sh's chroots, docker-entrypoint.sh's container, kind/slurmctld.sh's).
+token() {
+  scontrol token username="$1" lifespan="$2" | sed -n 's/^SLURM_JWT=//p'
+}
+
+# write_token DIR USER LIFESPAN: DIR/token replaced in one step (a reader never sees half of
+# one), readable by whoever mounts DIR (dev clusters); fails, keeping the old one, when
+# scontrol printed none.
+write_token() {
+  mkdir -p "$1"
+  token "$2" "$3" > "$1/token.tmp"
+  [ -s "$1/token.tmp" ] || return 1
+  chmod 0644 "$1/token.tmp"
+  mv "$1/token.tmp" "$1/token"
+}
+
 sam() {  # sacctmgr -i, where "it is already there" counts as done
   out="$(sacctmgr -i "$@" 2>&1)" && return 0
   case "$out" in *"Nothing new added"*|*"already exist"*|*"Nothing modified"*) return 0 ;; esac
@@ -282,6 +301,9 @@ case "${1:-}" in
   slurmdbd-conf) shift; slurmdbd_conf "$@" ;;
   accounting) shift; accounting "$@" ;;
   accounts) accounts ;;
-  *) echo "usage: recipe.sh install | configure NAME PORT_BASE | slurmdbd-conf PORT | accounting NAME | accounts" >&2
+  token) shift; token "$@" ;;
+  write-token) shift; write_token "$@" ;;
+  *) echo "usage: recipe.sh install | configure NAME PORT_BASE | slurmdbd-conf PORT | accounting NAME | accounts" \
+       "| token USER LIFESPAN | write-token DIR USER LIFESPAN" >&2
      exit 2 ;;
 esac
