@@ -2,8 +2,9 @@
 # Install what slurmbridge's tests and demo need on a Debian machine (as root) and print
 # the virtualenv's bin directory (callers put it first on PATH):
 #   export PATH="$(bash deploy/dev/install.sh):$PATH"
-# - Debian packages: debootstrap (Slurm chroots), openssl (certificates), curl, and
-#   python3-venv when Python cannot create a virtualenv (stock Debian 12);
+# - Debian packages: debootstrap (Slurm chroots), openssl (certificates), curl, shellcheck
+#   (the test command's lint), and python3-venv when Python cannot create a virtualenv
+#   (stock Debian 12);
 # - Go new enough for Kubernetes (deploy/dev/go.sh: Go's toolchain mechanism);
 # - the package with its test extras, editable, into a virtualenv
 #   (${SLURMBRIDGE_VENV:-.venv}): Debian's python3 refuses system-wide pip (PEP 668).
@@ -16,7 +17,7 @@ VENV="${SLURMBRIDGE_VENV:-$PWD/.venv}"
 PYTHON="${SLURMBRIDGE_PYTHON:-python3}"
 
 need=()
-for cmd in debootstrap:debootstrap openssl:openssl curl:curl "$PYTHON":python3; do
+for cmd in debootstrap:debootstrap openssl:openssl curl:curl shellcheck:shellcheck "$PYTHON":python3; do
   command -v "${cmd%%:*}" >/dev/null || need+=("${cmd##*:}")
 done
 if [[ ! -x "$VENV/bin/python" ]] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then

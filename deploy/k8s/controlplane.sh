@@ -35,7 +35,7 @@ ETCD_PEER_PORT="${SLURMBRIDGE_ETCD_PEER_PORT:-$((12380 + shift_))}"
 APISERVER_PORT="${SLURMBRIDGE_APISERVER_PORT:-$((16443 + shift_))}"
 SCHEDULER_PORT="${SLURMBRIDGE_SCHEDULER_PORT:-$((16459 + shift_))}"
 CONTROLLER_MANAGER_PORT="${SLURMBRIDGE_CONTROLLER_MANAGER_PORT:-$((16457 + shift_))}"
-EXTRA_PORTS=($(seq "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MIN:-$((16460 + shift_))}" "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MAX:-$((16479 + shift_))}"))
+mapfile -t EXTRA_PORTS < <(seq "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MIN:-$((16460 + shift_))}" "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MAX:-$((16479 + shift_))}")
 SERVER="https://127.0.0.1:$APISERVER_PORT"
 SERVICE_CIDR="10.96.0.0/12"
 ETCD_SUITE_VERSION=26.05   # the Slurm chroot (Debian sid) that carries etcd-server
@@ -377,9 +377,9 @@ cmd_up() {
   else
     ensure_etcd
     if ! { alive etcd && etcd_healthy; }; then start_etcd; stop kube-apiserver; fi
-    current kube-apiserver && apiserver_healthy || start_apiserver
-    current controller-manager && controller_manager_healthy || start_controller_manager
-    current scheduler-default && scheduler_healthy "$SCHEDULER_PORT" || start_default_scheduler
+    { current kube-apiserver && apiserver_healthy; } || start_apiserver
+    { current controller-manager && controller_manager_healthy; } || start_controller_manager
+    { current scheduler-default && scheduler_healthy "$SCHEDULER_PORT"; } || start_default_scheduler
     log "control plane up at $SERVER (kube-apiserver v$K8S_VERSION)"
   fi
   # Holder: the caller's PID, or "manual" for a person/CI script, which only `down` ends.

@@ -183,12 +183,12 @@ cmd_down() {
   select_version "$1"
   local pids; pids="$(chroot_pids)"
   if [[ -n "$pids" ]]; then
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086  # $pids: one PID per line, split into words on purpose
     kill $pids 2>/dev/null || true
     for _ in $(seq 1 20); do [[ -z "$(chroot_pids)" ]] && break; sleep 0.25; done
     pids="$(chroot_pids)"
-    # shellcheck disable=SC2086
-    [[ -n "$pids" ]] && kill -9 $pids 2>/dev/null || true
+    # shellcheck disable=SC2086  # as above
+    if [[ -n "$pids" ]]; then kill -9 $pids 2>/dev/null || true; fi
   fi
   for m in dev sys proc; do
     mountpoint -q "$ROOT/$m" 2>/dev/null && { umount "$ROOT/$m" 2>/dev/null || umount -l "$ROOT/$m"; }

@@ -52,15 +52,15 @@ node_gres() {  # node_gres NODE: the Gres= of one node: its GPUs (typed on $type
 gres_conf() {  # the GPU and shard devices of every node (placeholder files, one per GPU)
   dev=/var/lib/slurmbridge-gpu/gpu; last=$((gpus - 1))
   if [ -z "$typed" ]; then
-    echo "Name=gpu File=$dev[0-$last]"
-    [ "$shards" -eq 0 ] || echo "Name=shard Count=$shards File=$dev[0-$last]"
+    echo "Name=gpu File=${dev}[0-$last]"
+    [ "$shards" -eq 0 ] || echo "Name=shard Count=$shards File=${dev}[0-$last]"
     return
   fi
   half=$((gpus / 2)); plain="node[1-$((nodes - 1))]"
-  echo "NodeName=$plain Name=gpu File=$dev[0-$last]"
-  [ "$shards" -eq 0 ] || echo "NodeName=$plain Name=shard Count=$shards File=$dev[0-$last]"
-  echo "NodeName=$typed Name=gpu Type=1g.10gb File=$dev[0-$((half - 1))]"
-  echo "NodeName=$typed Name=gpu Type=3g.40gb File=$dev[$half-$last]"
+  echo "NodeName=$plain Name=gpu File=${dev}[0-$last]"
+  [ "$shards" -eq 0 ] || echo "NodeName=$plain Name=shard Count=$shards File=${dev}[0-$last]"
+  echo "NodeName=$typed Name=gpu Type=1g.10gb File=${dev}[0-$((half - 1))]"
+  echo "NodeName=$typed Name=gpu Type=3g.40gb File=${dev}[$half-$last]"
 }
 
 # Network topology, where Slurm has topology.yaml (25.05+; several topologies in one cluster):
