@@ -18,6 +18,45 @@
 # With 2+ nodes and 2+ GPUs, the last node's GPUs are MIG-style typed slices instead (no
 # shards): the first half Type=1g.10gb, the rest Type=3g.40gb (--gres=gpu:1g.10gb:N); an
 # untyped request (--gres=gpu:N) may still take them.
+#
+# Two writers of slurm.conf so far: `configure` here (cluster.sh's chroots, the docker
+# cluster) and deploy/kind/slurmctld.sh (kind's controller; its nodes are the kind workers).
+# What kind's differs in, as a first step to one writer ("-": not set, Slurm's default;
+# "why:" where the setup explains it, "why: ?" where nothing says whether it is meant):
+#   ClusterName            kind (here: NAME)                  why: its own accounting cluster
+#   SlurmctldHost          the container's host name          why: slurmd on other hosts
+#                          (here: localhost(127.0.0.1))
+#   SlurmctldPort          - (6817; here: BASE)               why: one cluster per network
+#   SlurmctldParameters    enable_configless (here: -)        why: the workers fetch the config
+#   SlurmdSpoolDir, SlurmdPidFile, SlurmdLogFile   one per host (here: per node, %n)
+#                                                             why: one slurmd per host there
+#   NodeName lines         the worker's name, no NodeHostname/NodeAddr/Port (here: nodeK on
+#                          127.0.0.1, Port BASE+10+K)         why: one slurmd per host there
+#   AccountingStoragePort  6819 (here: BASE+2)                why: ports as above
+#   node shape defaults    CPUS 8, MEMORY_MB 16384, GPUS 4 (here: 64, 262144, 8)
+#                                                             why: kind's workers are small
+#   gres.conf              NodeName=<workers> lines, and each external worker's
+#                          EXTERNAL_GPUS (here: one line for all nodes)
+#                                                             why: external GPU nodes
+#   NodeSet and partition `external`, MaxNodeCount   always, MaxNodeCount workers + external + 4
+#                          (here: on Slurm 25.11+ only, NODES + 8)   why: ? (kind: 26.05 only)
+#   topology               always: a leaf switch per worker, one block of all workers,
+#                          partitions tree/block on the workers with slurmd (here: on 25.05+
+#                          with an even node count, a leaf and a block of 2 per pair of
+#                          nodes, tree/block on all nodes)    why: ?
+#   typed GPUs             none (here: the last node's GPUs are 1g.10gb/3g.40gb slices, and
+#                          AccountingStorageTRES names them)  why: ?
+#   JobAcctGatherType      jobacct_gather/none (here: linux)  why: ?
+#   AccountingStorageEnforce   - (here: associations,limits,qos; kind never runs `accounts`:
+#                          no account tree, no QOS)           why: ?
+#   PriorityType, PriorityWeight*, PreemptType, PreemptMode   - (here: multifactor with QOS,
+#                          fair share and age weights; preempt/qos, CANCEL)   why: ?
+#   MaxJobCount            - (10000; here: 100000)            why: ?
+#   MetricsType            - (here: metrics/openmetrics when the plugin is there)   why: ?
+#   SlurmdTimeout          60 (here: -, 300)                  why: ?
+#   partition debug        none (here: MaxTime=60 on all nodes)   why: ?
+#   keys                   copied from /keys, shared with the workers (here: made when
+#                          missing)                           why: slurmd on other hosts
 set -eu
 
 install_packages() {
