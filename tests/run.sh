@@ -10,7 +10,7 @@
 # Leaves the clusters running for a faster next run unless SLURMBRIDGE_STOP=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repo="$PWD"
+# shellcheck source=../deploy/dev/stages.sh
 source deploy/dev/stages.sh
 
 # The virtualenv's python, ruff, mypy, lint-imports and slurmbridge from here on.
@@ -31,7 +31,8 @@ kueue_build() { after k8s-build; bash deploy/k8s/kueue.sh; }
 slurm_docker() { after engine; bash deploy/slurm/docker.sh up > "$docker_env"; }
 kind_build() { after engine kueue-build; bash deploy/kind/up.sh build; }
 k8s_136_build() { after kueue-build; K8S_VERSION=1.36.3 bash deploy/k8s/build.sh; }
-lint() { ruff check .; mypy; lint-imports; }
+# Lint: the Python (ruff, mypy, the layers) and every shell script (deploy/'s, this one, .ci/run).
+lint() { ruff check .; mypy; lint-imports; find deploy tests -name '*.sh' -exec shellcheck .ci/run {} +; }
 
 stage_start engine bash deploy/docker/engine.sh
 stage_start install-check install_check
@@ -77,7 +78,8 @@ tier_k8s_136() {
   local v="${versions%%,*}"
   after k8s-1.36-build "e2e-$v"
   export K8S_VERSION=1.36.3 SLURMBRIDGE_CP_INSTANCE=2 SLURMBRIDGE_TEST_SLURM_VERSIONS="$v"
-  export SLURMBRIDGE_TEST_SLURM_ONLY=1 PATH="$(bash deploy/k8s/build.sh bin):$PATH"
+  export SLURMBRIDGE_TEST_SLURM_ONLY=1
+  PATH="$(bash deploy/k8s/build.sh bin):$PATH"
   bash deploy/k8s/controlplane.sh up >/dev/null
   python -m pytest tests/e2e/test_gated.py \
     tests/e2e/test_workloads.py::test_workload_api_gang_pod_group_is_one_slurm_job_and_finishing_leaves_none \

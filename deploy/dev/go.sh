@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by every script that runs `go` (deploy/k8s/build.sh, deploy/kind/*.sh,
 # deploy/docker/compose.sh, deploy/dev/install.sh): makes `go` on PATH a toolchain new
 # enough for Kubernetes, through Go's own toolchain mechanism.
@@ -32,7 +33,7 @@ _go_setup() {
   [[ -x "$cache/bin/go" ]] && PATH="$cache/bin:$PATH"
   if ! command -v go >/dev/null; then
     _go_log "no Go: installing Debian's golang-go"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null \
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null; } \
       || { _go_log "error: could not install golang-go; install Go >= $GO_MIN"; return 1; }
   fi
   have="$(GOTOOLCHAIN=local go env GOVERSION)"; have="${have#go}"; have="${have%%[!0-9.]*}"
@@ -43,7 +44,7 @@ _go_setup() {
   else
     mod="golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.$(go env GOHOSTOS)-$(go env GOHOSTARCH)"
     _go_log "go $have knows no GOTOOLCHAIN: fetching $mod from the module proxy"
-    dir="$(cd / && GOFLAGS= go mod download -json "$mod" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')"
+    dir="$(cd / && GOFLAGS='' go mod download -json "$mod" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')"
     [[ -x "$dir/bin/go" || -f "$dir/bin/go" ]] || { _go_log "error: $mod: no bin/go in '$dir'"; return 1; }
     rm -rf "$cache.tmp"; mkdir -p "$(dirname "$cache")"
     cp -r "$dir" "$cache.tmp"; chmod -R u+w "$cache.tmp"

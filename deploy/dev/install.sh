@@ -2,21 +2,22 @@
 # Install what slurmbridge's tests and demo need on a Debian machine (as root) and print
 # the virtualenv's bin directory (callers put it first on PATH):
 #   export PATH="$(bash deploy/dev/install.sh):$PATH"
-# - Debian packages: debootstrap (Slurm chroots), openssl (certificates), curl, and
-#   python3-venv when Python cannot create a virtualenv (stock Debian 12);
+# - Debian packages: debootstrap (Slurm chroots), openssl (certificates), curl, shellcheck
+#   (the test command's lint), and python3-venv when Python cannot create a virtualenv
+#   (stock Debian 12);
 # - Go new enough for Kubernetes (deploy/dev/go.sh: Go's toolchain mechanism);
 # - the package with its test extras, editable, into a virtualenv
 #   (${SLURMBRIDGE_VENV:-.venv}): Debian's python3 refuses system-wide pip (PEP 668).
 # Safe to run again: the virtualenv is only re-synced when pyproject.toml changed.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-log() { echo "[install] $*" >&2; }
+source "$(dirname "${BASH_SOURCE[0]}")/prelude.sh" install
+cd "$repo"
 
 VENV="${SLURMBRIDGE_VENV:-$PWD/.venv}"
 PYTHON="${SLURMBRIDGE_PYTHON:-python3}"
 
 need=()
-for cmd in debootstrap:debootstrap openssl:openssl curl:curl "$PYTHON":python3; do
+for cmd in debootstrap:debootstrap openssl:openssl curl:curl shellcheck:shellcheck "$PYTHON":python3; do
   command -v "${cmd%%:*}" >/dev/null || need+=("${cmd##*:}")
 done
 if [[ ! -x "$VENV/bin/python" ]] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
@@ -28,6 +29,7 @@ if (( ${#need[@]} )); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# shellcheck source=go.sh
 source deploy/dev/go.sh
 log "$(go version)"
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by tests/run.sh: named stages that run side by side.  Each stage is a command (or
 # shell function) run in the background with its output in $STAGE_LOGS/NAME.log; when it
 # ends, one line says how long it took.  A stage that fails stops every other stage and the
@@ -20,6 +21,7 @@ stage_start() {
   STAGE_T0[$name]=$SECONDS
   (
     set +m
+    # shellcheck disable=SC2030  # the stage's own subshell: what `after` reads inside it
     STAGE_CURRENT=$name
     trap ': > "$STAGE_LOGS/'"$name"'.failed"' EXIT   # unless it gets to the end
     "$@"
@@ -78,5 +80,6 @@ after() {
       sleep 1
     done
   done
+  # shellcheck disable=SC2031  # `after` runs inside the stage's subshell, which set it
   echo "$((SECONDS - t0))" > "$STAGE_LOGS/$STAGE_CURRENT.waited"
 }

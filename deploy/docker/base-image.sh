@@ -8,14 +8,13 @@
 # The rootfs trusts the host's extra CA certificates (/usr/local/share/ca-certificates),
 # so package installs inside builds work behind the same TLS proxy as the host.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" base-image
 
 SUITE="${1:-sid}"
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 IMAGE="slurmbridge/debian:$SUITE"
 dir="$CACHE/images"
 tarball="$dir/debian-$SUITE.tar"
-log() { echo "[base-image] $*" >&2; }
 
 # The recipe's fingerprint: change what goes into the rootfs and the image is rebuilt.
 stamp="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)"

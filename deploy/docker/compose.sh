@@ -7,19 +7,18 @@
 #   deploy/docker/compose.sh          ensure the plugin
 # Compose negotiates the engine's API version (Debian's docker.io 20.10 speaks 1.41).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" compose
 
 VERSION="${SLURMBRIDGE_COMPOSE_VERSION:-v2.40.3}"
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 PLUGINS=/usr/local/lib/docker/cli-plugins
 bin="$CACHE/compose/$VERSION/docker-compose"
 source "$(dirname "${BASH_SOURCE[0]}")/../dev/go.sh"   # Go new enough for Kubernetes
 export CGO_ENABLED=0
-log() { echo "[compose] $*" >&2; }
 
 docker compose version >/dev/null 2>&1 && exit 0
 
 if [[ ! -x "$bin" ]]; then
-  command -v go >/dev/null || { log "error: Go is missing (deploy/dev/install.sh installs it)"; exit 1; }
+  command -v go >/dev/null || die "Go is missing (deploy/dev/install.sh installs it)"
   log "building docker compose $VERSION from its Go module (first run only, a few minutes)"
   src="$(go mod download -json "github.com/docker/compose/v2@$VERSION" \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
@@ -33,4 +32,4 @@ if [[ ! -x "$bin" ]]; then
   mv "$bin.tmp" "$bin"
 fi
 install -D -m 0755 "$bin" "$PLUGINS/docker-compose"
-docker compose version >/dev/null || { log "error: $PLUGINS/docker-compose does not run"; exit 1; }
+docker compose version >/dev/null || die "$PLUGINS/docker-compose does not run"

@@ -5,10 +5,9 @@
 #   deploy/docker/engine.sh          ensure the engine
 #   deploy/docker/engine.sh stop     stop a dockerd this script started
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" docker
 
 RUN_DIR="${SLURMBRIDGE_DOCKER_RUN:-/run/slurmbridge-docker}"
-log() { echo "[docker] $*" >&2; }
-die() { echo "[docker] error: $*" >&2; exit 1; }
 
 answers() { docker info >/dev/null 2>&1; }
 

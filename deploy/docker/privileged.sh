@@ -7,6 +7,7 @@
 # dockerd with SIGHUP: running containers are untouched.  Does nothing on a host whose
 # bounding set is full, or when a privileged container already starts.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" docker
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # The image the check runs (no registry here: a local one, built when missing).
@@ -14,7 +15,6 @@ BASE="${1:-$(bash "$here/base-image.sh" trixie)}"
 NAME=slurmbridge-runc
 SHIM=/usr/local/libexec/slurmbridge/runc-capfilter
 CONF=/etc/docker/daemon.json
-log() { echo "[docker] $*" >&2; }
 
 privileged_ok() { docker run --rm --privileged --entrypoint true "$BASE" >/dev/null 2>&1; }
 
@@ -30,10 +30,10 @@ data["default-runtime"] = name
 os.makedirs(os.path.dirname(conf), exist_ok=True)
 json.dump(data, open(conf, "w"), indent=2)
 PY
-pid="$(pgrep -xo dockerd)" || { log "error: no dockerd running"; exit 1; }
+pid="$(pgrep -xo dockerd)" || die "no dockerd running"
 kill -HUP "$pid"
 for _ in $(seq 1 20); do
   docker info --format '{{.DefaultRuntime}}' 2>/dev/null | grep -qx "$NAME" && break; sleep 0.5
 done
-privileged_ok || { log "error: privileged containers still fail with $NAME (see $CONF)"; exit 1; }
+privileged_ok || die "privileged containers still fail with $NAME (see $CONF)"
 log "privileged containers work ($NAME is the default runtime)"

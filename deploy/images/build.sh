@@ -6,11 +6,10 @@
 # installs (the classic builder ignores bridge.Dockerfile.dockerignore).  pip fetches the
 # dependencies from PyPI during the build.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" images
 
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 IMAGE="${1:-${SLURMBRIDGE_IMAGE:-slurmbridge:dev}}"
 PYBASE=slurmbridge/python:trixie
-log() { echo "[images] $*" >&2; }
 
 bash "$repo/deploy/docker/engine.sh"
 debian="$(bash "$repo/deploy/docker/base-image.sh" trixie)"

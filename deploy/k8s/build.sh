@@ -7,10 +7,10 @@
 # (deploy/kind/node-image.sh builds the kind node's set this way).  Callers may run at once:
 # one build per version at a time (a lock), each finding what the other built.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" k8s-build
 
 K8S_VERSION="${K8S_VERSION:-1.37.2}"
 HELM_VERSION="${HELM_VERSION:-3.22.0}"
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 BIN="$CACHE/k8s-$K8S_VERSION/bin"
 HELM_BIN="$CACHE/helm-$HELM_VERSION/bin"
 read -r -a K8S_TOOLS <<< "${K8S_TOOLS:-kube-apiserver kube-controller-manager kube-scheduler kubectl}"
@@ -20,8 +20,6 @@ ALL_TOOLS=(kube-apiserver kube-scheduler kubectl kube-controller-manager kube-pr
 export GOFLAGS="${GOFLAGS:--mod=mod}" CGO_ENABLED=0
 [[ "${1:-}" == bin ]] && { echo "$BIN"; exit 0; }
 source "$(dirname "${BASH_SOURCE[0]}")/../dev/go.sh"   # Go new enough for Kubernetes
-
-log() { echo "[k8s-build] $*" >&2; }
 
 missing_tools() {
   local t

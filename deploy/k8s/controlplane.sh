@@ -19,10 +19,10 @@
 # SLURMBRIDGE_CP_INSTANCE=N (0-9) runs another control plane beside it: every port + 100*N,
 # state in $CACHE/k8s/run-N/ (tests/run.sh gives each e2e tier its own).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" k8s
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 K8S_VERSION="${K8S_VERSION:-1.37.2}"
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 BIN="$CACHE/k8s-$K8S_VERSION/bin"
 INSTANCE="${SLURMBRIDGE_CP_INSTANCE:-0}"
 [[ "$INSTANCE" =~ ^[0-9]$ ]] || { echo "[k8s] error: SLURMBRIDGE_CP_INSTANCE must be 0-9, not '$INSTANCE'" >&2; exit 2; }
@@ -35,7 +35,7 @@ ETCD_PEER_PORT="${SLURMBRIDGE_ETCD_PEER_PORT:-$((12380 + shift_))}"
 APISERVER_PORT="${SLURMBRIDGE_APISERVER_PORT:-$((16443 + shift_))}"
 SCHEDULER_PORT="${SLURMBRIDGE_SCHEDULER_PORT:-$((16459 + shift_))}"
 CONTROLLER_MANAGER_PORT="${SLURMBRIDGE_CONTROLLER_MANAGER_PORT:-$((16457 + shift_))}"
-EXTRA_PORTS=($(seq "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MIN:-$((16460 + shift_))}" "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MAX:-$((16479 + shift_))}"))
+mapfile -t EXTRA_PORTS < <(seq "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MIN:-$((16460 + shift_))}" "${SLURMBRIDGE_EXTRA_SCHEDULER_PORT_MAX:-$((16479 + shift_))}")
 SERVER="https://127.0.0.1:$APISERVER_PORT"
 SERVICE_CIDR="10.96.0.0/12"
 ETCD_SUITE_VERSION=26.05   # the Slurm chroot (Debian sid) that carries etcd-server
@@ -58,9 +58,6 @@ esac
 # --node-monitor-grace-period (50 s), taint it node.kubernetes.io/unreachable
 # (NoSchedule: nothing schedules; NoExecute: taint-eviction deletes the pods).
 CONTROLLERS="*,-node-lifecycle-controller"
-
-log() { echo "[k8s] $*" >&2; }
-die() { echo "[k8s] error: $*" >&2; exit 1; }
 
 # --- processes ---------------------------------------------------------------
 
@@ -380,9 +377,9 @@ cmd_up() {
   else
     ensure_etcd
     if ! { alive etcd && etcd_healthy; }; then start_etcd; stop kube-apiserver; fi
-    current kube-apiserver && apiserver_healthy || start_apiserver
-    current controller-manager && controller_manager_healthy || start_controller_manager
-    current scheduler-default && scheduler_healthy "$SCHEDULER_PORT" || start_default_scheduler
+    { current kube-apiserver && apiserver_healthy; } || start_apiserver
+    { current controller-manager && controller_manager_healthy; } || start_controller_manager
+    { current scheduler-default && scheduler_healthy "$SCHEDULER_PORT"; } || start_default_scheduler
     log "control plane up at $SERVER (kube-apiserver v$K8S_VERSION)"
   fi
   # Holder: the caller's PID, or "manual" for a person/CI script, which only `down` ends.

@@ -4,14 +4,12 @@
 # holding bin/kueue and crds/.  (~10 min the first time on 2 cores.)
 #   KUEUE_VERSION=0.17.0 kueue.sh
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" kueue-build
 
 KUEUE_VERSION="${KUEUE_VERSION:-0.17.0}"
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 DIR="$CACHE/kueue-v$KUEUE_VERSION"
 export GOFLAGS="${GOFLAGS:--mod=mod}" CGO_ENABLED=0
 source "$(dirname "${BASH_SOURCE[0]}")/../dev/go.sh"   # Go new enough for Kueue
-
-log() { echo "[kueue-build] $*" >&2; }
 
 if [[ ! -x "$DIR/bin/kueue" || ! -d "$DIR/crds" ]]; then
   mkdir -p "$DIR/bin"

@@ -5,15 +5,15 @@
 # v0.33.0: the newest served here; it writes kubeadm's v1beta4 config for Kubernetes 1.36.
 # It only warns about cgroup v1 hosts (this one): its node entrypoint still handles them.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" kind
 
 KIND_VERSION="${KIND_VERSION:-v0.33.0}"
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 BIN="$CACHE/kind-$KIND_VERSION/bin"
 source "$(dirname "${BASH_SOURCE[0]}")/../dev/go.sh"   # Go new enough for Kubernetes
 export CGO_ENABLED=0
 
 if [[ ! -x "$BIN/kind" ]]; then
-  echo "[kind] building kind $KIND_VERSION from its Go module" >&2
+  log "building kind $KIND_VERSION from its Go module"
   mkdir -p "$BIN"
   GOBIN="$BIN" nice go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kind@$KIND_VERSION"
 fi

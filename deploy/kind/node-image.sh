@@ -19,20 +19,17 @@
 # node-image` does.  Cached: Go builds under the cache folder, the image in the engine,
 # stamped with this recipe's files (a change rebuilds; the Docker layer cache keeps it quick).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" node-image
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
 K8S_VERSION="${KIND_K8S_VERSION:-1.37.2}"
 KUBELET_VERSION="${KIND_KUBELET_VERSION:-1.36.3}"
 KIND_VERSION="${KIND_VERSION:-v0.33.0}"
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 IMAGE="${KIND_NODE_IMAGE:-slurmbridge/kind-node:v$K8S_VERSION-kubelet-v$KUBELET_VERSION}"
 work="$CACHE/kind/node-$K8S_VERSION"
 tools="$CACHE/kind/tools"
 source "$(dirname "${BASH_SOURCE[0]}")/../dev/go.sh"   # Go new enough for Kubernetes
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--mod=mod}"
-log() { echo "[node-image] $*" >&2; }
-die() { echo "[node-image] error: $*" >&2; exit 1; }
 
 stamp="$( (echo "$K8S_VERSION $KUBELET_VERSION $KIND_VERSION"; cd "$here" && find node images node-image.sh -type f | sort | xargs sha256sum) \
   | sha256sum | cut -c1-12)"

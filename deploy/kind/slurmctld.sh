@@ -24,6 +24,7 @@ external="${EXTERNAL_NODES:-}"; external_gpus="${EXTERNAL_GPUS:-2}"
 recipe=/usr/local/sbin/slurmbridge-recipe
 dbd_port=6819
 token_dir=/var/lib/slurmbridge
+token_lifespan="${TOKEN_LIFESPAN:-604800}"
 log() { echo "[kind-slurm] $*" >&2; }
 
 configure() {
@@ -102,14 +103,9 @@ topology() {  # flat by default; tree: a leaf switch per worker under one spine;
   printf -- '    blocks:\n      - block: b1\n        nodes: %s\n' "$(tr ' ' ',' <<< "$SLURM_NODES")"
 }
 
-mint() { scontrol token username=slurm lifespan="${TOKEN_LIFESPAN:-604800}" | sed -n 's/^SLURM_JWT=//p'; }
-
-write_token() {
-  mkdir -p "$token_dir"
-  mint > "$token_dir/token.tmp"
-  [[ -s "$token_dir/token.tmp" ]] || { log "scontrol token printed nothing"; return 1; }
-  chmod 0644 "$token_dir/token.tmp"
-  mv "$token_dir/token.tmp" "$token_dir/token"
+write_token() {  # the JWT of user slurm, minted by the recipe
+  "$recipe" write-token "$token_dir" slurm "$token_lifespan" \
+    || { log "scontrol token printed nothing"; return 1; }
 }
 
 run() {
@@ -138,6 +134,6 @@ run() {
 
 case "${1:-run}" in
   run) run ;;
-  token) mint ;;
+  token) "$recipe" token slurm "$token_lifespan" ;;
   *) exec "$@" ;;
 esac

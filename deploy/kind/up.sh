@@ -20,9 +20,9 @@
 # own RBAC; the second kube-scheduler, the extender and the webhook as pods) → demo pods next to
 # a native sbatch job → the pod ↔ job table.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" kind
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
 CLUSTER="${KIND_CLUSTER:-slurmbridge}"
 K8S_VERSION="${KIND_K8S_VERSION:-1.37.2}"   # the control plane's; kubelets: node-image.sh
 HELM_VERSION="${HELM_VERSION:-3.22.0}"
@@ -32,14 +32,12 @@ IMAGE="${SLURMBRIDGE_IMAGE:-slurmbridge:dev}"
 CHART="${SLURMBRIDGE_KIND_CHART:-$repo/deploy/helm/slurmbridge}"
 DEMO_NS="${SLURMBRIDGE_DEMO_NAMESPACE:-slurm-demo}"
 REST_PORT="${KIND_SLURM_REST_PORT:-6850}"   # slurmrestd on 127.0.0.1, clear of the chroot clusters' ports
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 STATE="$CACHE/kind/$CLUSTER"
 KUBECONFIG="${KIND_KUBECONFIG:-$STATE/kubeconfig}"
 SLURM="$CLUSTER-slurm"                        # the Slurm controller container
 SLURM_IMAGE=slurmbridge/slurm-dev:sid          # deploy/slurm/Dockerfile (slurmctld, slurmrestd, JWT)
 export KUBECONFIG
-log() { echo "[kind] $(date +%T) $*" >&2; }
-die() { echo "[kind] error: $*" >&2; exit 1; }
+log() { echo "[kind] $(date +%T) $*" >&2; }   # the prelude's, with the time: steps take minutes
 
 tools() {
   local kind_bin k8s_bin

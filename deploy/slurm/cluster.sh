@@ -9,13 +9,10 @@
 #   cluster.sh exec VERSION CMD...   run an admin tool (squeue, scontrol, sbatch) in it
 # VERSION is 24.11 (Debian trixie) or 26.05 (Debian sid).  Both can run at once.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" slurm
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-
-log() { echo "[slurm] $*" >&2; }
-die() { echo "[slurm] error: $*" >&2; exit 1; }
 
 select_version() {
   VERSION="${1:-}"
@@ -76,8 +73,7 @@ PY
 
 write_env() {
   mkdir -p "$RUN"
-  in_root scontrol token username=slurm lifespan="${SLURM_TOKEN_LIFESPAN:-604800}" \
-    | sed -n 's/^SLURM_JWT=//p' > "$RUN/token.tmp"
+  in_root /usr/local/sbin/slurmbridge-recipe token slurm "${SLURM_TOKEN_LIFESPAN:-604800}" > "$RUN/token.tmp"
   [[ -s "$RUN/token.tmp" ]] || die "scontrol token printed no token (see $ROOT/var/log/slurm/slurmctld.log)"
   mv "$RUN/token.tmp" "$RUN/token"
   cat > "$RUN/env" <<ENV
@@ -187,12 +183,12 @@ cmd_down() {
   select_version "$1"
   local pids; pids="$(chroot_pids)"
   if [[ -n "$pids" ]]; then
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086  # $pids: one PID per line, split into words on purpose
     kill $pids 2>/dev/null || true
     for _ in $(seq 1 20); do [[ -z "$(chroot_pids)" ]] && break; sleep 0.25; done
     pids="$(chroot_pids)"
-    # shellcheck disable=SC2086
-    [[ -n "$pids" ]] && kill -9 $pids 2>/dev/null || true
+    # shellcheck disable=SC2086  # as above
+    if [[ -n "$pids" ]]; then kill -9 $pids 2>/dev/null || true; fi
   fi
   for m in dev sys proc; do
     mountpoint -q "$ROOT/$m" 2>/dev/null && { umount "$ROOT/$m" 2>/dev/null || umount -l "$ROOT/$m"; }

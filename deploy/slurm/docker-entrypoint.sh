@@ -6,14 +6,14 @@
 #                TOKEN_REFRESH seconds, stop the daemons on SIGTERM
 #   healthcheck  slurmrestd answers, every node is idle (or allocated), the token is written
 #   token        print a fresh JWT (lifespan TOKEN_LIFESPAN) for TOKEN_USER
+# Tokens are minted by slurmbridge-recipe (recipe.sh token, write-token).
 # Daemons start as cluster.sh starts them in its chroot; only the listen address differs.
 set -euo pipefail
 
 base="${PORT_BASE:-6819}"; nodes="${NODES:-4}"; rest_port=$((base + 1))
 token_dir="${TOKEN_DIR:-/var/lib/slurmbridge}"
+token_user="${TOKEN_USER:-slurm}"; token_lifespan="${TOKEN_LIFESPAN:-604800}"
 log() { echo "[slurm-docker] $*" >&2; }
-
-mint() { scontrol token username="${TOKEN_USER:-slurm}" lifespan="${TOKEN_LIFESPAN:-604800}" | sed -n 's/^SLURM_JWT=//p'; }
 
 rest_up() { (exec 3<>"/dev/tcp/127.0.0.1/$rest_port") 2>/dev/null; }
 
@@ -21,12 +21,9 @@ nodes_ready() {  # every node idle, mixed or allocated: registered and usable
   [[ "$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 ~ /^(idle|mix|alloc)/ {n++} END {print n+0}')" -ge "$nodes" ]]
 }
 
-write_token() {
-  mkdir -p "$token_dir"
-  mint > "$token_dir/token.tmp"
-  [[ -s "$token_dir/token.tmp" ]] || { log "scontrol token printed nothing"; return 1; }
-  chmod 0644 "$token_dir/token.tmp"   # a dev cluster: readable by whoever mounts it
-  mv "$token_dir/token.tmp" "$token_dir/token"
+write_token() {  # a dev cluster: readable by whoever mounts $token_dir
+  slurmbridge-recipe write-token "$token_dir" "$token_user" "$token_lifespan" \
+    || { log "scontrol token printed nothing"; return 1; }
 }
 
 run() {
@@ -60,7 +57,7 @@ run() {
   nodes_ready || { log "nodes not ready: $(sinfo -h -N -o '%N %t %E')"; tail -n 20 /var/log/slurm/slurmctld.log >&2; exit 1; }
   slurmbridge-recipe accounts   # the account tree, users and QOS (docs: deploy/slurm/recipe.sh)
   write_token
-  log "Slurm $(sinfo -V) is up: REST http://0.0.0.0:$rest_port, token $token_dir/token (user ${TOKEN_USER:-slurm})"
+  log "Slurm $(sinfo -V) is up: REST http://0.0.0.0:$rest_port, token $token_dir/token (user $token_user)"
 
   # Keep the token fresh; exit (and let the container restart) if slurmctld dies.
   local since=0
@@ -76,6 +73,6 @@ run() {
 case "${1:-run}" in
   run) run ;;
   healthcheck) rest_up && nodes_ready && [[ -s "$token_dir/token" ]] ;;
-  token) mint ;;
+  token) slurmbridge-recipe token "$token_user" "$token_lifespan" ;;
   *) exec "$@" ;;
 esac

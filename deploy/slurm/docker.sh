@@ -9,15 +9,12 @@
 # Runs beside the chroot clusters of cluster.sh: the container has its own network and
 # publishes only slurmrestd, on 127.0.0.1:${SLURMBRIDGE_DOCKER_REST_PORT:-6820}.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../dev/prelude.sh" slurm-docker
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
-CACHE="${SLURMBRIDGE_CACHE:-$HOME/.cache/slurmbridge}"
 export SLURMBRIDGE_DOCKER_TOKEN_DIR="${SLURMBRIDGE_DOCKER_TOKEN_DIR:-/tmp/slurmbridge-docker}"
 export SLURMBRIDGE_DOCKER_REST_PORT="${SLURMBRIDGE_DOCKER_REST_PORT:-6820}"
 compose=(docker compose -f "$here/compose.yaml")
-log() { echo "[slurm-docker] $*" >&2; }
-die() { echo "[slurm-docker] error: $*" >&2; exit 1; }
 
 cmd_up() {
   bash "$repo/deploy/docker/engine.sh"

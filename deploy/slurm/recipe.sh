@@ -10,12 +10,53 @@
 #                                  database and register cluster NAME (before slurmctld)
 #   recipe.sh accounts             the account tree, users and QOS (once slurmctld runs:
 #                                  the gres/gpu TRES exists only after it registered)
+#   recipe.sh token USER LIFESPAN  print a JWT for USER (LIFESPAN seconds), nothing else
+#   recipe.sh write-token DIR USER LIFESPAN   that JWT into DIR/token (readable by all)
 # Node shape comes from NODES (default 4), CPUS (64), MEMORY_MB (262144), GPUS (8).
 # Each GPU is also SHARDS_PER_GPU (4) Slurm gres/shard on the same placeholder file, so pods and
 # native jobs can share one GPU (--gres=shard:N); a GPU is either whole or shared at one time.
 # With 2+ nodes and 2+ GPUs, the last node's GPUs are MIG-style typed slices instead (no
 # shards): the first half Type=1g.10gb, the rest Type=3g.40gb (--gres=gpu:1g.10gb:N); an
 # untyped request (--gres=gpu:N) may still take them.
+#
+# Two writers of slurm.conf so far: `configure` here (cluster.sh's chroots, the docker
+# cluster) and deploy/kind/slurmctld.sh (kind's controller; its nodes are the kind workers).
+# What kind's differs in, as a first step to one writer ("-": not set, Slurm's default;
+# "why:" where the setup explains it, "why: ?" where nothing says whether it is meant):
+#   ClusterName            kind (here: NAME)                  why: its own accounting cluster
+#   SlurmctldHost          the container's host name          why: slurmd on other hosts
+#                          (here: localhost(127.0.0.1))
+#   SlurmctldPort          - (6817; here: BASE)               why: one cluster per network
+#   SlurmctldParameters    enable_configless (here: -)        why: the workers fetch the config
+#   SlurmdSpoolDir, SlurmdPidFile, SlurmdLogFile   one per host (here: per node, %n)
+#                                                             why: one slurmd per host there
+#   NodeName lines         the worker's name, no NodeHostname/NodeAddr/Port (here: nodeK on
+#                          127.0.0.1, Port BASE+10+K)         why: one slurmd per host there
+#   AccountingStoragePort  6819 (here: BASE+2)                why: ports as above
+#   node shape defaults    CPUS 8, MEMORY_MB 16384, GPUS 4 (here: 64, 262144, 8)
+#                                                             why: kind's workers are small
+#   gres.conf              NodeName=<workers> lines, and each external worker's
+#                          EXTERNAL_GPUS (here: one line for all nodes)
+#                                                             why: external GPU nodes
+#   NodeSet and partition `external`, MaxNodeCount   always, MaxNodeCount workers + external + 4
+#                          (here: on Slurm 25.11+ only, NODES + 8)   why: ? (kind: 26.05 only)
+#   topology               always: a leaf switch per worker, one block of all workers,
+#                          partitions tree/block on the workers with slurmd (here: on 25.05+
+#                          with an even node count, a leaf and a block of 2 per pair of
+#                          nodes, tree/block on all nodes)    why: ?
+#   typed GPUs             none (here: the last node's GPUs are 1g.10gb/3g.40gb slices, and
+#                          AccountingStorageTRES names them)  why: ?
+#   JobAcctGatherType      jobacct_gather/none (here: linux)  why: ?
+#   AccountingStorageEnforce   - (here: associations,limits,qos; kind never runs `accounts`:
+#                          no account tree, no QOS)           why: ?
+#   PriorityType, PriorityWeight*, PreemptType, PreemptMode   - (here: multifactor with QOS,
+#                          fair share and age weights; preempt/qos, CANCEL)   why: ?
+#   MaxJobCount            - (10000; here: 100000)            why: ?
+#   MetricsType            - (here: metrics/openmetrics when the plugin is there)   why: ?
+#   SlurmdTimeout          60 (here: -, 300)                  why: ?
+#   partition debug        none (here: MaxTime=60 on all nodes)   why: ?
+#   keys                   copied from /keys, shared with the workers (here: made when
+#                          missing)                           why: slurmd on other hosts
 set -eu
 
 install_packages() {
@@ -50,15 +91,15 @@ node_gres() {  # node_gres NODE: the Gres= of one node: its GPUs (typed on $type
 gres_conf() {  # the GPU and shard devices of every node (placeholder files, one per GPU)
   dev=/var/lib/slurmbridge-gpu/gpu; last=$((gpus - 1))
   if [ -z "$typed" ]; then
-    echo "Name=gpu File=$dev[0-$last]"
-    [ "$shards" -eq 0 ] || echo "Name=shard Count=$shards File=$dev[0-$last]"
+    echo "Name=gpu File=${dev}[0-$last]"
+    [ "$shards" -eq 0 ] || echo "Name=shard Count=$shards File=${dev}[0-$last]"
     return
   fi
   half=$((gpus / 2)); plain="node[1-$((nodes - 1))]"
-  echo "NodeName=$plain Name=gpu File=$dev[0-$last]"
-  [ "$shards" -eq 0 ] || echo "NodeName=$plain Name=shard Count=$shards File=$dev[0-$last]"
-  echo "NodeName=$typed Name=gpu Type=1g.10gb File=$dev[0-$((half - 1))]"
-  echo "NodeName=$typed Name=gpu Type=3g.40gb File=$dev[$half-$last]"
+  echo "NodeName=$plain Name=gpu File=${dev}[0-$last]"
+  [ "$shards" -eq 0 ] || echo "NodeName=$plain Name=shard Count=$shards File=${dev}[0-$last]"
+  echo "NodeName=$typed Name=gpu Type=1g.10gb File=${dev}[0-$((half - 1))]"
+  echo "NodeName=$typed Name=gpu Type=3g.40gb File=${dev}[$half-$last]"
 }
 
 # Network topology, where Slurm has topology.yaml (25.05+; several topologies in one cluster):
@@ -252,6 +293,23 @@ SQL
   sam add cluster "$name"
 }
 
+# The JWT of Slurm user $1, valid $2 seconds, alone on stdout: every cluster's token is
+# minted here (cluster.sh's chroots, docker-entrypoint.sh's container, kind/slurmctld.sh's).
+token() {
+  scontrol token username="$1" lifespan="$2" | sed -n 's/^SLURM_JWT=//p'
+}
+
+# write_token DIR USER LIFESPAN: DIR/token replaced in one step (a reader never sees half of
+# one), readable by whoever mounts DIR (dev clusters); fails, keeping the old one, when
+# scontrol printed none.
+write_token() {
+  mkdir -p "$1"
+  token "$2" "$3" > "$1/token.tmp"
+  [ -s "$1/token.tmp" ] || return 1
+  chmod 0644 "$1/token.tmp"
+  mv "$1/token.tmp" "$1/token"
+}
+
 sam() {  # sacctmgr -i, where "it is already there" counts as done
   out="$(sacctmgr -i "$@" 2>&1)" && return 0
   case "$out" in *"Nothing new added"*|*"already exist"*|*"Nothing modified"*) return 0 ;; esac
@@ -282,6 +340,9 @@ case "${1:-}" in
   slurmdbd-conf) shift; slurmdbd_conf "$@" ;;
   accounting) shift; accounting "$@" ;;
   accounts) accounts ;;
-  *) echo "usage: recipe.sh install | configure NAME PORT_BASE | slurmdbd-conf PORT | accounting NAME | accounts" >&2
+  token) shift; token "$@" ;;
+  write-token) shift; write_token "$@" ;;
+  *) echo "usage: recipe.sh install | configure NAME PORT_BASE | slurmdbd-conf PORT | accounting NAME | accounts" \
+       "| token USER LIFESPAN | write-token DIR USER LIFESPAN" >&2
      exit 2 ;;
 esac
