@@ -8,6 +8,7 @@ from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
 from bridge.controllers.lifecycle import Lifecycle
+from bridge.controllers.poller import Poller
 from bridge.doctor import Check, _tenant_check
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
@@ -18,7 +19,6 @@ from bridge.placement.index import JobIndex
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer
-from bridge.placement.poller import Poller
 from bridge.placement.reasons import explain, refusal, waiting_message
 from bridge.placement.registry import PodRegistry
 from bridge.placement.submit import SubmitHooks
