@@ -39,9 +39,9 @@ import httpx
 
 from benchmarks import live
 from benchmarks.common import Figure, Outcome, at_most, fmt
+from bridge.controllers.poller import Poller
 from bridge.jobs.owner import PodOwner
 from bridge.placement.index import JobIndex
-from bridge.placement.poller import Poller
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState, SlurmJob
 from bridge.slurm.wire.base import Envelope, JobStatesResponse

@@ -1,4 +1,5 @@
-"""The running bridge: wires the parts around the Slurm and Kubernetes ports, runs their loops."""
+"""The running bridge: wires the parts around the Slurm and Kubernetes ports, starts their loops
+(each in bridge/controllers/)."""
 
 import asyncio
 import contextlib
@@ -6,13 +7,17 @@ import contextlib
 import structlog
 from lightkube.models.core_v1 import Pod as PodModel
 
-from bridge import keys, metrics
+from bridge import keys
 from bridge.binding.binder import Binder
 from bridge.config import Settings
 from bridge.controllers.external import ExternalNodes
+from bridge.controllers.intake import Intake
 from bridge.controllers.leader import LeaderElector
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.nodesync import NodeSync
+from bridge.controllers.poller import Poller
+from bridge.controllers.prune import prune_forever
+from bridge.controllers.reconcile import reconcile_forever
 from bridge.devices.freeing import ClaimReleaser
 from bridge.devices.pinning import ClaimPinner
 from bridge.kube.nodecache import NodeCache
@@ -21,11 +26,9 @@ from bridge.link.claims import Claims
 from bridge.link.podcache import PodCache
 from bridge.placement.grace import GraceWarnings
 from bridge.placement.index import JobIndex
-from bridge.placement.intake import Intake
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.outcomes import Refused
 from bridge.placement.placer import Placer
-from bridge.placement.poller import Poller
 from bridge.placement.registry import PodRegistry
 from bridge.placement.release import Releaser
 from bridge.placement.submit import SubmitHooks
@@ -37,8 +40,6 @@ from bridge.slurm.types import SlurmJob
 log = structlog.get_logger(__name__)
 
 REQUEUE_DELAY_SECONDS = 2.0
-IDLE_OWNER_SECONDS = 600.0  # a pod not seen for this long, whose job left Slurm, is forgotten
-PRUNE_SECONDS = 15.0
 
 
 class Bridge:
@@ -122,7 +123,8 @@ class Bridge:
             asyncio.create_task(self.nodes.run(), name="nodes"),
             asyncio.create_task(self.pod_cache.run(), name="pods"),
             asyncio.create_task(self.poller.run(), name="poller"),
-            asyncio.create_task(self._prune_loop(), name="prune"),
+            asyncio.create_task(
+                prune_forever(self.pods, self.index, self.notifier), name="prune"),
         ]
         await self.nodes.wait_synced()
         self._tasks.append(asyncio.create_task(self._requeue_waiting(), name="requeue"))
@@ -152,26 +154,17 @@ class Bridge:
         self.poller.resync_soon()  # the jobs other replicas submitted while nobody led
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self._intake(), name="intake")
-            tasks.create_task(self._reconcile(), name="controllers")
+            controllers = (("lifecycle", self.lifecycle), ("external", self.external),
+                           ("nodesync", self.nodesync))
+            tasks.create_task(reconcile_forever(
+                self.poller, controllers, self.settings.controllers.interval_seconds,
+            ), name="controllers")
 
     async def _intake(self) -> None:
         """Submit only once the index holds every job a former leader may have submitted:
         a gated pod's job is submitted by the leader alone, without a claim."""
         await self.poller.resynced()
         await self.intake.run()
-
-    async def _reconcile(self) -> None:
-        while True:
-            if self.poller.healthy:  # act on nothing uncertain: Slurm's view must be fresh
-                for name, step in (("lifecycle", self.lifecycle), ("external", self.external),
-                                   ("nodesync", self.nodesync)):
-                    try:
-                        await step.reconcile_once()
-                        metrics.RECONCILES.labels(name, "ok").inc()
-                    except Exception as exc:
-                        metrics.RECONCILES.labels(name, "error").inc()
-                        log.warning("controller.failed", controller=name, error=repr(exc))
-            await asyncio.sleep(self.settings.controllers.interval_seconds)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -199,14 +192,3 @@ class Bridge:
     @property
     def slurm_reachable(self) -> bool:
         return self.poller.healthy
-
-    async def _prune_loop(self) -> None:
-        """Forget pods whose jobs are long gone (memory stays flat)."""
-        while True:
-            await asyncio.sleep(PRUNE_SECONDS)
-            forgotten = self.pods.prune(
-                lambda owner: self.index.by_owner(owner) is not None, IDLE_OWNER_SECONDS
-            )
-            self.notifier.prune()
-            if forgotten:
-                log.info("placement.pruned", owners=forgotten)

@@ -12,6 +12,7 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from bridge import keys
 from bridge.config import AdmissionSettings, Settings, SlurmSettings
 from bridge.controllers.lifecycle import Lifecycle
+from bridge.controllers.poller import Poller
 from bridge.jobs.request import JobRequest
 from bridge.kube.nodecache import NodeCache
 from bridge.link.podcache import PodCache
@@ -20,7 +21,6 @@ from bridge.placement.index import JobIndex
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer
-from bridge.placement.poller import Poller
 from bridge.placement.reasons import explain, refusal, waiting_message
 from bridge.placement.registry import PodRegistry
 from bridge.placement.submit import SubmitHooks

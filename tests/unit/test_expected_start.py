@@ -4,10 +4,10 @@ the poller's reason refresh already gets (no extra request), and said in words."
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
+from bridge.controllers.poller import Poller
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
-from bridge.placement.poller import Poller
 from bridge.placement.reasons import expected_start, said_expected
 from bridge.slurm import convert
 from bridge.slurm.types import JobState, SlurmJob

@@ -8,13 +8,13 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from prometheus_client import REGISTRY
 
 from bridge import keys
+from bridge.controllers.poller import Poller
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.kube.nodecache import NodeCache
 from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
 from bridge.placement.placer import Placer
-from bridge.placement.poller import Poller
 from bridge.placement.registry import PodRegistry
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob

@@ -7,10 +7,10 @@ import httpx
 import pytest
 
 from bridge.config import SlurmSettings
+from bridge.controllers.poller import RECHECK_AFTER_SECONDS, RECHECKS_PER_CYCLE, Poller
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
-from bridge.placement.poller import RECHECK_AFTER_SECONDS, RECHECKS_PER_CYCLE, Poller
 from bridge.slurm.client import IDS_PER_REQUEST, SlurmClient
 from bridge.slurm.errors import SlurmProtocolError, SlurmUnavailable
 from bridge.slurm.types import Allocation, JobState, SlurmJob

@@ -14,13 +14,13 @@ from prometheus_client import REGISTRY
 
 from bridge import keys
 from bridge.config import SlurmSettings
+from bridge.controllers.poller import Poller
 from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.kube.nodecache import NodeCache
 from bridge.link.ownership import owner_key
 from bridge.placement.index import JobIndex
 from bridge.placement.placer import Placer
-from bridge.placement.poller import Poller
 from bridge.placement.registry import PodRegistry
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError

@@ -9,12 +9,12 @@ text, the job's owner and state are read; its allocation counts as unknown, whic
 a reason to release, bind or evict."""
 
 
+from bridge.controllers.poller import Poller
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.link.bound import bound, holds
 from bridge.placement.index import JobIndex
 from bridge.placement.notifier import describe
-from bridge.placement.poller import Poller
 from bridge.slurm.convert import comment_for, slurm_job
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from bridge.slurm.wire.base import JobInfo

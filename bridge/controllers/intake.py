@@ -8,9 +8,9 @@ still queue in kube-scheduler, so most pass filter on their first attempt; the
 researcher also sees the job in ``squeue`` at once.  Only the leader runs this, fed
 by the pod cache's watch (bridge/link/podcache.py), which every replica keeps anyway: no
 watch of its own.  A pod the webhook gated is submitted here only, and handed to the
-releaser (release.py), which lifts the gate once Slurm runs the job; for a pod that came
-without the gate, filter still submits anything intake misses (same code path, so a pod's
-job is submitted once either way).
+releaser (bridge/placement/release.py), which lifts the gate once Slurm runs the job; for a
+pod that came without the gate, filter still submits anything intake misses (same code path,
+so a pod's job is submitted once either way).
 """
 
 import asyncio
