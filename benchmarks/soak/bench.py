@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -31,7 +32,7 @@ from benchmarks.soak.kubelet import Kubelet
 from benchmarks.soak.load import NATIVE_USER, Load, delete_job
 from benchmarks.soak.schedule import Fault, FaultKind, fault_schedule
 from benchmarks.soak.tracker import Tracker
-from slurmbridge_devkit.kube import ControlPlane
+from slurmbridge_devkit.kube import ControlPlane, cache_dir
 from slurmbridge_devkit.processes import BridgeProcess, another_replica
 from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget
 from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
@@ -69,7 +70,22 @@ def run(cfg: Config) -> Outcome:
     slurm = live.slurm_target(cfg.slurm_version)
     with live.control_plane() as cp, tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         kube = live.kube_client(cp)
-        return asyncio.run(_with_stack(cfg, slurm, cp, kube, Path(tmp)))
+        try:
+            outcome = asyncio.run(_with_stack(cfg, slurm, cp, kube, Path(tmp)))
+        finally:
+            kept = keep_logs(Path(tmp), cfg.seed)
+        outcome.notes.append(f"The bridge's logs of this run: {kept}")
+        return outcome
+
+
+def keep_logs(work: Path, seed: int) -> Path:
+    """Copy the stack's logs out of the run's temporary folder: a violation is explained by
+    them, and the temporary folder goes with the run."""
+    kept = cache_dir() / "soak-logs" / f"seed-{seed}-{time.strftime('%Y%m%dT%H%M%S')}"
+    kept.mkdir(parents=True, exist_ok=True)
+    for log in work.rglob("*.log"):
+        shutil.copy2(log, kept / log.name)
+    return kept
 
 
 async def _with_stack(

@@ -85,6 +85,7 @@ class Placer:
             return None
         assert node is not None
         self._pods.remember(LinkedPod(pod.namespace, pod.name, pod.uid, pod.owner), pod.created)
+        self._pods.tie(pod.uid, job.job_id)
         self.reserve(pod.owner, pod.uid, node)
         return _verdict(self.placement_at(pod.owner, job, node), job, candidates)
 
@@ -127,7 +128,11 @@ class Placer:
         """``linked``: ``pod`` read once (the pod itself still gives the job's request)."""
         owner = linked.owner
         self._pods.remember(linked, pod.metadata.creationTimestamp if pod.metadata else None)
-        job = self._index.by_owner(owner) or await self._adopt_recorded(pod, owner)
+        job = (
+            self._recorded_live(pod, owner)
+            or self._index.by_owner(owner)
+            or await self._adopt_recorded(pod, owner)
+        )
         replacing = None
         if job is not None and not job.state.is_live:
             if tied_to(pod, job):
@@ -144,6 +149,18 @@ class Placer:
             await self._on_job_known(pod, job)
         return job
 
+    def _recorded_live(self, pod: Pod, owner: Owner) -> SlurmJob | None:
+        """The live job the pod's release or Binding recorded, when the index holds it: the
+        pod's job, though the owner may have another live one (a submit that timed out but
+        landed) until the resync cancels the extra."""
+        job_id = recorded_job_id(pod)
+        job = self._index.by_id(job_id) if job_id is not None else None
+        if job is None or job.owner != owner or not job.state.is_live:
+            return None
+        assert pod.metadata is not None and pod.metadata.uid
+        self._pods.tie(pod.metadata.uid, job.job_id)
+        return job
+
     async def _adopt_recorded(self, pod: Pod, owner: Owner) -> SlurmJob | None:
         """A job another replica (or this one before a restart) recorded on the pod."""
         job_id = recorded_job_id(pod)
@@ -158,8 +175,11 @@ class Placer:
     def known_placement(self, pod_uid: str) -> Placement | None:
         """Where a pod filter has seen must bind, from memory alone (None: ask the apiserver)."""
         owner = self._pods.owner_of(pod_uid)
-        job = self._index.by_owner(owner) if owner is not None else None
-        if owner is None or job is None:
+        if owner is None:
+            return None
+        tied = self._pods.tied_job(pod_uid)
+        job = self._index.by_owner(owner) if tied is None else self._index.by_id(tied)
+        if job is None:
             return None
         try:
             allocated = allocated_nodes(job)

@@ -30,6 +30,9 @@ class PodRegistry:
         # pods whose filter answered "waiting": kube-scheduler parked them until they change
         self._parked: set[str] = set()
         self._touched: dict[Owner, float] = {}  # owner → monotonic time it was last remembered
+        # pod uid → the job recorded on it (its release or Binding): the pod's job for good,
+        # whichever other live job of its owner the index holds meanwhile
+        self._job_of: dict[str, int] = {}
 
     def remember(self, pod: LinkedPod, created: datetime | None = None) -> None:
         """``created``: the pod's creationTimestamp (bind latency)."""
@@ -74,6 +77,7 @@ class PodRegistry:
             self._parked.discard(pod_uid)
             self._owner_of.pop(pod_uid, None)
             self._created.pop(pod_uid, None)
+            self._job_of.pop(pod_uid, None)
         self._group_nodes.pop(owner, None)
         self._touched.pop(owner, None)
 
@@ -97,3 +101,10 @@ class PodRegistry:
     def reserve(self, owner: Owner, pod_uid: str, node: str) -> None:
         """Remember a member's node once it is recorded on the group's claim."""
         self._group_nodes.setdefault(owner, {})[pod_uid] = node
+
+    def tie(self, pod_uid: str, job_id: int) -> None:
+        """The job recorded on this pod: bind uses it, not the owner's latest in the index."""
+        self._job_of[pod_uid] = job_id
+
+    def tied_job(self, pod_uid: str) -> int | None:
+        return self._job_of.get(pod_uid)

@@ -9,7 +9,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from bridge import keys
 from bridge.binding.binder import BindError
 from bridge.config import Settings
-from bridge.jobs.owner import PodOwner
+from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.runtime import Bridge
 from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
@@ -82,3 +82,33 @@ async def test_a_kubernetes_node_named_otherwise_is_found_by_its_slurm_label() -
     assert pod.spec is not None and pod.spec.nodeName == "kube-a"
     assert pod.metadata is not None and pod.metadata.annotations is not None
     assert pod.metadata.annotations[keys.SLURM_NODE] == "gpu017"
+
+
+async def test_a_released_member_is_bound_with_the_job_its_release_recorded() -> None:
+    """SOAK seed 2 (Slurm 24.11): submits that timed out during a cut to slurmrestd had
+    landed, so the group had two live jobs (322, and 352 submitted after); the release
+    recorded 322 on both members, but bind took the index's latest job of the owner, 352, and
+    wrote it in member 1's Binding.  The next resync kept 322 (the release's) and cancelled
+    352: member 1 ran without a live job until evicted.  The release write makes a job the
+    pod's; bind must keep it."""
+    kube, slurm = FakeKube(), FakeSlurm()
+    owner = GroupOwner("ns", "g")
+    released = JobBuilder(322, "k8s:ns/g").owner(owner).running("node1", "node2").build()
+    later = JobBuilder(352, "k8s:ns/g").owner(owner).running("node2", "node3").build()
+    for job in (released, later):
+        slurm.put(job)
+    member = (PodBuilder("g-1", "ns").uid(UID).group("g", 2)
+              .annotate(keys.JOB_ID, "322").annotate(keys.SLURM_NODE, "node2").build())
+    kube.add(member)
+    bridge = build_bridge(Settings(), slurm=slurm, kube=kube)
+    for job in (later, released):  # 352 submitted here; 322 found by the resync after
+        bridge.index.record(job)
+    bridge.pod_cache.apply("ADDED", member)
+    view = bridge.pod_cache.get(UID)
+    assert view is not None
+    verdict = bridge.placer.filter_known(view, ["node2"])  # filter, from the pod cache
+    assert verdict is not None and verdict.keep == ["node2"]
+    await bridge.binder.bind("ns", "g-1", UID, "node2")
+    found = kube.obj(Pod, "g-1", "ns")
+    assert found is not None
+    assert found["metadata"]["annotations"][keys.JOB_ID] == "322"
