@@ -32,7 +32,7 @@ from benchmarks.soak.kubelet import Kubelet
 from benchmarks.soak.load import NATIVE_USER, Load, delete_job
 from benchmarks.soak.schedule import Fault, FaultKind, fault_schedule
 from benchmarks.soak.tracker import Tracker
-from slurmbridge_devkit.kube import ControlPlane, cache_dir
+from slurmbridge_devkit.kube import ControlPlane, cache_dir, run_dir
 from slurmbridge_devkit.processes import BridgeProcess, another_replica
 from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget
 from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
@@ -73,17 +73,17 @@ def run(cfg: Config) -> Outcome:
         try:
             outcome = asyncio.run(_with_stack(cfg, slurm, cp, kube, Path(tmp)))
         finally:
-            kept = keep_logs(Path(tmp), cfg.seed)
+            kept = keep_logs(cfg.seed)
         outcome.notes.append(f"The bridge's logs of this run: {kept}")
         return outcome
 
 
-def keep_logs(work: Path, seed: int) -> Path:
-    """Copy the stack's logs out of the run's temporary folder: a violation is explained by
-    them, and the temporary folder goes with the run."""
+def keep_logs(seed: int) -> Path:
+    """Copy the bridge's logs (extender, second replica, webhook) out of the control plane's
+    run folder, which the next stack on it overwrites: a violation is explained by them."""
     kept = cache_dir() / "soak-logs" / f"seed-{seed}-{time.strftime('%Y%m%dT%H%M%S')}"
     kept.mkdir(parents=True, exist_ok=True)
-    for log in work.rglob("*.log"):
+    for log in (run_dir() / "logs").glob("bridge-*.log"):
         shutil.copy2(log, kept / log.name)
     return kept
 
