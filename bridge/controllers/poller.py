@@ -88,7 +88,6 @@ class Poller:
         self._last_read: float | None = None  # loop time of the last complete cycle
         self._on_recovered = on_recovered
         self._resync_requested = False
-        self._rebuild = True  # the next resync reads jobs that ended unseen (JobIndex.resync)
         self._resynced = asyncio.Event()  # a resync completed since the last request
 
     async def poll_once(self) -> None:
@@ -170,8 +169,7 @@ class Poller:
 
     async def resync(self) -> None:
         """Rebuild the index from a full listing; changes it reveals are reported too."""
-        resynced = await self._index.resync(rebuild=self._rebuild)
-        self._rebuild = False
+        resynced = await self._index.resync()
         log.info("poller.resynced", jobs=len(self._index.jobs()), cancelled=resynced.cancelled)
         for old, new in resynced.replaced:
             if _changed(old, new):
@@ -264,7 +262,6 @@ class Poller:
         """Rebuild on the next cycle: a replica that just took the lease holds none of the
         jobs the others submitted while nobody led, and its controllers act on the index."""
         self._resync_requested = True
-        self._rebuild = True
         self._resynced.clear()
 
     async def resynced(self) -> None:

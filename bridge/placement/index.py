@@ -12,11 +12,13 @@ a site's queue, and slurmrestd needs tens of times that in memory (B1 with 5,000
 (``GET /jobs/state/``, ~80 bytes a job), then each job it has not classified yet, once
 (``GET /job/<id>``, ``_READS_IN_FLIGHT`` at a time): native jobs are remembered as such and
 never read again, the index's own jobs are re-read only when their state changed.  A job
-that ended before the index ever saw it is read only by a rebuild (the first resync, a new
-leader's): it holds nothing, and a pod whose job it was records the job id (release, bind),
-so its end is found from the pod.  Otherwise every native job that ran and ended between two
-periodic resyncs would be read once, in Slurm's whole per-core detail (B1: the 5,000 jobs
-of the round before, 375 kB each).
+that ended before the index saw it is never read: it holds nothing, and a pod whose job it
+was records the job id (first status, release, bind), from which lifecycle reads it.  Reading
+them cost every native job that ran and ended between two resyncs once, in Slurm's whole
+per-core detail (B1: the 5,000 jobs of the round before, 375 kB each), and a new leader's
+first resync all of MinJobAge's ended jobs before its intake could submit (10,909 reads,
+104 s).  The price: a pending job with no id on its pod yet, cancelled while no replica
+led, is not known for the pod's, which gets a new job.
 """
 
 import asyncio
@@ -36,7 +38,7 @@ from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
 
-_READS_IN_FLIGHT = 8  # GET /job/<id> at once while a rebuild reads unclassified jobs
+_READS_IN_FLIGHT = 8  # GET /job/<id> at once while a resync reads unclassified jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +153,7 @@ class JobIndex:
         """The owner's live job, looked up in a full listing (shared by concurrent callers):
         for the rare case where another process may have submitted it unseen."""
         if self._listing is None:
-            self._listing = asyncio.ensure_future(self._placeholders(rebuild=False))
+            self._listing = asyncio.ensure_future(self._placeholders())
             self._listing.add_done_callback(lambda _: setattr(self, "_listing", None))
         listing = await asyncio.shield(self._listing)
         live = _live_by_owner(listing).get(owner, [])
@@ -182,12 +184,11 @@ class JobIndex:
             self.record(job)
             return job
 
-    async def resync(self, *, rebuild: bool = True) -> Resynced:
-        """Rebuild from what Slurm lists; cancel duplicate live jobs.  ``rebuild``: also read
-        the jobs that ended before the index saw them (see the module)."""
+    async def resync(self) -> Resynced:
+        """Rebuild from what Slurm lists; cancel duplicate live jobs."""
         self._resyncing = True
         try:
-            listing = await self._placeholders(rebuild)
+            listing = await self._placeholders()
         finally:
             self._resyncing = False
         # Jobs submitted while the listing was under way may be missing from it: keep them.
@@ -230,7 +231,7 @@ class JobIndex:
         return Resynced(cancelled, replaced, discovered)
 
 
-    async def _placeholders(self, rebuild: bool) -> list[SlurmJob]:
+    async def _placeholders(self) -> list[SlurmJob]:
         """Every placeholder Slurm lists (live or recently ended), without the full listing:
         the state list, then a read of each job not classified yet or whose state changed."""
         states = await self._client.every_job_state()
@@ -240,7 +241,7 @@ class JobIndex:
             if job_id in self._native:
                 return False
             if (known := self._by_id.get(job_id)) is None:
-                return rebuild or state is None or state.is_live
+                return state is None or state.is_live
             return state is None or known.state is not state
 
         unread = [i for i, state in states.items() if unclassified(i, state)]

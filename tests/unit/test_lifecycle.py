@@ -68,6 +68,17 @@ async def test_a_running_pod_whose_job_holds_its_node_is_left_alone() -> None:
     assert not world.cancelled() and world.kube.evicted == []
 
 
+async def test_a_waiting_pods_job_that_ended_unseen_is_found_from_the_pod() -> None:
+    """A new leader's index holds no job that ended before it looked (resyncs read only the
+    live ones); the job id recorded on a waiting pod leads to it, and the pod is told."""
+    world = World()
+    world.slurm.put(JobBuilder(JOB).owner(PodOwner(UID)).state(JobState.CANCELLED).build())
+    world.kube.add(PodBuilder("p", "ns").uid(UID).phase("Pending")
+                   .annotations({keys.JOB_ID: str(JOB)}).build())
+    await world.lifecycle.reconcile_once()
+    assert world.kube.evicted == ["ns/p"]
+
+
 async def test_a_deleted_pods_job_is_cancelled() -> None:
     world = World()
     world.job(JobState.PENDING, "Priority")
