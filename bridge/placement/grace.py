@@ -18,6 +18,7 @@ from lightkube.models.core_v1 import Pod
 from bridge import keys
 from bridge.kube import writes
 from bridge.link.views import grace_seconds
+from bridge.placement.events import JobListener
 from bridge.placement.registry import PodKey
 from bridge.ports import KubePort, SlurmPort
 from bridge.slurm.errors import SlurmError
@@ -42,7 +43,7 @@ def grace_warning(pod: Pod, known: Accounting) -> str | None:
     )
 
 
-class GraceWarnings:
+class GraceWarnings(JobListener):
     """Warns on a pod at submit time; slurmdbd's QOS are read at most every ``refresh``."""
 
     def __init__(self, kube: KubePort, slurm: SlurmPort, *, refresh: float = 60.0) -> None:
@@ -66,7 +67,7 @@ class GraceWarnings:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def submitted(self, pod: Pod) -> None:
+    async def job_submitted(self, pod: Pod) -> None:
         """Check in the background: the submit path does not wait for slurmdbd."""
         uid = pod.metadata.uid if pod.metadata else None
         if uid and uid not in self._warned:
