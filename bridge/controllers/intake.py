@@ -14,6 +14,7 @@ so a pod's job is submitted once either way).
 """
 
 import asyncio
+from typing import Protocol
 
 import structlog
 from lightkube.models.core_v1 import Pod
@@ -32,7 +33,7 @@ from bridge.placement.outcomes import ClaimedElsewhere, PlacementError, Refused
 from bridge.placement.placer import Placer
 from bridge.placement.release import Releaser
 from bridge.placement.submit import REFUSED_RETRY_SECONDS
-from bridge.ports import KubePort
+from bridge.ports import KubeGet, KubeList
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.types import SlurmJob
 
@@ -60,9 +61,13 @@ def ready_to_submit(pod: Pod) -> bool:
     )
 
 
+class IntakeKube(KubeGet, KubeList, Protocol):
+    """The unbound pods listed once, a pod read again before a retry."""
+
+
 class Intake(JobListener):
     def __init__(
-        self, kube: KubePort, cache: PodCache, placer: Placer, releaser: Releaser, *,
+        self, kube: IntakeKube, cache: PodCache, placer: Placer, releaser: Releaser, *,
         workers: int, events: JobEvents = NO_LISTENER, ungated: bool = True,
     ) -> None:
         """``ungated``: submit early for pods without the bridge's gate too (else filter

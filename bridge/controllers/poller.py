@@ -26,16 +26,16 @@ import asyncio
 import dataclasses
 import heapq
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import structlog
 
 from bridge import metrics
 from bridge.placement.events import NO_LISTENER, JobEvents
 from bridge.placement.index import JobIndex
-from bridge.ports import SlurmPort
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound, SlurmProtocolError
-from bridge.slurm.types import NO_REASON, JobState, SlurmJob
+from bridge.slurm.types import NO_REASON, Allocation, JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
 
@@ -50,16 +50,21 @@ RECHECKS_PER_CYCLE = 50
 _FETCH_CONCURRENCY = 16
 
 
+class PollerSlurm(Protocol):
+    async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]: ...
+    async def ping(self) -> None: ...
+    async def job_allocation(self, job_id: int) -> Allocation | None: ...
+    async def get_job(self, job_id: int) -> SlurmJob: ...
+
+
 class Poller:
     def __init__(
         self,
-        client: SlurmPort,
+        client: PollerSlurm,
         index: JobIndex,
         events: JobEvents = NO_LISTENER,
         *,
-        interval: float = 2.0,
-        fast_interval: float = 0.5,
-        fast_window: float = 10.0,
+        interval: float = 2.0, fast_interval: float = 0.5, fast_window: float = 10.0,
         resync_interval: float = 300.0,
         reasons_per_cycle: int = 5,
         reason_interval: float = 10.0,
@@ -78,7 +83,6 @@ class Poller:
         self._reason_queue: deque[int] = deque()
         self._reason_interval = reason_interval
         self._reason_read: dict[int, float] = {}  # loop time each pending job's reason was read
-        # Running jobs Slurm may preempt: their preemption signal (GraceTime) changes no state.
         self._watch_running = watch_running
         self._watch_queue: deque[int] = deque()
         self._misses: dict[int, int] = {}

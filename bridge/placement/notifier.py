@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 from collections.abc import Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from lightkube.core.exceptions import ApiError
@@ -36,7 +36,7 @@ from bridge.link.gate import gated
 from bridge.placement.events import JobListener
 from bridge.placement.reasons import expected_start, waiting_message
 from bridge.placement.registry import PodKey, PodRegistry
-from bridge.ports import KubePort
+from bridge.ports import KubeCreate, KubePatch
 from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -81,9 +81,13 @@ def _key(pod: Pod) -> PodKey:
     return PodKey(meta.namespace, meta.name, meta.uid)
 
 
+class NotifierKube(KubeCreate, KubePatch, Protocol):
+    """Events (created), the job's annotations and the pod's Slurm condition (patched)."""
+
+
 class PodNotifier(JobListener):
     def __init__(
-        self, kube: KubePort, registry: PodRegistry, *, quiet_seconds: float = 10.0,
+        self, kube: NotifierKube, registry: PodRegistry, *, quiet_seconds: float = 10.0,
         estimate_moves_seconds: float = 120.0,
     ) -> None:
         self._kube = kube

@@ -11,6 +11,7 @@ server refuses for another reason is tried again after ``retry_seconds`` while i
 """
 
 import asyncio
+from typing import Protocol
 
 import structlog
 from lightkube.core.exceptions import ApiError
@@ -32,7 +33,7 @@ from bridge.placement.events import NO_LISTENER, JobEvents
 from bridge.placement.index import JobIndex
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer, allocated_nodes
-from bridge.ports import KubePort
+from bridge.ports import KubeGet, KubeList, KubePatch
 from bridge.slurm.types import SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -41,9 +42,13 @@ _WRITE_ATTEMPTS = 3  # a pod changed under each write this often in a row: try a
 RELEASES_IN_FLIGHT = 32  # PATCHes at once; the apiserver client's other callers keep the rest
 
 
+class ReleaserKube(KubeGet, KubeList, KubePatch, Protocol):
+    """A group's members listed, the release patched, a changed pod read again."""
+
+
 class Releaser:
     def __init__(
-        self, kube: KubePort, placer: Placer, index: JobIndex, *,
+        self, kube: ReleaserKube, placer: Placer, index: JobIndex, *,
         cuda_numbering: CudaNumbering = "renumbered", retry_seconds: float = 2.0,
         claims: ClaimPinner | None = None, events: JobEvents = NO_LISTENER,
     ) -> None:
