@@ -62,9 +62,8 @@ class ExternalSlurm(Protocol):
 
 
 class ExternalNodes:
-    def __init__(
-        self, kube: KubePatch, slurm: ExternalSlurm, nodes: NodeCache, feature: str
-    ) -> None:
+    def __init__(self, kube: KubePatch, slurm: ExternalSlurm, nodes: NodeCache,
+                 feature: str) -> None:
         self._kube = kube
         self._slurm = slurm
         self._nodes = nodes

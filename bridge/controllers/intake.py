@@ -71,13 +71,12 @@ class Intake(JobListener):
         workers: int, events: JobEvents = NO_LISTENER, ungated: bool = True,
     ) -> None:
         """``ungated``: submit early for pods without the bridge's gate too (else filter
-        submits theirs); a gated pod's job is submitted here whatever it says.  ``events``
-        hears of a gated pod's refusal: nobody else would say it."""
+        submits theirs); a gated pod's job is submitted here whatever it says."""
         self._kube = kube
         self._cache = cache
         self._placer = placer
         self._releaser = releaser
-        self._events = events
+        self._events = events  # a gated pod's refusal: nobody else would say it
         self._workers = workers
         self._ungated = ungated
         self._queue: asyncio.Queue[Pod] = asyncio.Queue()
