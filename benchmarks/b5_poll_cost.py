@@ -43,7 +43,7 @@ from bridge.controllers.poller import Poller
 from bridge.jobs.owner import PodOwner
 from bridge.placement.index import JobIndex
 from bridge.slurm.client import SlurmClient
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.types import JobState
 from bridge.slurm.wire.base import Envelope, JobStatesResponse
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.slurm_http import HttpxExchange
@@ -119,10 +119,6 @@ async def own_jobs(slurm: SlurmTarget, cfg: Config, *, hold: bool) -> list[int]:
     raise TimeoutError(f"the bridge's {cfg.own} jobs did not reach {want}")
 
 
-async def _noop(before: SlurmJob, after: SlurmJob) -> None:
-    del before, after
-
-
 @dataclass
 class Sample:
     idle_rate: float  # requests/s while Poller.run() found nothing changed
@@ -143,7 +139,7 @@ async def measure(slurm: SlurmTarget, cfg: Config) -> Sample:
     async with SlurmClient(settings, exchange=exchange) as client:
         await client.connect()
         index = JobIndex(client)
-        poller = Poller(client, index, _noop, interval=2.0, resync_interval=300.0)
+        poller = Poller(client, index, interval=2.0, resync_interval=300.0)
         mark = len(counting.log)
         task = asyncio.create_task(poller.run())
         for _ in range(3000):  # the first resync and cycle (5 min at most)

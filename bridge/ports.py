@@ -8,6 +8,12 @@ builds those, and the unit tests hand in the in-memory fakes of slurmbridge_devk
 ``KubePort`` is the part of lightkube's client the core calls, with lightkube's own
 signatures (its overloads tell cluster-scoped from namespaced kinds), so the core keeps
 lightkube's typed models and ``ApiError`` and a real client needs no adapter.
+
+Each consumer declares, next to it, the narrow interface it uses (as slurm-bridge's
+``slurmcontrol.go`` per controller): the Slurm methods it calls, and the Kubernetes verbs
+below (``KubeGet``, ``KubePatch``, ...), which carry lightkube's overloads once.  The two
+ports are what the composition root hands in; mypy checks that they, and the dev kit's
+fakes, satisfy each consumer's interface where the parts are wired.
 """
 
 from collections.abc import AsyncIterable, Iterable
@@ -83,9 +89,7 @@ class SlurmPort(Protocol):
     async def aclose(self) -> None: ...
 
 
-class KubePort(Protocol):
-    """The apiserver as the core uses it (a subset of lightkube's ``AsyncClient``)."""
-
+class KubeGet(Protocol):
     @overload
     async def get(self, res: type[GlobalResource], name: str) -> GlobalResource: ...
     @overload
@@ -93,6 +97,8 @@ class KubePort(Protocol):
         self, res: type[AllNamespacedResource], name: str, *, namespace: str | None = None
     ) -> AllNamespacedResource: ...
 
+
+class KubeList(Protocol):
     @overload
     def list(
         self, res: type[GlobalResource], *,
@@ -104,6 +110,8 @@ class KubePort(Protocol):
         labels: LabelSelector | None = None, fields: FieldSelector | None = None,
     ) -> AsyncIterable[NamespacedResource]: ...
 
+
+class KubeWatch(Protocol):
     @overload
     def watch(
         self, res: type[GlobalResource], *,
@@ -117,6 +125,8 @@ class KubePort(Protocol):
         resource_version: str | None = None,
     ) -> AsyncIterable[tuple[str, NamespacedResource]]: ...
 
+
+class KubePatch(Protocol):
     @overload
     async def patch(
         self, res: type[GlobalSubResource], name: str, obj: PatchBody, *,
@@ -133,6 +143,8 @@ class KubePort(Protocol):
         namespace: str | None = None, patch_type: PatchType = PatchType.STRATEGIC,
     ) -> AllNamespacedResource: ...
 
+
+class KubeCreate(Protocol):
     @overload
     async def create(
         self, obj: NamespacedSubResource, name: str, *, namespace: str | None = None
@@ -140,10 +152,21 @@ class KubePort(Protocol):
     @overload
     async def create(self, obj: NamespacedResource) -> NamespacedResource: ...
 
+
+class KubeReplace(Protocol):
     async def replace(self, obj: NamespacedResource) -> NamespacedResource:
         """Replace the object; its resourceVersion is the precondition (409 if it moved)."""
         ...
 
+
+class KubeDelete(Protocol):
     async def delete(
         self, res: type[NamespacedResource], name: str, *, namespace: str | None = None
     ) -> None: ...
+
+
+class KubePort(
+    KubeGet, KubeList, KubeWatch, KubePatch, KubeCreate, KubeReplace, KubeDelete, Protocol
+):
+    """The apiserver as the core uses it (a subset of lightkube's ``AsyncClient``), one
+    protocol a verb: a consumer declares the verbs it calls."""

@@ -24,6 +24,7 @@ from bridge.kube.nodecache import NodeCache
 from bridge.kube.writes import set_slurm_condition
 from bridge.link.claims import Claims
 from bridge.link.podcache import PodCache
+from bridge.placement.events import JobEventFanout
 from bridge.placement.grace import GraceWarnings
 from bridge.placement.index import JobIndex
 from bridge.placement.notifier import PodNotifier
@@ -31,11 +32,9 @@ from bridge.placement.outcomes import Refused
 from bridge.placement.placer import Placer
 from bridge.placement.registry import PodRegistry
 from bridge.placement.release import Releaser
-from bridge.placement.submit import SubmitHooks
 from bridge.policy.check import SubmitRefused, for_submit
 from bridge.policy.tenancy import TenancySource
 from bridge.ports import KubePort, SlurmPort
-from bridge.slurm.types import SlurmJob
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +55,7 @@ class Bridge:
         self.index = JobIndex(self.slurm)
         self.nodes = NodeCache(self.kube)
         self.pods = PodRegistry()
+        self.events = JobEventFanout()  # what happens to a job: listeners below, raisers take it
         self.grace = GraceWarnings(self.kube, self.slurm)
         self.notifier = PodNotifier(
             self.kube, self.pods, quiet_seconds=settings.placement.notify_quiet_seconds,
@@ -67,25 +67,24 @@ class Bridge:
         )
         self.claims = Claims(self.kube, self.elector.identity, namespace=c.lease_namespace)
         self.device_claims = ClaimReleaser(self.kube)  # DRA claims: pinned at release, freed after
-        hooks = SubmitHooks(admit=self._admit, on_refused=self.notifier.submit_refused,
-                            on_submitted=self.grace.submitted)
-        self.placer = Placer(self.index, self.nodes, self.pods, self.notifier.job_known,
-                             claims=self.claims, hooks=hooks)
+        self.placer = Placer(self.index, self.nodes, self.pods, self.events,
+                             claims=self.claims, admit=self._admit)
         p = settings.placement
         self.binder = Binder(self.kube, self.placer, cuda_numbering=p.cuda_visible_devices)
         self.releaser = self._releaser()
         self.pod_cache = PodCache(self.kube)
         self.intake = Intake(
             self.kube, self.pod_cache, self.placer, self.releaser, workers=p.submit_workers,
-            on_refused=self.notifier.submit_refused, ungated=p.submit_on_create,
+            events=self.events, ungated=p.submit_on_create,
         )
+        # In this order: intake releases a changed job's pods before the notifier writes.
+        self.events.listen(self.intake, self.notifier, self.grace)
         self.poller = Poller(
-            self.slurm, self.index, self._job_changed,
+            self.slurm, self.index, self.events,
             interval=p.poll_interval_seconds, fast_interval=p.fast_poll_interval_seconds,
             fast_window=p.fast_poll_window_seconds,
             resync_interval=p.resync_interval_seconds,
             reasons_per_cycle=p.reasons_per_cycle, reason_interval=p.reason_refresh_seconds,
-            on_recovered=self.notifier.slurm_recovered,
             watch_running=lambda job: self.grace.preemptable(job.qos),
         )
         self.lifecycle = Lifecycle(
@@ -103,7 +102,7 @@ class Bridge:
             self.kube, self.placer, self.index,
             cuda_numbering=self.settings.placement.cuda_visible_devices,
             claims=ClaimPinner(self.kube, self.settings.device_classes, self.device_claims),
-            on_unallocated=self.notifier.claims_unallocated,
+            events=self.events,
         )
 
     def _admit(self, pod: PodModel) -> PodModel:
@@ -112,10 +111,6 @@ class Bridge:
             return for_submit(pod, self.settings.admission, self.tenancy)
         except SubmitRefused as exc:
             raise Refused(str(exc)) from exc
-
-    async def _job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
-        self.intake.job_changed(after)
-        await self.notifier.job_changed(after)
 
     async def start(self) -> None:
         """Serve once the Nodes are known: until then no Slurm node maps to its Node."""

@@ -5,6 +5,7 @@
   any slurmrestd, the local control plane, the bridge's processes, the chart) and their
   pytest fixtures (``tests/conftest.py`` loads them as plugins);
 - ``fakes``, ``fake_kube``: Slurm and the apiserver in memory (``FakeSlurm``, ``FakeKube``);
+- ``events``: ``RecordedEvents``, a listener to a job's events that records them;
 - ``builders``: ``PodBuilder("p").gpus(2).group("g", 2)``, ``JobBuilder(7).running("node1")``;
 - ``scontrol``: Slurm's own view (``scontrol``/``squeue`` text), parsed independently of the
   product, for end-to-end checks;

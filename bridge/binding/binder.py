@@ -6,6 +6,7 @@ that starts on the node always finds its GPU indices through the downward API.
 """
 
 from datetime import UTC, datetime
+from typing import Protocol
 
 import structlog
 from lightkube.resources.core_v1 import Pod
@@ -15,7 +16,7 @@ from bridge.kube import writes
 from bridge.link.bound import CudaNumbering, bound, cuda_visible_devices
 from bridge.placement.outcomes import Placement
 from bridge.placement.placer import Placer
-from bridge.ports import KubePort
+from bridge.ports import KubeCreate, KubeGet
 
 log = structlog.get_logger(__name__)
 
@@ -24,9 +25,13 @@ class BindError(Exception):
     """Refused or failed bind; the message goes back to kube-scheduler and the pod's events."""
 
 
+class BinderKube(KubeCreate, KubeGet, Protocol):
+    """The Binding created, the pod read when filter's memory does not know it."""
+
+
 class Binder:
     def __init__(
-        self, kube: KubePort, placer: Placer, *, cuda_numbering: CudaNumbering = "renumbered"
+        self, kube: BinderKube, placer: Placer, *, cuda_numbering: CudaNumbering = "renumbered"
     ) -> None:
         self._kube = kube
         self._placer = placer

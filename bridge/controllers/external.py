@@ -15,6 +15,7 @@ is said on the Node's ``SlurmNodeAvailable`` condition, naming what to do.
 
 import re
 from datetime import UTC, datetime
+from typing import Protocol
 
 import structlog
 from lightkube.resources.core_v1 import Node
@@ -23,7 +24,7 @@ from lightkube.types import PatchType
 from bridge import keys, metrics
 from bridge.controllers import drains
 from bridge.kube.nodecache import Allocatable, NodeCache, NodeView
-from bridge.ports import KubePort, SlurmPort
+from bridge.ports import KubePatch
 from bridge.slurm.errors import SlurmRejected, SlurmUnsupported
 from bridge.slurm.types import SlurmNode
 
@@ -53,8 +54,16 @@ def _refusal_hint(name: str, size: Allocatable, error: str) -> str:
     return f"{error}; slurm.conf needs MaxNodeCount for dynamic nodes"
 
 
+class ExternalSlurm(Protocol):
+    async def list_nodes(self) -> list[SlurmNode]: ...
+    async def add_node(self, node_conf: str) -> None: ...
+    async def delete_node(self, node: str) -> None: ...
+    async def drain(self, node: str, reason: str) -> None: ...
+
+
 class ExternalNodes:
-    def __init__(self, kube: KubePort, slurm: SlurmPort, nodes: NodeCache, feature: str) -> None:
+    def __init__(self, kube: KubePatch, slurm: ExternalSlurm, nodes: NodeCache,
+                 feature: str) -> None:
         self._kube = kube
         self._slurm = slurm
         self._nodes = nodes

@@ -14,6 +14,7 @@ so a pod's job is submitted once either way).
 """
 
 import asyncio
+from typing import Protocol
 
 import structlog
 from lightkube.models.core_v1 import Pod
@@ -27,11 +28,12 @@ from bridge.link.gate import gated
 from bridge.link.ownership import pod_ref
 from bridge.link.podcache import PodCache
 from bridge.placement.eligibility import unplaceable_reason
+from bridge.placement.events import NO_LISTENER, JobEvents, JobListener
 from bridge.placement.outcomes import ClaimedElsewhere, PlacementError, Refused
 from bridge.placement.placer import Placer
 from bridge.placement.release import Releaser
-from bridge.placement.submit import REFUSED_RETRY_SECONDS, OnRefused
-from bridge.ports import KubePort
+from bridge.placement.submit import REFUSED_RETRY_SECONDS
+from bridge.ports import KubeGet, KubeList
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.types import SlurmJob
 
@@ -59,11 +61,14 @@ def ready_to_submit(pod: Pod) -> bool:
     )
 
 
-class Intake:
+class IntakeKube(KubeGet, KubeList, Protocol):
+    """The unbound pods listed once, a pod read again before a retry."""
+
+
+class Intake(JobListener):
     def __init__(
-        self, kube: KubePort, cache: PodCache, placer: Placer, releaser: Releaser, *,
-        workers: int,
-        on_refused: OnRefused | None = None, ungated: bool = True,
+        self, kube: IntakeKube, cache: PodCache, placer: Placer, releaser: Releaser, *,
+        workers: int, events: JobEvents = NO_LISTENER, ungated: bool = True,
     ) -> None:
         """``ungated``: submit early for pods without the bridge's gate too (else filter
         submits theirs); a gated pod's job is submitted here whatever it says."""
@@ -71,7 +76,7 @@ class Intake:
         self._cache = cache
         self._placer = placer
         self._releaser = releaser
-        self._on_refused = on_refused  # a gated pod's refusal: nobody else would say it
+        self._events = events  # a gated pod's refusal: nobody else would say it
         self._workers = workers
         self._ungated = ungated
         self._queue: asyncio.Queue[Pod] = asyncio.Queue()
@@ -129,17 +134,17 @@ class Intake:
             self._seen[uid] = version
             self._queue.put_nowait(pod)
 
-    def job_changed(self, job: SlurmJob) -> None:
-        """The poller saw ``job`` change: release its pods if it runs, or submit again for
+    async def job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
+        """The poller saw a job change: release its pods if it runs, or submit again for
         a group whose job ended before it ran."""
-        self._releaser.job_changed(job)
-        for pod in self._releaser.take_unplaced(job):
+        self._releaser.job_changed(after)
+        for pod in self._releaser.take_unplaced(after):
             self._retry(pod, 0)
 
     async def _gated_failed(self, pod: Pod, exc: Exception) -> None:
         refused = isinstance(exc, Refused | InvalidPodRequest)
-        if refused and self._on_refused is not None:
-            await self._on_refused(pod, keys.REASON_CANNOT_SUBMIT, str(exc))
+        if refused:
+            await self._events.submit_refused(pod, keys.REASON_CANNOT_SUBMIT, str(exc))
         self._retry(pod, REFUSED_RETRY_SECONDS if refused else RETRY_SECONDS)
 
     def _retry(self, pod: Pod, delay: float) -> None:

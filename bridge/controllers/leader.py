@@ -11,7 +11,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from lightkube.core.exceptions import ApiError
@@ -20,7 +20,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from bridge.kube.apierrors import is_conflict, is_not_found
-from bridge.ports import KubePort
+from bridge.ports import KubeCreate, KubeGet, KubeReplace
 
 log = structlog.get_logger(__name__)
 
@@ -29,10 +29,14 @@ def default_identity() -> str:
     return f"{socket.gethostname()}_{os.getpid()}"
 
 
+class LeaderKube(KubeCreate, KubeGet, KubeReplace, Protocol):
+    """The Lease read, created once, replaced under its resourceVersion."""
+
+
 class LeaderElector:
     def __init__(
         self,
-        kube: KubePort,
+        kube: LeaderKube,
         *,
         namespace: str,
         name: str = "slurmbridge-controllers",

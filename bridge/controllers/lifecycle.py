@@ -18,6 +18,7 @@ listing here saw its id waits for the next full resync, then the orphan grace.
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import structlog
 from lightkube.core.exceptions import ApiError
@@ -33,7 +34,7 @@ from bridge.link.podcache import PodCache
 from bridge.link.views import PodView
 from bridge.placement.index import JobIndex
 from bridge.placement.registry import PodKey, PodRegistry
-from bridge.ports import KubePort, SlurmPort
+from bridge.ports import KubeCreate, KubePatch
 from bridge.slurm.errors import SlurmJobNotFound, SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
 
@@ -66,11 +67,20 @@ def _tied_to(pod: PodView, job: SlurmJob) -> bool:
     return not isinstance(job.owner, GroupOwner) or pod.job_id == job.job_id
 
 
+class LifecycleSlurm(Protocol):
+    async def get_job(self, job_id: int) -> SlurmJob: ...
+    async def cancel(self, job_id: int) -> None: ...
+
+
+class LifecycleKube(KubeCreate, KubePatch, Protocol):
+    """Evictions and events (created), the pod's Slurm condition (patched)."""
+
+
 class Lifecycle:
     def __init__(
         self,
-        kube: KubePort,
-        slurm: SlurmPort,
+        kube: LifecycleKube,
+        slurm: LifecycleSlurm,
         index: JobIndex,
         registry: PodRegistry,
         pods: PodCache,

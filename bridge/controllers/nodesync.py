@@ -12,7 +12,7 @@ topology unit Slurm gives their node (Slurm 25.05+); no other label is touched.
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from lightkube.resources.core_v1 import Node
@@ -23,7 +23,7 @@ from bridge.controllers import drains
 from bridge.controllers.drains import ours
 from bridge.kube.nodecache import NodeCache, NodeView, Taint
 from bridge.link.podcache import PodCache
-from bridge.ports import KubePort, SlurmPort
+from bridge.ports import KubePatch
 from bridge.slurm.types import SlurmNode
 
 log = structlog.get_logger(__name__)
@@ -41,8 +41,14 @@ def kube_trouble(node: NodeView, running: dict[str, int], before: str) -> str | 
     return None
 
 
+class NodeSyncSlurm(Protocol):
+    async def list_nodes(self) -> list[SlurmNode]: ...
+    async def drain(self, node: str, reason: str) -> None: ...
+    async def resume(self, node: str) -> None: ...
+
+
 class NodeSync:
-    def __init__(self, kube: KubePort, slurm: SlurmPort, nodes: NodeCache,
+    def __init__(self, kube: KubePatch, slurm: NodeSyncSlurm, nodes: NodeCache,
                  pods: PodCache) -> None:
         self._kube = kube
         self._slurm = slurm

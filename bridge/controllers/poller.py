@@ -26,19 +26,18 @@ import asyncio
 import dataclasses
 import heapq
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import structlog
 
 from bridge import metrics
+from bridge.placement.events import NO_LISTENER, JobEvents
 from bridge.placement.index import JobIndex
-from bridge.ports import SlurmPort
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound, SlurmProtocolError
-from bridge.slurm.types import NO_REASON, JobState, SlurmJob
+from bridge.slurm.types import NO_REASON, Allocation, JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
-
-OnChange = Callable[[SlurmJob, SlurmJob], Awaitable[None]]  # (before, after)
 
 MISSES_BEFORE_GONE = 3  # one missing observation is never acted on
 # A running job the state reads have not shown for this long is read again: requeued and
@@ -51,25 +50,31 @@ RECHECKS_PER_CYCLE = 50
 _FETCH_CONCURRENCY = 16
 
 
+class PollerSlurm(Protocol):
+    async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]: ...
+    async def ping(self) -> None: ...
+    async def job_allocation(self, job_id: int) -> Allocation | None: ...
+    async def get_job(self, job_id: int) -> SlurmJob: ...
+
+
 class Poller:
     def __init__(
         self,
-        client: SlurmPort,
+        client: PollerSlurm,
         index: JobIndex,
-        on_change: OnChange,
+        events: JobEvents = NO_LISTENER,
         *,
-        interval: float = 2.0,
-        fast_interval: float = 0.5,
-        fast_window: float = 10.0,
+        interval: float = 2.0, fast_interval: float = 0.5, fast_window: float = 10.0,
         resync_interval: float = 300.0,
         reasons_per_cycle: int = 5,
         reason_interval: float = 10.0,
-        on_recovered: Callable[[], Awaitable[None]] | None = None,
         watch_running: Callable[[SlurmJob], bool] | None = None,
     ) -> None:
+        """``events``: told of each job's change and of Slurm answering again;
+        ``watch_running``: may Slurm preempt this running job (its signal changes no state)."""
         self._client = client
         self._index = index
-        self._on_change = on_change
+        self._events = events
         self.interval = interval
         self._fast_interval = min(fast_interval, interval)
         self._fast_window = fast_window
@@ -78,7 +83,6 @@ class Poller:
         self._reason_queue: deque[int] = deque()
         self._reason_interval = reason_interval
         self._reason_read: dict[int, float] = {}  # loop time each pending job's reason was read
-        # Running jobs Slurm may preempt: their preemption signal (GraceTime) changes no state.
         self._watch_running = watch_running
         self._watch_queue: deque[int] = deque()
         self._misses: dict[int, int] = {}
@@ -86,7 +90,6 @@ class Poller:
         self.healthy = False  # the last cycle reached Slurm
         self.synced = False  # the index was built from a full listing at least once
         self._last_read: float | None = None  # loop time of the last complete cycle
-        self._on_recovered = on_recovered
         self._resync_requested = False
         self._resynced = asyncio.Event()  # a resync completed since the last request
 
@@ -173,9 +176,9 @@ class Poller:
         log.info("poller.resynced", jobs=len(self._index.jobs()), cancelled=resynced.cancelled)
         for old, new in resynced.replaced:
             if _changed(old, new):
-                await self._on_change(old, new)
+                await self._events.job_changed(old, new)
         for job in resynced.discovered:  # news to every reader, as a change would be
-            await self._on_change(job, job)
+            await self._events.job_changed(job, job)
 
     async def _started(self, before: SlurmJob) -> None:
         """The state list says RUNNING (it started, or it ran unseen for a while): where is
@@ -200,7 +203,7 @@ class Poller:
                                     allocation=allocation, preempting=False,
                                     expected_start=None, backfill_at=None, unreadable="")
         self._index.record(after)
-        await self._on_change(before, after)
+        await self._events.job_changed(before, after)
 
     async def _refresh(self, before: SlurmJob) -> None:
         async with self._fetch_slots:
@@ -216,7 +219,7 @@ class Poller:
         self._misses.pop(before.job_id, None)
         self._index.record(after)
         if _changed(before, after):
-            await self._on_change(before, after)
+            await self._events.job_changed(before, after)
 
     def _note_missing(self, job: SlurmJob) -> None:
         misses = self._misses.get(job.job_id, 0) + 1
@@ -244,8 +247,8 @@ class Poller:
                 self._last_read = loop.time()
                 metrics.SLURM_REACHABLE.set(1)
                 delay = self._next_delay()
-                if recovered and self._on_recovered is not None:
-                    await self._on_recovered()
+                if recovered:
+                    await self._events.slurm_recovered()
             except Exception as exc:  # the poller must outlive any one answer, and any bug
                 self.healthy = False
                 metrics.SLURM_REACHABLE.set(0)

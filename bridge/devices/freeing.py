@@ -12,7 +12,7 @@ generated claim whose pod is gone is deleted then.
 """
 
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 import structlog
 from lightkube import operators
@@ -23,7 +23,7 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.kube.apierrors import is_not_found
-from bridge.ports import KubePort
+from bridge.ports import KubeList, KubePatch
 
 log = structlog.get_logger(__name__)
 
@@ -45,11 +45,15 @@ def _job_of(claim: ResourceClaim) -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
+class FreeingKube(KubeList, KubePatch, Protocol):
+    """The bridge's claims listed, each one's allocation and mark patched away."""
+
+
 class ClaimReleaser:
     """Shared by the pinner and the lifecycle loop (both the leader's): the loop lists the
     bridge's claims only while some may exist, not every round of a cluster without any."""
 
-    def __init__(self, kube: KubePort) -> None:
+    def __init__(self, kube: FreeingKube) -> None:
         self._kube = kube
         self._maybe_pinned = True  # until a listing finds none (another leader's may exist)
 

@@ -13,7 +13,7 @@ count that does not add up) is an error naming it, and the pod is not released.
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from lightkube.core.exceptions import ApiError
@@ -29,7 +29,7 @@ from bridge.devices.asks import DeviceAsk, UnmappableClaim, claim_asks
 from bridge.devices.freeing import ClaimReleaser, DeviceId, allocated_devices
 from bridge.kube.apierrors import is_not_found
 from bridge.link.gate import escaped
-from bridge.ports import KubePort
+from bridge.ports import KubeGet, KubeList, KubePatch
 
 log = structlog.get_logger(__name__)
 
@@ -49,9 +49,13 @@ class _Claim:
     asks: list[DeviceAsk]
 
 
+class PinningKube(KubeGet, KubeList, KubePatch, Protocol):
+    """The pod, its claims, their classes and the node's slices read; the claims patched."""
+
+
 class ClaimPinner:
     def __init__(
-        self, kube: KubePort, classes: Mapping[str, DeviceClassGres], releaser: ClaimReleaser
+        self, kube: PinningKube, classes: Mapping[str, DeviceClassGres], releaser: ClaimReleaser
     ) -> None:
         self._kube = kube
         self._classes = classes

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import structlog
 from lightkube.core.client import FieldSelector
 
-from bridge.ports import KubePort
+from bridge.ports import KubeList, KubeWatch
 
 log = structlog.get_logger(__name__)
 
@@ -42,12 +42,16 @@ def resource_version(obj: Any) -> int:
     return int(text) if text.isdigit() else 0
 
 
+class WatchedKube(KubeList, KubeWatch, Protocol):
+    """Listed, then watched from the listing's resourceVersion."""
+
+
 class WatchCache(ABC, Generic[V]):
     resource: ClassVar[Any]  # the lightkube resource watched
     selection: ClassVar[FieldSelector | None] = None  # its field selector
     namespaced: ClassVar[bool] = True  # watched in every namespace
 
-    def __init__(self, kube: KubePort) -> None:
+    def __init__(self, kube: WatchedKube) -> None:
         self._kube = kube
         self._items: dict[str, V] = {}
         self._synced = asyncio.Event()  # the current watch has delivered its initial listing

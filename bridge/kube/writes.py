@@ -15,7 +15,7 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.kube.apierrors import is_conflict
-from bridge.ports import KubePort
+from bridge.ports import KubeCreate, KubePatch
 
 log = structlog.get_logger(__name__)
 
@@ -36,7 +36,7 @@ class AlreadyBound(Exception):
 
 
 async def annotate(
-    client: KubePort, namespace: str, name: str, values: Mapping[str, str | None]
+    client: KubePatch, namespace: str, name: str, values: Mapping[str, str | None]
 ) -> None:
     """Merge annotations into the pod; a None value removes that annotation."""
     await client.patch(
@@ -46,7 +46,7 @@ async def annotate(
 
 
 async def set_slurm_condition(
-    client: KubePort, namespace: str, name: str, *, allocated: bool, reason: str, message: str
+    client: KubePatch, namespace: str, name: str, *, allocated: bool, reason: str, message: str
 ) -> None:
     """Pod condition ``SlurmJobAllocated``; its change also requeues the pod in kube-scheduler."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -64,7 +64,7 @@ async def set_slurm_condition(
 
 
 async def record_event(
-    client: KubePort, pod: PodRef, reason: keys.EventReason, message: str, *,
+    client: KubeCreate, pod: PodRef, reason: keys.EventReason, message: str, *,
     warning: bool = False,
 ) -> None:
     """An Event on the pod, shown by ``kubectl describe pod``."""
@@ -90,7 +90,7 @@ async def record_event(
 
 
 async def bind(
-    client: KubePort, namespace: str, name: str, uid: str, node: str,
+    client: KubeCreate, namespace: str, name: str, uid: str, node: str,
     *, annotations: Mapping[str, str] | None = None,
 ) -> None:
     """Create the Binding, with the pod UID as precondition (a recreated pod is not bound).
@@ -117,7 +117,7 @@ async def bind(
 
 
 
-async def evict(client: KubePort, namespace: str, name: str) -> None:
+async def evict(client: KubeCreate, namespace: str, name: str) -> None:
     """Create the pod's Eviction: unlike a delete it honours PodDisruptionBudgets (HTTP 429
     while one says not now) and the pod's terminationGracePeriodSeconds."""
     await client.create(

@@ -20,6 +20,7 @@ out one node twice, and a replica that takes over binds each member where it was
 import json
 import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import structlog
 from lightkube.core.exceptions import ApiError
@@ -30,8 +31,16 @@ from lightkube.resources.coordination_v1 import Lease
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, Owner, owner_text
 from bridge.kube.apierrors import is_not_found
-from bridge.link.records import Annotations, LeaseRecord, Outdated, PodRecord, Record
-from bridge.ports import KubePort
+from bridge.link.records import (
+    Annotations,
+    LeaseRecord,
+    LeaseRecordKube,
+    Outdated,
+    PodRecord,
+    PodRecordKube,
+    Record,
+)
+from bridge.ports import KubeDelete, KubeList
 
 log = structlog.get_logger(__name__)
 
@@ -58,9 +67,14 @@ class AlreadySubmitted(Exception):
         self.job_id = job_id
 
 
+class ClaimsKube(PodRecordKube, LeaseRecordKube, KubeList, KubeDelete, Protocol):
+    """A claim's record (on the pod or the group's Lease); stale group Leases listed and
+    deleted."""
+
+
 class Claims:
     def __init__(
-        self, kube: KubePort, identity: str, *, namespace: str, stale_after: float = 30.0
+        self, kube: ClaimsKube, identity: str, *, namespace: str, stale_after: float = 30.0
     ) -> None:
         self._kube = kube
         self.identity = identity

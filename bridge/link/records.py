@@ -17,7 +17,7 @@ from bridge import keys
 from bridge.jobs.owner import GroupOwner, Owner, owner_text
 from bridge.kube.apierrors import is_conflict, is_not_found
 from bridge.link.ownership import owner_key
-from bridge.ports import KubePort
+from bridge.ports import KubeCreate, KubeGet, KubePatch, KubeReplace
 
 Annotations = dict[str, str]
 
@@ -42,10 +42,14 @@ class Record(Protocol):
         ...
 
 
+class PodRecordKube(KubeGet, KubePatch, Protocol):
+    """The pod read, its annotations patched under its resourceVersion."""
+
+
 class PodRecord:
     """A lone pod's claim lives on the pod; the first read is the copy we were given."""
 
-    def __init__(self, kube: KubePort, pod: Pod, owner: Owner) -> None:
+    def __init__(self, kube: PodRecordKube, pod: Pod, owner: Owner) -> None:
         self._kube = kube
         self._pod: Pod | None = pod
         self._owner = owner
@@ -85,11 +89,15 @@ def group_claim_name(owner: GroupOwner) -> str:
     return f"group-{readable}-{digest}" if readable else f"group-{digest}"
 
 
+class LeaseRecordKube(KubeCreate, KubeGet, KubeReplace, Protocol):
+    """The group's Lease read, created once, replaced under its resourceVersion."""
+
+
 class LeaseRecord:
     """A group's claim: a Lease in the bridge's namespace, created by the first claimer."""
 
     def __init__(
-        self, kube: KubePort, namespace: str, owner: GroupOwner, identity: str
+        self, kube: LeaseRecordKube, namespace: str, owner: GroupOwner, identity: str
     ) -> None:
         self._kube = kube
         self._namespace = namespace

@@ -18,7 +18,7 @@ from bridge import keys
 from bridge.kube.apierrors import is_not_found
 from bridge.link.gate import other_gates
 from bridge.link.ownership import pod_ref
-from bridge.ports import KubePort
+from bridge.ports import KubeGet
 
 
 class UnverifiedPod(Exception):
@@ -43,7 +43,7 @@ def unplaceable_reason(pod: Pod, *, own_gate_allowed: bool = False) -> str | Non
     return None
 
 
-async def pod_from_api(kube: KubePort, namespace: str, name: str, uid: str) -> Pod:
+async def pod_from_api(kube: KubeGet, namespace: str, name: str, uid: str) -> Pod:
     """The API server's copy of the pod named ``namespace``/``name`` with ``uid``,
     unbound, ours."""
     ref = f"{namespace}/{name}"

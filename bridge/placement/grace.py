@@ -10,7 +10,7 @@ when it submits the job, and ``slurmbridge doctor`` lists such pods.
 import asyncio
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from lightkube.models.core_v1 import Pod
@@ -18,8 +18,9 @@ from lightkube.models.core_v1 import Pod
 from bridge import keys
 from bridge.kube import writes
 from bridge.link.views import grace_seconds
+from bridge.placement.events import JobListener
 from bridge.placement.registry import PodKey
-from bridge.ports import KubePort, SlurmPort
+from bridge.ports import KubeCreate
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.types import Accounting
 
@@ -42,10 +43,14 @@ def grace_warning(pod: Pod, known: Accounting) -> str | None:
     )
 
 
-class GraceWarnings:
+class GraceSlurm(Protocol):
+    async def accounting(self) -> Accounting: ...
+
+
+class GraceWarnings(JobListener):
     """Warns on a pod at submit time; slurmdbd's QOS are read at most every ``refresh``."""
 
-    def __init__(self, kube: KubePort, slurm: SlurmPort, *, refresh: float = 60.0) -> None:
+    def __init__(self, kube: KubeCreate, slurm: GraceSlurm, *, refresh: float = 60.0) -> None:
         self._kube = kube
         self._slurm = slurm
         self._refresh = refresh
@@ -66,7 +71,7 @@ class GraceWarnings:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def submitted(self, pod: Pod) -> None:
+    async def job_submitted(self, pod: Pod) -> None:
         """Check in the background: the submit path does not wait for slurmdbd."""
         uid = pod.metadata.uid if pod.metadata else None
         if uid and uid not in self._warned:

@@ -26,13 +26,13 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import structlog
 
 from bridge import metrics
 from bridge.jobs.owner import Owner
 from bridge.jobs.request import JobRequest
-from bridge.ports import SlurmPort
 from bridge.slurm.errors import SlurmJobNotFound, SlurmProtocolError
 from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
@@ -58,8 +58,15 @@ def _keeper(jobs: list[SlurmJob], pinned: int | None = None) -> SlurmJob:
     return min(jobs, key=lambda j: (j.job_id != pinned, j.state is JobState.PENDING, j.job_id))
 
 
+class IndexSlurm(Protocol):
+    async def submit(self, req: JobRequest) -> int: ...
+    async def get_job(self, job_id: int) -> SlurmJob: ...
+    async def cancel(self, job_id: int) -> None: ...
+    async def every_job_state(self) -> dict[int, JobState | None]: ...
+
+
 class JobIndex:
-    def __init__(self, client: SlurmPort, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, client: IndexSlurm, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
         self.clock = clock
         # job id → when Slurm last showed it as recorded: read whole, or its state seen

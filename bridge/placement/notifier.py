@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 from collections.abc import Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from lightkube.core.exceptions import ApiError
@@ -33,9 +33,10 @@ from bridge import keys
 from bridge.kube import writes
 from bridge.link.bound import record_changes
 from bridge.link.gate import gated
+from bridge.placement.events import JobListener
 from bridge.placement.reasons import expected_start, waiting_message
 from bridge.placement.registry import PodKey, PodRegistry
-from bridge.ports import KubePort
+from bridge.ports import KubeCreate, KubePatch
 from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -80,9 +81,13 @@ def _key(pod: Pod) -> PodKey:
     return PodKey(meta.namespace, meta.name, meta.uid)
 
 
-class PodNotifier:
+class NotifierKube(KubeCreate, KubePatch, Protocol):
+    """Events (created), the job's annotations and the pod's Slurm condition (patched)."""
+
+
+class PodNotifier(JobListener):
     def __init__(
-        self, kube: KubePort, registry: PodRegistry, *, quiet_seconds: float = 10.0,
+        self, kube: NotifierKube, registry: PodRegistry, *, quiet_seconds: float = 10.0,
         estimate_moves_seconds: float = 120.0,
     ) -> None:
         self._kube = kube
@@ -110,12 +115,12 @@ class PodNotifier:
             self._spawn(writes.annotate(self._kube, key.namespace, key.name, changes))
         self._update(key, job)
 
-    async def job_changed(self, job: SlurmJob) -> None:
+    async def job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
         """Called by the poller on any change: new reason, or nodes allocated (requeue now)."""
-        if job.owner is None:
+        if after.owner is None:
             return
-        for key in self._registry.pods_of(job.owner):
-            self._update(key, job)
+        for key in self._registry.pods_of(after.owner):
+            self._update(key, after)
 
     def _update(self, key: writes.PodRef, job: SlurmJob) -> None:
         status = _status(job)

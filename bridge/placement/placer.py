@@ -5,7 +5,6 @@ happens here: known jobs come from the index, new ones are submitted once
 (submit.py).  What a decision came to is a type (outcomes.py).
 """
 
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import structlog
@@ -20,6 +19,7 @@ from bridge.link.claims import Claims, member_slot
 from bridge.link.gate import released_node
 from bridge.link.ownership import LinkedPod, linked_pod, recorded_job_id, tied_to
 from bridge.link.views import PodView
+from bridge.placement.events import NO_LISTENER, JobEvents
 from bridge.placement.index import JobIndex
 from bridge.placement.outcomes import (
     Outcome,
@@ -31,14 +31,12 @@ from bridge.placement.outcomes import (
 )
 from bridge.placement.reasons import waiting_message
 from bridge.placement.registry import PodRegistry
-from bridge.placement.submit import NO_HOOKS, SubmitHooks, Submitter
+from bridge.placement.submit import SubmitCheck, Submitter
 from bridge.slurm.allocation import format_gpu_ids
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound
 from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
-
-OnJobKnown = Callable[[Pod, SlurmJob], Awaitable[None]]
 
 
 class Placer:
@@ -47,17 +45,19 @@ class Placer:
         index: JobIndex,
         nodes: NodeCache,
         pods: PodRegistry,
-        on_job_known: OnJobKnown | None = None,
+        events: JobEvents = NO_LISTENER,
         *,
         claims: Claims | None = None,
-        hooks: SubmitHooks = NO_HOOKS,
+        admit: SubmitCheck | None = None,
     ) -> None:
+        """``events``: told of each pod's job met and of each submit; ``admit``: the policy
+        check before a submit (placement/submit.py)."""
         self._index = index
         self._nodes = nodes
         self._pods = pods
-        self._on_job_known = on_job_known
+        self._events = events
         self._claims = claims
-        self._submitter = Submitter(index, claims, hooks)
+        self._submitter = Submitter(index, claims, admit=admit, events=events)
 
     async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
         linked = linked_pod(pod)
@@ -145,8 +145,7 @@ class Placer:
             if not submit:
                 raise Refused(f"no Slurm job for pod {linked}")
             job = await self._submitter.submit(pod, owner, replacing)
-        if self._on_job_known is not None:
-            await self._on_job_known(pod, job)
+        await self._events.job_known(pod, job)
         return job
 
     def _recorded_live(self, pod: Pod, owner: Owner) -> SlurmJob | None:

@@ -11,7 +11,7 @@ server refuses for another reason is tried again after ``retry_seconds`` while i
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import structlog
 from lightkube.core.exceptions import ApiError
@@ -29,10 +29,11 @@ from bridge.link.bound import CudaNumbering, bound, cuda_visible_devices
 from bridge.link.claims import member_slot
 from bridge.link.gate import gated, release_patch, released_node
 from bridge.link.ownership import owner_key, pod_ref
+from bridge.placement.events import NO_LISTENER, JobEvents
 from bridge.placement.index import JobIndex
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer, allocated_nodes
-from bridge.ports import KubePort
+from bridge.ports import KubeGet, KubeList, KubePatch
 from bridge.slurm.types import SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -41,16 +42,20 @@ _WRITE_ATTEMPTS = 3  # a pod changed under each write this often in a row: try a
 RELEASES_IN_FLIGHT = 32  # PATCHes at once; the apiserver client's other callers keep the rest
 
 
+class ReleaserKube(KubeGet, KubeList, KubePatch, Protocol):
+    """A group's members listed, the release patched, a changed pod read again."""
+
+
 class Releaser:
     def __init__(
-        self, kube: KubePort, placer: Placer, index: JobIndex, *,
+        self, kube: ReleaserKube, placer: Placer, index: JobIndex, *,
         cuda_numbering: CudaNumbering = "renumbered", retry_seconds: float = 2.0,
-        claims: ClaimPinner | None = None,
-        on_unallocated: Callable[[Pod, str], Awaitable[None]] | None = None,
+        claims: ClaimPinner | None = None, events: JobEvents = NO_LISTENER,
     ) -> None:
+        """``events``: told of a pod whose claims cannot be written (it waits no more)."""
         self._kube = kube
         self._claims = claims
-        self._on_unallocated = on_unallocated
+        self._events = events
         self._placer = placer
         self._index = index
         self._cuda = cuda_numbering
@@ -226,8 +231,7 @@ class Releaser:
         except ClaimPinError as exc:
             log.warning("release.claims_unallocated", pod=pod_ref(pod), job_id=job.job_id,
                         reason=str(exc))
-            if self._on_unallocated is not None:
-                await self._on_unallocated(pod, str(exc))
+            await self._events.claims_unallocated(pod, str(exc))
             self.forget(_uid(pod))
         return False
 

@@ -6,8 +6,7 @@ while (an account removed from slurmdbd must not turn into a submission per filt
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import structlog
 from lightkube.models.core_v1 import Pod
@@ -19,6 +18,7 @@ from bridge.jobs.translate import job_request_for_pod
 from bridge.link.claims import AlreadySubmitted, ClaimLost, Claims
 from bridge.link.gate import gated
 from bridge.link.records import OwnerChanged
+from bridge.placement.events import NO_LISTENER, JobEvents
 from bridge.placement.index import JobIndex
 from bridge.placement.outcomes import ClaimedElsewhere, Pending, Refused
 from bridge.placement.reasons import refusal
@@ -30,29 +30,20 @@ log = structlog.get_logger(__name__)
 # The pod as its job is submitted (the namespace's tenancy filled in); raises Refused
 # when it must not be (namespace not covered or not mapped, outside tenancy or policy).
 SubmitCheck = Callable[[Pod], Pod]
-# Slurm refused to submit the pod's job: (pod, condition reason, message for its owner).
-OnRefused = Callable[[Pod, str, str], Awaitable[None]]
 REFUSED_RETRY_SECONDS = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class SubmitHooks:
-    """Called around a submit: the policy check before it, the pod's owner told of Slurm's
-    refusal, and the grace-period check after it (placement/grace.py)."""
-
-    admit: SubmitCheck | None = None
-    on_refused: OnRefused | None = None
-    on_submitted: Callable[[Pod], None] | None = None
-
-
-NO_HOOKS = SubmitHooks()
-
-
 class Submitter:
-    def __init__(self, index: JobIndex, claims: Claims | None, hooks: SubmitHooks) -> None:
+    def __init__(
+        self, index: JobIndex, claims: Claims | None, *, admit: SubmitCheck | None = None,
+        events: JobEvents = NO_LISTENER,
+    ) -> None:
+        """``admit``: the policy check before a submit; ``events`` hears of Slurm's answer
+        (its refusal told to the pod's owner, the grace-period check: placement/grace.py)."""
         self._index = index
         self._claims = claims
-        self._hooks = hooks
+        self._admit = admit
+        self._events = events
         # owner → (monotonic time until which it is not resubmitted, Slurm's refusal in words)
         self._refused: dict[Owner, tuple[float, str]] = {}
         self._attempts: dict[Owner, asyncio.Future[SlurmJob]] = {}
@@ -76,8 +67,8 @@ class Submitter:
         refused = self._refused.get(owner)
         if refused is not None and refused[0] > time.monotonic():
             raise Refused(refused[1])  # Slurm said no moments ago: no retry storm
-        if self._hooks.admit is not None:  # checked here too: the bridge trusts no admission
-            pod = self._hooks.admit(pod)
+        if self._admit is not None:  # checked here too: the bridge trusts no admission
+            pod = self._admit(pod)
         request = dataclasses.replace(job_request_for_pod(pod), owner=owner)
         if self._claims is None or gated(pod):
             # A gated pod's job is submitted by the leader alone (intake) and becomes the
@@ -121,9 +112,7 @@ class Submitter:
             self._refused[request.owner] = (now + REFUSED_RETRY_SECONDS, message)
             log.warning("placement.submit_refused", owner=str(request.owner), reason=reason,
                         error=str(exc))
-            if self._hooks.on_refused is not None:
-                await self._hooks.on_refused(pod, reason, message)
+            await self._events.submit_refused(pod, reason, message)
             raise Refused(message) from exc
-        if self._hooks.on_submitted is not None:
-            self._hooks.on_submitted(pod)
+        await self._events.job_submitted(pod)
         return job

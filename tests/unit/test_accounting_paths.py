@@ -23,7 +23,6 @@ from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer
 from bridge.placement.reasons import explain, refusal, waiting_message
 from bridge.placement.registry import PodRegistry
-from bridge.placement.submit import SubmitHooks
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.convert import accounting
 from bridge.slurm.errors import SlurmRejected
@@ -33,6 +32,7 @@ from slurmbridge_cli import doctor
 from slurmbridge_cli.doctor import Check, tenancy_checks
 from slurmbridge_cli.status_view import Row, collect, render_table
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
+from slurmbridge_devkit.events import RecordedEvents
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
 
@@ -113,13 +113,9 @@ def _pod(uid: str = "uid-1", **spec: Any) -> PodResource:
 
 async def test_a_refused_submit_reaches_the_pod_once_without_a_retry_storm() -> None:
     slurm = RefusingSlurm()
-    told: list[tuple[str, str]] = []
-
-    async def on_refused(pod: Pod, reason: str, message: str) -> None:
-        told.append((reason, message))
-
-    placer = Placer(JobIndex(slurm), NodeCache(FakeKube()), PodRegistry(),
-                    hooks=SubmitHooks(on_refused=on_refused))
+    events = RecordedEvents()
+    told = events.refusals
+    placer = Placer(JobIndex(slurm), NodeCache(FakeKube()), PodRegistry(), events)
     verdicts = [await placer.filter(_pod(), ["node1"]) for _ in range(5)]
     assert slurm.submits == 1  # kube-scheduler retries; Slurm is asked once per backoff
     assert told == [("InvalidAccount", verdicts[0].message)]
@@ -357,12 +353,9 @@ async def test_running_jobs_of_a_preemptable_qos_are_watched_for_the_signal(qos:
     slurm = SignallingSlurm(signalled)
     index = JobIndex(slurm)
     index.record(_job(JobState.RUNNING, qos=qos))  # as last read: not preempted
-    changes: list[SlurmJob] = []
-
-    async def changed(before: SlurmJob, after: SlurmJob) -> None:
-        changes.append(after)
-
-    poller = Poller(slurm, index, changed,
+    events = RecordedEvents()
+    changes = events.changed
+    poller = Poller(slurm, index, events,
                     watch_running=lambda job: job.qos == "low")
     await poller.poll_once()
     job = index.by_id(7)

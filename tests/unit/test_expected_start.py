@@ -13,6 +13,7 @@ from bridge.slurm import convert
 from bridge.slurm.types import JobState, SlurmJob
 from bridge.slurm.wire.base import JobsResponse
 from slurmbridge_devkit.builders import JobBuilder
+from slurmbridge_devkit.events import RecordedEvents
 from slurmbridge_devkit.fakes import FakeSlurm
 
 NOW = datetime(2026, 12, 2, 13, 53, 20, tzinfo=UTC)
@@ -82,12 +83,9 @@ async def test_the_reason_refresh_brings_the_estimate_and_costs_no_extra_request
     slurm = FakeSlurm(("node1",))
     index = JobIndex(slurm)
     job = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-1")))
-    changes: list[SlurmJob] = []
-
-    async def changed(before: SlurmJob, after: SlurmJob) -> None:
-        changes.append(after)
-
-    poller = Poller(slurm, index, changed, reason_interval=0)
+    events = RecordedEvents()
+    changes = events.changed
+    poller = Poller(slurm, index, events, reason_interval=0)
     await poller.poll_once()
     slurm.put(dataclasses.replace(slurm.jobs[job.job_id], reason="Resources"))
     await poller.poll_once()

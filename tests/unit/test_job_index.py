@@ -20,6 +20,7 @@ from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
 from slurmbridge_devkit import fakes
 from slurmbridge_devkit.builders import JobBuilder
+from slurmbridge_devkit.events import RecordedEvents
 from slurmbridge_devkit.fake_kube import FakeKube
 
 
@@ -82,12 +83,9 @@ async def test_a_change_seen_only_by_a_resync_is_reported() -> None:
     job = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-3")))
     fake.jobs[job.job_id] = (JobBuilder(job.job_id, job.name).owner(PodOwner("uid-3"))
                              .running("node1").build())
-    seen: list[tuple[JobState, JobState]] = []
-
-    async def on_change(before: SlurmJob, after: SlurmJob) -> None:
-        seen.append((before.state, after.state))
-
-    await Poller(fake, index, on_change).resync()
+    events = RecordedEvents()
+    await Poller(fake, index, events).resync()
+    seen = [(before.state, after.state) for before, after in events.changes]
     assert seen == [(JobState.PENDING, JobState.RUNNING)]
 
 
@@ -99,11 +97,7 @@ async def test_a_job_submitted_as_a_resync_began_and_started_before_its_listing_
     one such burst unreleased for good."""
     fake = FakeSlurm()
     index = _index(fake)
-    seen: list[tuple[JobState, JobState]] = []
-
-    async def on_change(before: SlurmJob, after: SlurmJob) -> None:
-        seen.append((before.state, after.state))
-
+    events = RecordedEvents()
     listing = fake.every_job_state
 
     async def submitted_and_started_first() -> dict[int, JobState | None]:
@@ -112,7 +106,8 @@ async def test_a_job_submitted_as_a_resync_began_and_started_before_its_listing_
         return await listing()
 
     fake.every_job_state = submitted_and_started_first  # type: ignore[method-assign]
-    await Poller(fake, index, on_change).resync()
+    await Poller(fake, index, events).resync()
+    seen = [(before.state, after.state) for before, after in events.changes]
     assert seen == [(JobState.PENDING, JobState.RUNNING)]
 
 
@@ -192,11 +187,7 @@ async def test_a_new_leader_learns_jobs_another_replica_submitted_within_a_cycle
     A's next resync (300 s). Taking the lease asks for a resync on the next cycle."""
     fake = FakeSlurm()
     index = _index(fake)
-
-    async def on_change(before: SlurmJob, after: SlurmJob) -> None:
-        return None
-
-    poller = Poller(fake, index, on_change, interval=0.01, resync_interval=3600)
+    poller = Poller(fake, index, interval=0.01, resync_interval=3600)
     task = asyncio.create_task(poller.run())
     try:
         while not poller.synced:
@@ -263,7 +254,7 @@ async def test_no_resync_reads_jobs_that_ended_before_it_saw_them() -> None:
     unknown jobs that are live, the ones the one-live-job-per-owner guarantee needs."""
     fake = FakeSlurm()
     index = _index(fake)
-    poller = Poller(fake, index, _ignore, interval=0.01, resync_interval=3600)
+    poller = Poller(fake, index, interval=0.01, resync_interval=3600)
     await poller.resync()  # the first
     for job_id in range(100, 150):
         fake.put(JobBuilder(job_id, "native").owner(None).state(JobState.CANCELLED).build())
@@ -280,14 +271,10 @@ async def test_no_resync_reads_jobs_that_ended_before_it_saw_them() -> None:
     assert fake.fetched == []  # the live ones are known; the ended ones stay unread
     assert index.by_id(ours) is None
     fresh = _index(fake)  # a new leader's process: it reads the live ones only
-    await Poller(fake, fresh, _ignore, interval=0.01, resync_interval=3600).resync()
+    await Poller(fake, fresh, interval=0.01, resync_interval=3600).resync()
     tracked = fresh.by_owner(PodOwner("uid-10"))
     assert tracked is not None and tracked.job_id == live
     assert fresh.by_id(ours) is None
-
-
-async def _ignore(before: SlurmJob, after: SlurmJob) -> None:
-    return None
 
 
 async def test_the_live_jobs_a_poll_names_follow_every_record_end_forget_and_resync() -> None:

@@ -62,7 +62,7 @@ async def test_a_job_slurm_starts_at_once_costs_only_the_job_id_annotation() -> 
     pod = _pod(annotations={keys.SUBMITTING: "replica@1"})
     registry.remember(linked_pod(pod))
     await notifier.job_known(pod, PENDING)
-    await notifier.job_changed(RUNNING)
+    await notifier.job_changed(PENDING, RUNNING)
     await _settle(notifier)
     assert writes(kube) == [("annotate", f"{keys.JOB_ID},{keys.OWNER},{keys.SUBMITTING}")]
 
@@ -73,7 +73,7 @@ async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
     registry.remember(linked_pod(pod))
     await notifier.job_known(pod, PENDING)
     registry.park("uid-1")  # filter answered "waiting": kube-scheduler set the pod aside
-    await notifier.job_changed(RUNNING)
+    await notifier.job_changed(PENDING, RUNNING)
     await asyncio.sleep(0)
     await notifier.drain()  # before the quiet period is over
     assert writes(kube) == [("condition", "True")]  # kube-scheduler will say "Scheduled"
@@ -91,7 +91,7 @@ async def test_a_job_that_keeps_pending_is_shown_after_the_quiet_period() -> Non
     assert writes(kube) == []
     await _settle(notifier)
     assert writes(kube) == [("event", "SlurmPending"), ("condition", "False")]
-    await notifier.job_changed(RUNNING)  # shown as pending, so its allocation is shown too
+    await notifier.job_changed(PENDING, RUNNING)  # shown as pending, so its allocation is shown too
     await notifier.drain()
     # The condition alone: kube-scheduler's "Scheduled" event follows it at once, and an
     # event per allocated pod was a third of the bridge's writes in a 5,000-pod burst (B1).
@@ -104,7 +104,7 @@ async def test_a_shown_job_whose_reason_changes_gets_an_event_and_the_condition(
     registry.remember(linked_pod(pod))
     await notifier.job_known(pod, PENDING)
     await _settle(notifier)
-    await notifier.job_changed(dataclasses.replace(PENDING, reason="QOSGrpGRES"))
+    await notifier.job_changed(PENDING, dataclasses.replace(PENDING, reason="QOSGrpGRES"))
     await notifier.drain()
     assert writes(kube)[2:] == [("event", "SlurmPending"), ("condition", "False")]
 
@@ -119,8 +119,8 @@ async def test_a_gated_pod_that_keeps_pending_costs_one_write_the_event() -> Non
     await notifier.job_known(pod, PENDING)
     await _settle(notifier)
     assert writes(kube) == [("event", "SlurmPending")]
-    await notifier.job_changed(dataclasses.replace(PENDING, reason="QOSGrpGRES"))
-    await notifier.job_changed(RUNNING)  # released with its allocation: nothing to correct
+    await notifier.job_changed(PENDING, dataclasses.replace(PENDING, reason="QOSGrpGRES"))
+    await notifier.job_changed(PENDING, RUNNING)  # released with its allocation: nothing to correct
     await _settle(notifier)
     assert writes(kube) == [("event", "SlurmPending"), ("event", "SlurmPending")]
 
@@ -134,7 +134,7 @@ async def test_a_gated_pods_refusal_is_corrected_once_its_job_is_accepted() -> N
     await notifier.drain()
     await notifier.job_known(pod, PENDING)  # the admin fixed it: submitted, pending
     await _settle(notifier)
-    await notifier.job_changed(RUNNING)
+    await notifier.job_changed(PENDING, RUNNING)
     await _settle(notifier)
     assert writes(kube) == [("event", "SlurmSubmitRefused"), ("condition", "False"),
                             ("event", "SlurmPending"), ("condition", "False")]
@@ -146,10 +146,11 @@ async def test_a_job_slurm_has_not_been_read_about_is_shown_once_its_reason_is_k
     notifier, kube, registry = _notifier()
     pod = _pod(gated=True)
     registry.remember(linked_pod(pod))
-    await notifier.job_known(pod, dataclasses.replace(PENDING, reason="None"))
+    unread = dataclasses.replace(PENDING, reason="None")
+    await notifier.job_known(pod, unread)
     await _settle(notifier)
     assert writes(kube) == []
-    await notifier.job_changed(PENDING)  # the poller's reason refresh read "Resources"
+    await notifier.job_changed(unread, PENDING)  # the poller's reason refresh read "Resources"
     await notifier.drain()
     assert writes(kube) == [("event", "SlurmPending")]
 
@@ -211,12 +212,14 @@ async def test_an_estimate_is_shown_again_only_when_it_moves_by_more_than_the_se
     await notifier.job_known(pod, ESTIMATED)
     await _settle(notifier)
     for moved in (timedelta(seconds=90), timedelta(seconds=-100)):  # jitter: nothing written
-        await notifier.job_changed(dataclasses.replace(ESTIMATED, expected_start=SOON + moved))
+        jittered = dataclasses.replace(ESTIMATED, expected_start=SOON + moved)
+        await notifier.job_changed(ESTIMATED, jittered)
     await notifier.drain()
     assert writes(kube) == [("event", "SlurmPending")]
     later = SOON + timedelta(minutes=30)
-    await notifier.job_changed(dataclasses.replace(ESTIMATED, expected_start=later))
-    await notifier.job_changed(dataclasses.replace(ESTIMATED, expected_start=None))
+    moved_later = dataclasses.replace(ESTIMATED, expected_start=later)
+    await notifier.job_changed(ESTIMATED, moved_later)
+    await notifier.job_changed(moved_later, dataclasses.replace(ESTIMATED, expected_start=None))
     await notifier.drain()
     said = _messages(kube)
     assert [reason for reason, _ in said] == ["SlurmPending"] * 3
@@ -235,7 +238,7 @@ async def test_every_member_of_a_group_is_told_its_groups_expected_start() -> No
         registry.remember(linked_pod(pod))
         await notifier.job_known(pod, dataclasses.replace(job, reason="None"))
     await _settle(notifier)
-    await notifier.job_changed(job)
+    await notifier.job_changed(dataclasses.replace(job, reason="None"), job)
     await notifier.drain()
     events = [(body["involvedObject"]["name"], body["message"])
               for verb, kind, body in kube.written if kind == "Event"]

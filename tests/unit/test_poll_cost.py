@@ -13,17 +13,14 @@ from bridge.jobs.request import JobRequest
 from bridge.placement.index import JobIndex
 from bridge.slurm.client import IDS_PER_REQUEST, SlurmClient
 from bridge.slurm.errors import SlurmProtocolError, SlurmUnavailable
-from bridge.slurm.types import Allocation, JobState, SlurmJob
+from bridge.slurm.types import Allocation, JobState
 from bridge.slurm.wire.base import PingResponse
 from slurmbridge_devkit.builders import JobBuilder
+from slurmbridge_devkit.events import RecordedEvents
 from slurmbridge_devkit.fakes import FakeSlurm
 from slurmbridge_devkit.slurm_http import HttpxExchange
 
 OWN = 10
-
-
-async def _noop(before: SlurmJob, after: SlurmJob) -> None:
-    del before, after
 
 
 async def _idle_cycle(foreign: int) -> tuple[dict[str, int], int]:
@@ -38,7 +35,7 @@ async def _idle_cycle(foreign: int) -> tuple[dict[str, int], int]:
         job_id = max(slurm.jobs) + 1
         slurm.put(JobBuilder(job_id, "native").owner(None)
                   .state(JobState.PENDING, "Priority").build())
-    poller = Poller(slurm, index, _noop)
+    poller = Poller(slurm, index)
     await poller.resync()
     await poller.poll_once()  # the first cycle reads the jobs that started
     slurm.requests.clear()
@@ -58,7 +55,7 @@ async def test_with_nothing_tracked_a_cycle_is_one_ping_and_still_notices_slurm_
     controllers still learn whether Slurm answers."""
     slurm = FakeSlurm()
     slurm.put(JobBuilder(1, "native").owner(None).running().build())
-    poller = Poller(slurm, JobIndex(slurm), _noop)
+    poller = Poller(slurm, JobIndex(slurm))
     await poller.poll_once()
     assert dict(slurm.requests) == {"ping": 1} and slurm.states_returned == 0
     slurm.down = True
@@ -106,7 +103,7 @@ async def test_pending_reasons_are_re_read_in_turn_but_not_every_cycle() -> None
     for i in range(OWN):
         job = await index.ensure(JobRequest(name=f"k8s:ns/p{i}", owner=PodOwner(f"uid-{i}")))
         slurm.end(job.job_id, JobState.PENDING, "Priority")
-    poller = Poller(slurm, index, _noop, reasons_per_cycle=5, reason_interval=0.4)
+    poller = Poller(slurm, index, reasons_per_cycle=5, reason_interval=0.4)
     reads = []
     for pause in (0, 0, 0.25, 0, 0, 0):  # the first reads come half the interval after
         await asyncio.sleep(pause)
@@ -150,12 +147,9 @@ async def test_a_job_that_started_is_read_through_its_allocation_alone() -> None
     index = JobIndex(slurm)
     job = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-p")))
     slurm.start(job.job_id, "node1", gpus=(2,))
-    changes: list[SlurmJob] = []
-
-    async def seen(before: SlurmJob, after: SlurmJob) -> None:
-        changes.append(after)
-
-    await Poller(slurm, index, seen).poll_once()
+    events = RecordedEvents()
+    changes = events.changed
+    await Poller(slurm, index, events).poll_once()
     assert (slurm.requests["job_allocation"], slurm.requests["get_job"]) == (1, 0)
     [after] = changes
     assert after.state is JobState.RUNNING and after.owner == PodOwner("uid-p")
@@ -177,7 +171,7 @@ async def test_an_unreadable_allocation_skips_that_job_for_the_cycle_only() -> N
         return await answer(job_id)
 
     slurm.job_allocation = garbled  # type: ignore[method-assign]
-    await Poller(slurm, index, _noop).poll_once()
+    await Poller(slurm, index).poll_once()
     assert [index.by_id(j.job_id).state for j in jobs] == [  # type: ignore[union-attr]
         JobState.PENDING, JobState.RUNNING]
 
@@ -193,7 +187,7 @@ async def test_running_jobs_are_read_again_only_after_a_blind_spell() -> None:
     for i in range(running):
         job = await index.ensure(JobRequest(name=f"k8s:ns/p{i}", owner=PodOwner(f"uid-{i}")))
         slurm.start(job.job_id, "node1")
-    poller = Poller(slurm, index, _noop)
+    poller = Poller(slurm, index)
     await poller.poll_once()  # the first cycle reads the jobs that started
     counts = []
     for gap in (2.0, 2.0, RECHECK_AFTER_SECONDS + 30, 2.0, 2.0):

@@ -24,7 +24,7 @@ from bridge.placement.placer import Placer
 from bridge.placement.registry import PodRegistry
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
-from bridge.slurm.types import JobState, SlurmJob
+from bridge.slurm.types import JobState
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
@@ -140,11 +140,7 @@ def _errors(kind: str) -> float:
 async def test_the_poller_outlives_any_error_and_counts_it() -> None:
     fake = BrokenOnce()
     before = _errors("bug")
-
-    async def nothing(before: SlurmJob, after: SlurmJob) -> None:
-        return None
-
-    poller = Poller(fake, JobIndex(fake), nothing, interval=0.01, fast_interval=0.01)
+    poller = Poller(fake, JobIndex(fake), interval=0.01, fast_interval=0.01)
     task = asyncio.create_task(poller.run())
     try:
         for _ in range(200):

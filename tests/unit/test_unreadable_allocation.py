@@ -16,9 +16,10 @@ from bridge.link.bound import bound, holds
 from bridge.placement.index import JobIndex
 from bridge.placement.notifier import describe
 from bridge.slurm.convert import comment_for, slurm_job
-from bridge.slurm.types import Allocation, JobState, SlurmJob
+from bridge.slurm.types import Allocation, JobState
 from bridge.slurm.wire.base import JobInfo
 from slurmbridge_devkit.builders import JobBuilder
+from slurmbridge_devkit.events import RecordedEvents
 from slurmbridge_devkit.fakes import FakeSlurm
 from tests.unit.slurm_answers import captured_job
 
@@ -73,12 +74,9 @@ async def test_an_unknown_allocation_is_read_again_each_poll_until_it_is_known()
     owner = PodOwner("uid-1")
     fake.put(JobBuilder(7).owner(owner).running().unreadable("bad gres").build())
     index = JobIndex(fake)
-    changes: list[SlurmJob] = []
-
-    async def on_change(before: SlurmJob, after: SlurmJob) -> None:
-        changes.append(after)
-
-    poller = Poller(fake, index, on_change, interval=0.01, resync_interval=3600)
+    events = RecordedEvents()
+    changes = events.changed
+    poller = Poller(fake, index, events, interval=0.01, resync_interval=3600)
     await poller.resync()
     assert [c.job_id for c in changes] == [7]  # discovered: its readers hear of it
     changes.clear()
