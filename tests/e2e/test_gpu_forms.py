@@ -267,10 +267,8 @@ def _driver_objects(kube_node: str, gpus: int) -> list[Any]:
 
 
 async def _claimed_pod(kube: AsyncClient, ns: str, name: str, template: str) -> None:
-    manifest = PodBuilder(name).manifest()
-    manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
-    manifest["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
-    await create_pod(kube, ns, cast(Pod, Pod.from_dict(manifest)))
+    pod = PodBuilder(name).cpu(None).memory(None).claim("gpu", resourceClaimTemplateName=template)
+    await create_pod(kube, ns, pod.build())
 
 
 async def _claim_of(kube: AsyncClient, ns: str, pod: str) -> ResourceClaim:
