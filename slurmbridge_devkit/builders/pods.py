@@ -188,6 +188,12 @@ class PodBuilder:
         self._spec.update(fields)
         return self
 
+    def tolerate(self, key: str, effect: str = "NoSchedule") -> Self:
+        """Tolerates taint ``key`` whatever its value (as the webhook tolerates the bridge's)."""
+        self._spec.setdefault("tolerations", []).append(
+            {"key": key, "operator": "Exists", "effect": effect})
+        return self
+
     def gated(self, *others: str) -> Self:
         """The bridge's scheduling gate, as the webhook adds it (after any ``others``)."""
         names = [*others, keys.SLURM_GATE]

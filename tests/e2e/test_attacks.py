@@ -26,7 +26,6 @@ import pytest
 import uvicorn
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import PodSchedulingGate, Toleration
 from lightkube.models.rbac_v1 import PolicyRule
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
@@ -39,6 +38,7 @@ from bridge import keys
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.slurm.client import SlurmClient
+from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
@@ -52,11 +52,7 @@ from slurmbridge_devkit.kube import ControlPlane, stop_scheduler
 from slurmbridge_devkit.kubelet import set_pod_phase
 from slurmbridge_devkit.namespaces import namespace_user, unique_name
 from slurmbridge_devkit.processes import BRIDGE_NS, BridgeProcess, free_port
-from slurmbridge_devkit.stack import (
-    BridgeStack,
-    NamespaceFactory,
-    replace_scheduler,
-)
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory, replace_scheduler
 from slurmbridge_devkit.stack_objects import WEBHOOK_CONFIG, ValidatingWebhookConfiguration
 from slurmbridge_devkit.waiting import wait_for
 
@@ -97,10 +93,7 @@ async def _nothing_done_for(stack: BridgeStack, kube: AsyncClient, ns: str, name
 
 
 async def _gated_pod(kube: AsyncClient, ns: str, name: str) -> Pod:
-    pod = pod_manifest(name)
-    assert pod.spec is not None
-    pod.spec.schedulingGates = [PodSchedulingGate(name=g["name"]) for g in GATE]
-    return await create_pod(kube, ns, pod)
+    return await create_pod(kube, ns, PodBuilder(name).spec(schedulingGates=GATE).build())
 
 
 async def test_unauthenticated_filter_submits_nothing(
@@ -149,10 +142,8 @@ async def test_priority_outside_namespace_policy_is_refused(
     assert keys.PRIORITY in message and ns in message and "max_priority" in message, message
 
     # A namespace the webhook does not see (no e2e label): the bridge must not trust admission.
-    pod = pod_manifest("jumper", annotations={keys.PRIORITY: "100000"})
-    assert pod.spec is not None
-    pod.spec.tolerations = [Toleration(key=keys.MANAGED_TAINT, operator="Exists",
-                                       effect="NoSchedule")]
+    pod = (PodBuilder("jumper").annotate(keys.PRIORITY, "100000").tolerate(keys.MANAGED_TAINT)
+           .build())
     await create_pod(kube, namespace, pod)
 
     async def refused() -> str:
@@ -209,9 +200,8 @@ async def test_pod_with_a_preset_node_name_is_refused(
     ns = await e2e_namespace("preset-node")
     enrolled = await e2e_namespace("preset-node-enrolled", enrolled=True)
     for where, scheduler in ((ns, True), (enrolled, False)):
-        pod = pod_manifest("squatter", scheduler=scheduler, gpus=8)
-        assert pod.spec is not None
-        pod.spec.nodeName = "kube-node1"
+        pod = (PodBuilder("squatter").gpus(8).scheduler(keys.SCHEDULER_NAME if scheduler else None)
+               .node("kube-node1").build())
         with pytest.raises(ApiError) as err:
             await create_pod(kube, where, pod)
         message = str(err.value.status.message)
@@ -395,10 +385,8 @@ async def test_forged_placeholder_is_ignored_and_untouched(
     """A Slurm user writes a pod's UID into their own job's comment, before and after the
     bridge places the pod: the bridge neither binds the pod into it nor cancels it."""
     ns = await e2e_namespace("forged-job")
-    manifest = pod_manifest("target")
-    assert manifest.spec is not None
-    manifest.spec.schedulingGates = [PodSchedulingGate(name="slurmbridge.test/hold")]
-    pod = await create_pod(kube, ns, manifest)
+    manifest = PodBuilder("target").spec(schedulingGates=[{"name": "slurmbridge.test/hold"}])
+    pod = await create_pod(kube, ns, manifest.build())
     assert pod.metadata is not None and pod.metadata.uid
     forged = []
     try:

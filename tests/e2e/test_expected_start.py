@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.models.core_v1 import Toleration
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
+from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
@@ -75,10 +75,8 @@ async def test_a_pending_pod_says_when_slurm_expects_its_job_to_start(
                        what="a native job with a time limit holding every node")
         limit = {keys.TIME_LIMIT: "5"}
         await create_pod(kube, gated_ns, pod_manifest("gated", annotations=limit))
-        plain = pod_manifest("plain", annotations=limit)
-        assert plain.spec is not None  # what the webhook would have added, but the gate
-        plain.spec.tolerations = [Toleration(key=keys.MANAGED_TAINT, operator="Exists",
-                                             effect="NoSchedule")]
+        # what the webhook would have added, but the gate
+        plain = PodBuilder("plain").annotations(limit).tolerate(keys.MANAGED_TAINT).build()
         await create_pod(kube, plain_ns, plain)
 
         async def event_said() -> re.Match[str] | None:

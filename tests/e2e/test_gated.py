@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import Toleration
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from bridge import keys
+from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
@@ -83,10 +83,8 @@ async def test_a_pod_that_came_without_the_gate_binds_through_filter(
 ) -> None:
     """The webhook never saw it (e.g. down with failurePolicy Ignore): today's path."""
     ns = await e2e_namespace("ungated", served=False)  # outside the webhook's selector
-    manifest = pod_manifest("plain", cpu="2", memory="2Gi")
-    assert manifest.spec is not None  # what the webhook would have added, but the gate
-    manifest.spec.tolerations = [Toleration(key=keys.MANAGED_TAINT, operator="Exists",
-                                            effect="NoSchedule")]
+    # what the webhook would have added, but the gate
+    manifest = PodBuilder("plain").cpu("2").memory("2Gi").tolerate(keys.MANAGED_TAINT).build()
     created = await create_pod(kube, ns, manifest)
     assert _gates(created) == []
     pod = await wait_bound(kube, ns, "plain")

@@ -4,18 +4,14 @@ import asyncio
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.models.core_v1 import PodSchedulingGate
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from bridge import keys
+from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_job_view, wait_bound
 from slurmbridge_devkit.kube import stop_scheduler
-from slurmbridge_devkit.stack import (
-    BridgeStack,
-    NamespaceFactory,
-    replace_scheduler,
-)
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory, replace_scheduler
 from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -60,9 +56,7 @@ async def test_a_gated_pod_gets_no_job_until_its_gates_are_removed(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     ns = await e2e_namespace("gated")
-    pod = pod_manifest("gated")
-    assert pod.spec is not None
-    pod.spec.schedulingGates = [PodSchedulingGate(name="example.com/quota")]
+    pod = PodBuilder("gated").spec(schedulingGates=[{"name": "example.com/quota"}]).build()
     await create_pod(kube, ns, pod)
     await asyncio.sleep(4)  # several poll and watch rounds: nothing may be submitted
     assert _squeue_ids(bridge_stack, f"k8s:{ns}/gated") == []

@@ -11,7 +11,8 @@ from bridge.placement.index import JobIndex
 from bridge.placement.placer import Placer
 from bridge.placement.registry import PodRegistry
 from bridge.slurm.client import SlurmClient
-from slurmbridge_devkit.e2e import create_pod, pod_manifest
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.e2e import create_pod
 from slurmbridge_devkit.kube import ControlPlane
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import NamespaceFactory
@@ -25,10 +26,7 @@ async def test_two_replicas_racing_on_one_pod_submit_one_job(
 ) -> None:
     ns = await e2e_namespace("replicas")
     # No scheduler runs under this name: only the two replicas below ever look at the pod.
-    manifest = pod_manifest("raced", scheduler=False)
-    assert manifest.spec is not None
-    manifest.spec.schedulerName = "nobody"
-    pod = await create_pod(kube, ns, manifest)
+    pod = await create_pod(kube, ns, PodBuilder("raced").scheduler("nobody").build())
     assert pod.metadata is not None
     async with SlurmClient(slurm.settings()) as one, SlurmClient(slurm.settings()) as two:
         replicas = [

@@ -121,13 +121,11 @@ async def test_a_spread_slurm_cannot_keep_is_refused_by_the_webhook(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
 ) -> None:
     ns = await e2e_namespace("spread")
-    pod = PodBuilder("spread").build()
-    assert pod.spec is not None
-    pod.spec.topologySpreadConstraints = [{  # type: ignore[list-item]
+    pod = PodBuilder("spread").spec(topologySpreadConstraints=[{
         "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
         "whenUnsatisfiable": "DoNotSchedule",
         "labelSelector": {"matchLabels": {"app": "spread"}},
-    }]
+    }]).build()
     with pytest.raises(ApiError) as refused:
         await create_pod(kube, ns, pod)
     message = str(refused.value.status.message)

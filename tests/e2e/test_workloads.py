@@ -34,12 +34,7 @@ from lightkube.types import CascadeType, PatchType
 
 from bridge import keys
 from bridge.slurm.allocation import expand_nodes
-from slurmbridge_devkit.e2e import (
-    create_pod,
-    pod_manifest,
-    quiet_namespace,
-    slurm_job_view,
-)
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, quiet_namespace, slurm_job_view
 from slurmbridge_devkit.kube import ControlPlane, cache_dir, k8s_version, run_dir
 from slurmbridge_devkit.kubelet import set_pod_phase
 from slurmbridge_devkit.processes import free_port
