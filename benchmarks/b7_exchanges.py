@@ -430,6 +430,12 @@ def _headers() -> dict[str, str]:
     return {"X-SLURM-USER-NAME": BRIDGE_USER, "X-SLURM-USER-TOKEN": TOKEN}
 
 
+def _answered(candidate: str, kind: str, status: int, content: object) -> None:
+    """A candidate's exchange counts only if slurmrestd answered it in full."""
+    if status != 200 or not content:
+        raise RuntimeError(f"{candidate} {kind}: HTTP {status}")
+
+
 def _request(kind: str) -> tuple[str, str, Query | None, bytes | None]:
     """(method, path, query, body) of one exchange, as SlurmClient sends it."""
     base = f"/slurm/{PARSER}"
@@ -469,8 +475,7 @@ async def _httpx(url: str, *, over_reqwest: bool = False) -> Any:
             method, path, params, body = _request(kind)
             resp = await http.request(method, path, headers=_headers(), params=params,
                                       content=body)
-            if resp.status_code != 200 or not resp.content:
-                raise RuntimeError(f"httpx {kind}: HTTP {resp.status_code}")
+            _answered("httpx", kind, resp.status_code, resp.content)
 
         yield exchange
 
@@ -488,8 +493,7 @@ async def _aiohttp(url: str) -> Any:
             async with http.request(method, url + path, headers=_headers(), params=params,
                                     data=body, allow_redirects=False) as resp:
                 content = await resp.read()
-            if resp.status != 200 or not content:
-                raise RuntimeError(f"aiohttp {kind}: HTTP {resp.status}")
+            _answered("aiohttp", kind, resp.status, content)
 
         yield exchange
 
@@ -508,8 +512,7 @@ async def _pyreqwest(url: str) -> Any:
                 req = req.body_bytes(body)
             async with req.build_streamed() as resp:
                 content = await resp.bytes()
-            if resp.status != 200 or not content:
-                raise RuntimeError(f"pyreqwest {kind}: HTTP {resp.status}")
+            _answered("pyreqwest", kind, resp.status, content)
 
         yield exchange
 

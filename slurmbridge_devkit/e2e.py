@@ -1,6 +1,6 @@
 """Helpers of the end-to-end tests, benchmarks and demo: pods, their waits, Slurm's own view."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event, Pod
@@ -10,6 +10,9 @@ from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.scontrol import show_job
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.waiting import wait_for
+
+if TYPE_CHECKING:  # the stack's fixtures need pytest; the demo imports this module without
+    from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 
 
 def pod_manifest(
@@ -74,6 +77,15 @@ async def slurm_idle(slurm: SlurmTarget, timeout: float = 60) -> None:  # noqa: 
         return not slurm.admin("squeue", "-h", "-t", "RUNNING,PENDING,COMPLETING").strip()
 
     await wait_for(idle, timeout, interval=0.5, what="an idle Slurm (earlier tests' jobs gone)")
+
+
+async def quiet_namespace(
+    stack: "BridgeStack", e2e_namespace: "NamespaceFactory", prefix: str
+) -> tuple[SlurmTarget, str]:
+    """The stack's Slurm once no earlier test's job is left, and a fresh namespace."""
+    await slurm_idle(stack.slurm)
+    ns = await e2e_namespace(prefix)
+    return stack.slurm, ns
 
 
 def slurm_job_view(slurm: SlurmTarget, job_id: int | str) -> dict[str, Any]:

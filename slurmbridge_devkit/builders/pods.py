@@ -3,6 +3,7 @@
     PodBuilder("train").gpus(2).group("allreduce", 2).build()      # a lightkube Pod
     PodBuilder("p").cpu("2").annotate(keys.ACCOUNT, "physics").manifest()   # a dict
     PodBuilder("p", "ns").uid("u1").node("node1").running().build()  # as the kubelet runs it
+    PodBuilder("p", "ns").bare().spec(nodeName="n1").manifest()     # only what is named
 
 Defaults: one busybox container sleeping an hour, 1 CPU and 1 GiB requested (= limits),
 ``schedulerName: slurmbridge``, no grace period (deleted pods go at once), no uid and no
@@ -33,6 +34,11 @@ class PodBuilder:
         self._containers: list[dict[str, Any]] | None = None  # None: the default one
         self._metadata: dict[str, Any] = {}  # what the API server sets (uid, timestamps...)
         self._status: dict[str, Any] = {}
+        self._limited = True  # CPU and memory limited as requested
+        self._pull: str | None = None
+        self._claims: list[str] = []  # DRA claims the default container uses
+        self._bare = False
+        self._named: set[str] = set()  # "labels", "annotations": named, kept when bare
 
     def namespace(self, namespace: str) -> Self:
         self._namespace = namespace
@@ -46,6 +52,12 @@ class PodBuilder:
     def memory(self, memory: str | None) -> Self:
         """Memory request and limit; None: none at all."""
         self._memory = memory
+        return self
+
+    def requests_only(self) -> Self:
+        """CPU and memory requested, not limited (GPUs always both: Kubernetes wants an
+        extended resource's request and limit equal)."""
+        self._limited = False
         return self
 
     def gpus(self, count: int) -> Self:
@@ -122,20 +134,28 @@ class PodBuilder:
         return self
 
     def label(self, key: str, value: str) -> Self:
-        self._labels[key] = value
-        return self
+        return self.labels({key: value})
 
     def labels(self, values: dict[str, str]) -> Self:
+        self._named.add("labels")
         self._labels.update(values)
         return self
 
     def annotate(self, key: str, value: str) -> Self:
-        self._annotations[key] = value
-        return self
+        return self.annotations({key: value})
 
     def annotations(self, values: dict[str, str]) -> Self:
+        self._named.add("annotations")
         self._annotations.update(values)
         return self
+
+    def bare(self) -> Self:
+        """Only what the test names: no resources, command, scheduler or grace period by
+        default, no labels or annotations unless named (empty ones included). A pod as a user
+        may write it: what the webhook and the resource count must cope with."""
+        self._bare = True
+        self._command = []
+        return self.cpu(None).memory(None).scheduler(None).grace(None)
 
     def grace(self, seconds: int | None) -> Self:
         """``terminationGracePeriodSeconds``; None: left out (Kubernetes' default, 30 s)."""
@@ -151,9 +171,27 @@ class PodBuilder:
             self._image = image
         return self
 
+    def pull(self, policy: str) -> Self:
+        """The default container's ``imagePullPolicy`` (``Never``: an image loaded on the nodes)."""
+        self._pull = policy
+        return self
+
+    def claim(self, name: str, **source: str) -> Self:
+        """DRA claim ``name``, used by the default container; ``source`` as the API spells it
+        (``resourceClaimName=...`` or ``resourceClaimTemplateName=...``)."""
+        self._spec.setdefault("resourceClaims", []).append({"name": name, **source})
+        self._claims.append(name)
+        return self
+
     def spec(self, **fields: Any) -> Self:
         """Any other PodSpec field, as the API spells it (``nodeName``, ``schedulingGates``...)."""
         self._spec.update(fields)
+        return self
+
+    def tolerate(self, key: str, effect: str = "NoSchedule") -> Self:
+        """Tolerates taint ``key`` whatever its value (as the webhook tolerates the bridge's)."""
+        self._spec.setdefault("tolerations", []).append(
+            {"key": key, "operator": "Exists", "effect": effect})
         return self
 
     def gated(self, *others: str) -> Self:
@@ -167,11 +205,13 @@ class PodBuilder:
         spec: dict[str, Any] = {"containers": self._container_list(), **copy.deepcopy(self._spec)}
         if self._scheduler is not None:
             spec["schedulerName"] = self._scheduler
-        metadata: dict[str, Any] = {"name": self._name, "labels": dict(self._labels),
-                                    "annotations": dict(self._annotations),
-                                    **copy.deepcopy(self._metadata)}
+        metadata: dict[str, Any] = {"name": self._name}
         if self._namespace is not None:
             metadata["namespace"] = self._namespace
+        for field, values in (("labels", self._labels), ("annotations", self._annotations)):
+            if values or field in self._named or not self._bare:
+                metadata[field] = dict(values)
+        metadata.update(copy.deepcopy(self._metadata))
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
         if self._status:
             pod["status"] = copy.deepcopy(self._status)
@@ -180,17 +220,26 @@ class PodBuilder:
     def _container_list(self) -> list[dict[str, Any]]:
         if self._containers is not None:
             return copy.deepcopy(self._containers)
-        limits: dict[str, str] = {}
+        requests: dict[str, str] = {}
         if self._cpu is not None:
-            limits["cpu"] = self._cpu
+            requests["cpu"] = self._cpu
         if self._memory is not None:
-            limits["memory"] = self._memory
+            requests["memory"] = self._memory
         if self._gpus:
-            limits[keys.GPU_RESOURCE] = str(self._gpus)
-        container: dict[str, Any] = {"name": "main", "image": self._image,
-                                     "command": list(self._command)}
-        if limits:
-            container["resources"] = {"requests": dict(limits), "limits": limits}
+            requests[keys.GPU_RESOURCE] = str(self._gpus)
+        limits = {k: v for k, v in requests.items()
+                  if self._limited or k == keys.GPU_RESOURCE}
+        resources: dict[str, Any] = {k: v for k, v in (("requests", requests),
+                                                       ("limits", limits)) if v}
+        if self._claims:
+            resources["claims"] = [{"name": name} for name in self._claims]
+        container: dict[str, Any] = {"name": "main", "image": self._image}
+        if self._pull is not None:
+            container["imagePullPolicy"] = self._pull
+        if self._command:
+            container["command"] = list(self._command)
+        if resources:
+            container["resources"] = resources
         return [container]
 
     def build(self) -> Pod:

@@ -26,7 +26,7 @@ from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
-    slurm_idle,
+    quiet_namespace,
     wait_bound,
     wait_job_id,
     wait_slurm_job,
@@ -57,11 +57,13 @@ async def tenancy(bridge_stack: BridgeStack) -> AsyncIterator[Mapper]:
     _write(bridge_stack.tenancy_file, DEFAULT_TENANCY)
 
 
-async def _quiet_accounting(stack: BridgeStack) -> SlurmTarget:
-    """The stack's Slurm with its accounting tree, once no earlier test's job is left."""
+async def _quiet_accounting(
+    stack: BridgeStack, e2e_namespace: NamespaceFactory, prefix: str
+) -> tuple[SlurmTarget, str]:
+    """The stack's Slurm with its accounting tree, once no earlier test's job is left, and a
+    fresh namespace."""
     _accounting_ready(stack.slurm)
-    await slurm_idle(stack.slurm)
-    return stack.slurm
+    return await quiet_namespace(stack, e2e_namespace, prefix)
 
 
 def _accounting_ready(slurm: SlurmTarget) -> None:
@@ -103,8 +105,8 @@ async def test_pods_of_two_namespaces_run_as_their_own_account_and_user(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
     tenancy: Mapper,
 ) -> None:
-    slurm = await _quiet_accounting(bridge_stack)
-    ns_a, ns_b = await e2e_namespace("acct-a"), await e2e_namespace("acct-b")
+    slurm, ns_a = await _quiet_accounting(bridge_stack, e2e_namespace, "acct-a")
+    ns_b = await e2e_namespace("acct-b")
     await tenancy({ns_a: {"account": "team-a", "user": "alice"},
                    ns_b: {"account": "team-b", "user": "bob"}})
     jobs = {}
@@ -147,8 +149,7 @@ async def test_a_qos_gpu_limit_keeps_the_third_pod_pending_with_the_reason(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
     tenancy: Mapper,
 ) -> None:
-    slurm = await _quiet_accounting(bridge_stack)
-    ns = await e2e_namespace("gpu2")
+    slurm, ns = await _quiet_accounting(bridge_stack, e2e_namespace, "gpu2")
     await tenancy({ns: {"account": "team-a", "user": "alice", "qos": ["gpu2"]}})
     for name in ("one", "two"):
         await create_pod(kube, ns, _gpu_pod(name))
@@ -173,8 +174,7 @@ async def test_a_high_priority_native_job_preempts_a_low_priority_pod(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
     tenancy: Mapper,
 ) -> None:
-    slurm = await _quiet_accounting(bridge_stack)
-    ns = await e2e_namespace("preempt")
+    slurm, ns = await _quiet_accounting(bridge_stack, e2e_namespace, "preempt")
     low = unique_name("sb-batch-low")
     await kube.create(PriorityClass(metadata=ObjectMeta(name=low), value=10))
     try:

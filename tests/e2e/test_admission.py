@@ -7,16 +7,20 @@ from lightkube.core.exceptions import ApiError
 from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_manifest
 from slurmbridge_devkit.namespaces import delete_namespace
-from slurmbridge_devkit.stack import ALLOWED_ACCOUNTS, BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.stack import (
+    ALLOWED_ACCOUNTS,
+    BridgeStack,
+    NamespaceFactory,
+    make_e2e_namespace,
+)
 
 pytestmark = pytest.mark.e2e
 
 
 async def test_spoofed_bridge_annotation_is_rejected(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    ns = await make_e2e_namespace(kube, "spoof")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("spoof")
     pod = pod_manifest("spoof", annotations={keys.GPU_IDS: "0,1,2,3"})
     with pytest.raises(ApiError) as err:
         await create_pod(kube, ns, pod)

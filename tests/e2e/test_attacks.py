@@ -26,7 +26,6 @@ import pytest
 import uvicorn
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import PodSchedulingGate, Toleration
 from lightkube.models.rbac_v1 import PolicyRule
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
@@ -39,10 +38,12 @@ from bridge import keys
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.slurm.client import SlurmClient
+from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
     pod_manifest,
+    quiet_namespace,
     slurm_idle,
     slurm_job_view,
     wait_bound,
@@ -51,7 +52,7 @@ from slurmbridge_devkit.kube import ControlPlane, stop_scheduler
 from slurmbridge_devkit.kubelet import set_pod_phase
 from slurmbridge_devkit.namespaces import namespace_user, unique_name
 from slurmbridge_devkit.processes import BRIDGE_NS, BridgeProcess, free_port
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace, replace_scheduler
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory, replace_scheduler
 from slurmbridge_devkit.stack_objects import WEBHOOK_CONFIG, ValidatingWebhookConfiguration
 from slurmbridge_devkit.waiting import wait_for
 
@@ -92,18 +93,14 @@ async def _nothing_done_for(stack: BridgeStack, kube: AsyncClient, ns: str, name
 
 
 async def _gated_pod(kube: AsyncClient, ns: str, name: str) -> Pod:
-    pod = pod_manifest(name)
-    assert pod.spec is not None
-    pod.spec.schedulingGates = [PodSchedulingGate(name=g["name"]) for g in GATE]
-    return await create_pod(kube, ns, pod)
+    return await create_pod(kube, ns, PodBuilder(name).spec(schedulingGates=GATE).build())
 
 
 async def test_unauthenticated_filter_submits_nothing(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """Any in-cluster workload POSTs /filter without a client certificate, forging the pod."""
-    ns = await make_e2e_namespace(kube, "forged-filter")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("forged-filter")
     victim = await _gated_pod(kube, ns, "victim")
     body = _forged_filter_body(victim)
     answers = []
@@ -119,11 +116,10 @@ async def test_unauthenticated_filter_submits_nothing(
 
 
 async def test_filter_with_a_pod_uid_the_apiserver_does_not_hold_submits_nothing(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """A caller holding the scheduler's credentials sends a pod body that is not the real pod."""
-    ns = await make_e2e_namespace(kube, "forged-uid")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("forged-uid")
     victim = await _gated_pod(kube, ns, "victim")
     async with bridge_stack.scheduler_client() as http:
         # A made-up UID; then the real one with a forged body (the API's pod is gated:
@@ -136,21 +132,18 @@ async def test_filter_with_a_pod_uid_the_apiserver_does_not_hold_submits_nothing
 
 
 async def test_priority_outside_namespace_policy_is_refused(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str], namespace: str
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory, namespace: str
 ) -> None:
     """A researcher asks Slurm for a top priority: refused at admission, and again at submit."""
-    ns = await make_e2e_namespace(kube, "jump-queue")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("jump-queue")
     with pytest.raises(ApiError) as err:
         await create_pod(kube, ns, pod_manifest("jumper", annotations={keys.PRIORITY: "100000"}))
     message = str(err.value.status.message)
     assert keys.PRIORITY in message and ns in message and "max_priority" in message, message
 
     # A namespace the webhook does not see (no e2e label): the bridge must not trust admission.
-    pod = pod_manifest("jumper", annotations={keys.PRIORITY: "100000"})
-    assert pod.spec is not None
-    pod.spec.tolerations = [Toleration(key=keys.MANAGED_TAINT, operator="Exists",
-                                       effect="NoSchedule")]
+    pod = (PodBuilder("jumper").annotate(keys.PRIORITY, "100000").tolerate(keys.MANAGED_TAINT)
+           .build())
     await create_pod(kube, namespace, pod)
 
     async def refused() -> str:
@@ -173,11 +166,10 @@ async def _researcher(kube: AsyncClient, cp: ControlPlane, ns: str) -> AsyncClie
 
 async def test_group_label_of_a_placed_pod_cannot_change(
     bridge_stack: BridgeStack, kube: AsyncClient, control_plane: ControlPlane,
-    e2e_namespaces: list[str],
+    e2e_namespace: NamespaceFactory,
 ) -> None:
     """A researcher relabels a running pod into another 'group' (the job's owner would move)."""
-    ns = await make_e2e_namespace(kube, "relabel")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("relabel")
     await create_pod(kube, ns, pod_manifest("solo"))
     await wait_bound(kube, ns, "solo")
     researcher = await _researcher(kube, control_plane, ns)
@@ -202,16 +194,14 @@ async def test_group_label_of_a_placed_pod_cannot_change(
 
 
 async def test_pod_with_a_preset_node_name_is_refused(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """spec.nodeName set at creation skips every scheduler: Slurm would never hear of the pod."""
-    ns = await make_e2e_namespace(kube, "preset-node")
-    enrolled = await make_e2e_namespace(kube, "preset-node-enrolled", enrolled=True)
-    e2e_namespaces += [ns, enrolled]
+    ns = await e2e_namespace("preset-node")
+    enrolled = await e2e_namespace("preset-node-enrolled", enrolled=True)
     for where, scheduler in ((ns, True), (enrolled, False)):
-        pod = pod_manifest("squatter", scheduler=scheduler, gpus=8)
-        assert pod.spec is not None
-        pod.spec.nodeName = "kube-node1"
+        pod = (PodBuilder("squatter").gpus(8).scheduler(keys.SCHEDULER_NAME if scheduler else None)
+               .node("kube-node1").build())
         with pytest.raises(ApiError) as err:
             await create_pod(kube, where, pod)
         message = str(err.value.status.message)
@@ -254,7 +244,7 @@ def _resolved_env(pod: Pod) -> dict[str, str | None]:
 
 
 async def test_gpu_env_is_right_under_the_nvidia_container_runtime(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """Slurm gives the pod GPUs 4,5; inside the container they are devices 0 and 1."""
     slurm = bridge_stack.slurm
@@ -269,8 +259,7 @@ async def test_gpu_env_is_right_under_the_nvidia_container_runtime(
         await wait_for(running, 30, what="the native jobs running")
         for k, job in enumerate(native, start=1):
             assert slurm_job_view(slurm, job)["gpus"] == {f"node{k}": (0, 1, 2, 3)}
-        ns = await make_e2e_namespace(kube, "gpu-env")
-        e2e_namespaces.append(ns)
+        ns = await e2e_namespace("gpu-env")
         await create_pod(kube, ns, pod_manifest("trainer", gpus=2))
         pod = await wait_bound(kube, ns, "trainer")
         assert pod.metadata is not None and pod.spec is not None
@@ -342,12 +331,11 @@ async def _relabel_keeps_the_job(
 
 
 async def test_relabelling_a_running_pod_does_not_cancel_its_job(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """A researcher puts a running pod into a group and takes it out again, with admission
     in place and while the validating webhook fails open: the job under it must stay."""
-    ns = await make_e2e_namespace(kube, "relabel")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("relabel")
     job_id = _job_of(await _running_pod(bridge_stack, kube, ns, "runner"))
     assert _squeue(bridge_stack, job_id) == "RUNNING"
     join: dict[str, str | None] = {keys.GROUP: "hijack", keys.GROUP_SIZE: "2"}
@@ -392,16 +380,13 @@ async def _resynced_after(stack: BridgeStack, offset: int) -> None:
 
 
 async def test_forged_placeholder_is_ignored_and_untouched(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """A Slurm user writes a pod's UID into their own job's comment, before and after the
     bridge places the pod: the bridge neither binds the pod into it nor cancels it."""
-    ns = await make_e2e_namespace(kube, "forged-job")
-    e2e_namespaces.append(ns)
-    manifest = pod_manifest("target")
-    assert manifest.spec is not None
-    manifest.spec.schedulingGates = [PodSchedulingGate(name="slurmbridge.test/hold")]
-    pod = await create_pod(kube, ns, manifest)
+    ns = await e2e_namespace("forged-job")
+    manifest = PodBuilder("target").spec(schedulingGates=[{"name": "slurmbridge.test/hold"}])
+    pod = await create_pod(kube, ns, manifest.build())
     assert pod.metadata is not None and pod.metadata.uid
     forged = []
     try:
@@ -442,13 +427,12 @@ async def _ended_event(kube: AsyncClient, ns: str, name: str) -> str:
 
 
 async def test_requeued_or_suspended_job_evicts_its_pod_with_the_reason(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """An admin (or preemption with REQUEUE or SUSPEND) takes a running pod's job off its
     node without ending it: the pod must go, saying why, instead of running on GPUs Slurm
     now counts as free."""
-    ns = await make_e2e_namespace(kube, "requeue")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("requeue")
     slurm = bridge_stack.slurm
     requeued = _job_of(await _running_pod(bridge_stack, kube, ns, "requeued"))
     suspended = _job_of(await _running_pod(bridge_stack, kube, ns, "suspended"))
@@ -560,12 +544,11 @@ def _metric(process: BridgeProcess, name: str) -> float:
 
 
 async def test_poller_survives_an_answer_it_cannot_parse(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """slurmrestd (or something in front of it) sends one answer the bridge cannot read: the
     poller counts it and carries on, so later pods are still placed."""
-    ns = await make_e2e_namespace(kube, "bad-answer")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("bad-answer")
     original = bridge_stack.extender
     with _CorruptingSlurm(bridge_stack.slurm.url) as proxy:
         proxied = replace(original, env={**original.env, "SLURMBRIDGE_SLURM__URL": proxy.url},
@@ -622,14 +605,12 @@ async def _bind(
 
 
 async def test_two_replicas_never_put_two_group_members_on_one_node(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """The chart's two replicas each filter one member of a new 2-pod group at the same
     moment (the stack's own extender, leading, submits on creation too); one replica dies
     and the other binds both: one Slurm job, one member per node."""
-    ns = await make_e2e_namespace(kube, "group-replicas")
-    e2e_namespaces.append(ns)
-    await slurm_idle(bridge_stack.slurm)
+    _, ns = await quiet_namespace(bridge_stack, e2e_namespace, "group-replicas")
     first = bridge_stack.extender
     replicas, urls = [], []
     stop_scheduler(bridge_stack.scheduler_name)  # this test plays kube-scheduler

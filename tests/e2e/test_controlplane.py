@@ -29,11 +29,11 @@ from lightkube.models.admissionregistration_v1 import (
     RuleWithOperations,
     WebhookClientConfig,
 )
-from lightkube.models.core_v1 import Container, PodSpec
 from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.core_v1 import Pod
 
+from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.kube import ControlPlane, SchedulerFactory, scheduler_config
 from slurmbridge_devkit.kubelet import NodeFactory, set_pod_phase
 from slurmbridge_devkit.namespaces import unique_name
@@ -48,14 +48,8 @@ MUTATED_LABEL = "slurmbridge.test/mutated"
 def make_pod(name: str, namespace: str, *, node_label: str, scheduler: str | None = None) -> Pod:
     """A one-container pod pinned (by label) to this test's node, so nodes of
     concurrently running tests never receive it."""
-    return Pod(
-        metadata=ObjectMeta(name=name, namespace=namespace),
-        spec=PodSpec(
-            containers=[Container(name="main", image="busybox:stable", command=["true"])],
-            nodeSelector={NODE_LABEL: node_label},
-            schedulerName=scheduler,
-        ),
-    )
+    return (PodBuilder(name, namespace).bare().command("true", image="busybox:stable")
+            .spec(nodeSelector={NODE_LABEL: node_label}).scheduler(scheduler).build())
 
 
 async def bound_node(kube: AsyncClient, name: str, namespace: str) -> str | None:

@@ -13,14 +13,19 @@ from pathlib import Path
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.models.core_v1 import Toleration
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from slurmbridge_devkit.e2e import create_pod, pod_events, pod_manifest, slurm_idle, slurm_job_view
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.e2e import (
+    create_pod,
+    pod_events,
+    pod_manifest,
+    quiet_namespace,
+    slurm_job_view,
+)
 from slurmbridge_devkit.kube import ControlPlane
-from slurmbridge_devkit.namespaces import create_namespace, unique_name
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -59,14 +64,10 @@ def _close_to_squeue(bridge_stack: BridgeStack, said: re.Match[str]) -> None:
 
 
 async def test_a_pending_pod_says_when_slurm_expects_its_job_to_start(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    slurm = bridge_stack.slurm
-    await slurm_idle(slurm)
-    gated_ns = await make_e2e_namespace(kube, "expected")
-    plain_ns = unique_name("expected-plain")
-    await create_namespace(kube, plain_ns)  # no e2e label: the webhook does not gate it
-    e2e_namespaces += [gated_ns, plain_ns]
+    slurm, gated_ns = await quiet_namespace(bridge_stack, e2e_namespace, "expected")
+    plain_ns = await e2e_namespace("expected-plain", served=False)  # the webhook does not gate it
     holder = slurm.admin("sbatch", "--parsable", "-J", "native-full", "--exclusive", "-N", "4",
                          "-t", "10", "-o", "/dev/null", "--wrap", "sleep 600").strip()
     try:
@@ -74,10 +75,8 @@ async def test_a_pending_pod_says_when_slurm_expects_its_job_to_start(
                        what="a native job with a time limit holding every node")
         limit = {keys.TIME_LIMIT: "5"}
         await create_pod(kube, gated_ns, pod_manifest("gated", annotations=limit))
-        plain = pod_manifest("plain", annotations=limit)
-        assert plain.spec is not None  # what the webhook would have added, but the gate
-        plain.spec.tolerations = [Toleration(key=keys.MANAGED_TAINT, operator="Exists",
-                                             effect="NoSchedule")]
+        # what the webhook would have added, but the gate
+        plain = PodBuilder("plain").annotations(limit).tolerate(keys.MANAGED_TAINT).build()
         await create_pod(kube, plain_ns, plain)
 
         async def event_said() -> re.Match[str] | None:

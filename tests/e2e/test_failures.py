@@ -13,11 +13,11 @@ from lightkube.resources.core_v1 import Pod
 from bridge import keys
 from bridge.jobs.owner import PodOwner
 from bridge.slurm.client import SlurmClient
-from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, wait_bound
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, quiet_namespace, wait_bound
 from slurmbridge_devkit.kubelet import set_pod_phase
 from slurmbridge_devkit.processes import BridgeProcess, another_replica, leader_identity, leads
 from slurmbridge_devkit.slurm import CLUSTER_SH
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -35,10 +35,9 @@ def _rest(stack: BridgeStack, action: str) -> None:
 
 
 async def test_slurmrestd_outage_evicts_nothing_and_scheduling_resumes(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    ns = await make_e2e_namespace(kube, "outage")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("outage")
     for i in range(4):
         await create_pod(kube, ns, pod_manifest(f"before-{i}"))
     for i in range(4):
@@ -65,11 +64,9 @@ async def test_slurmrestd_outage_evicts_nothing_and_scheduling_resumes(
 
 
 async def test_sigkill_at_random_moments_leaves_one_job_per_pod(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    ns = await make_e2e_namespace(kube, "crash")
-    e2e_namespaces.append(ns)
-    await slurm_idle(bridge_stack.slurm)
+    _, ns = await quiet_namespace(bridge_stack, e2e_namespace, "crash")
     rng = random.Random(20261129)
     created = 0
     for _ in range(10):

@@ -11,21 +11,20 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import Toleration
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from bridge import keys
+from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
     pod_manifest,
-    slurm_idle,
+    quiet_namespace,
     slurm_job_view,
     wait_bound,
 )
-from slurmbridge_devkit.namespaces import create_namespace, unique_name
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -43,12 +42,9 @@ def _node_terms(pod: Pod) -> list[dict[str, Any]]:
 
 
 async def test_a_pod_waits_gated_while_slurm_is_full_and_binds_once_released(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    slurm = bridge_stack.slurm
-    await slurm_idle(slurm)
-    ns = await make_e2e_namespace(kube, "gated")
-    e2e_namespaces.append(ns)
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "gated")
     holder = slurm.admin("sbatch", "--parsable", "-J", "native-full", "--exclusive", "-N", "4",
                          "-o", "/dev/null", "--wrap", "sleep 600").strip()
     try:
@@ -83,16 +79,12 @@ async def test_a_pod_waits_gated_while_slurm_is_full_and_binds_once_released(
 
 
 async def test_a_pod_that_came_without_the_gate_binds_through_filter(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """The webhook never saw it (e.g. down with failurePolicy Ignore): today's path."""
-    ns = unique_name("ungated")
-    await create_namespace(kube, ns)  # no e2e label: outside the webhook's selector
-    e2e_namespaces.append(ns)
-    manifest = pod_manifest("plain", cpu="2", memory="2Gi")
-    assert manifest.spec is not None  # what the webhook would have added, but the gate
-    manifest.spec.tolerations = [Toleration(key=keys.MANAGED_TAINT, operator="Exists",
-                                            effect="NoSchedule")]
+    ns = await e2e_namespace("ungated", served=False)  # outside the webhook's selector
+    # what the webhook would have added, but the gate
+    manifest = PodBuilder("plain").cpu("2").memory("2Gi").tolerate(keys.MANAGED_TAINT).build()
     created = await create_pod(kube, ns, manifest)
     assert _gates(created) == []
     pod = await wait_bound(kube, ns, "plain")

@@ -28,7 +28,14 @@ from lightkube.resources.resource_v1 import (
 
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.e2e import create_pod, pod_events, slurm_idle, wait_bound, wait_job_id
+from slurmbridge_devkit.e2e import (
+    create_pod,
+    pod_events,
+    quiet_namespace,
+    slurm_idle,
+    wait_bound,
+    wait_job_id,
+)
 from slurmbridge_devkit.scontrol import gpu_overlaps, show_job, show_jobs
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import (
@@ -105,9 +112,7 @@ def _gpu_env(pod: Pod) -> dict[str, str]:
 async def test_a_pod_and_a_native_job_share_one_gpu_by_shards(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
 ) -> None:
-    slurm = bridge_stack.slurm
-    await slurm_idle(slurm)
-    ns = await e2e_namespace("shards")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "shards")
     nodes = _node_gres(slurm)
     shared_node, *others = sorted(nodes)
     assert "shard:" in nodes[shared_node], f"no gres/shard on {shared_node}: {nodes}"
@@ -174,9 +179,7 @@ def _slice_held(slurm: SlurmTarget, job_id: str) -> int:
 async def test_a_pod_asking_a_gpu_type_gets_a_slice_of_it_or_waits_with_slurms_reason(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
 ) -> None:
-    slurm = bridge_stack.slurm
-    await slurm_idle(slurm)
-    ns = await e2e_namespace("typed")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "typed")
     node, slices = _typed_node(_node_gres(slurm))
     native = _sbatch(slurm, "native-slices", f"--gres=gpu:{SLICE}:{slices - 1}", "-w", node)
     try:
@@ -267,10 +270,8 @@ def _driver_objects(kube_node: str, gpus: int) -> list[Any]:
 
 
 async def _claimed_pod(kube: AsyncClient, ns: str, name: str, template: str) -> None:
-    manifest = PodBuilder(name).manifest()
-    manifest["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
-    manifest["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
-    await create_pod(kube, ns, cast(Pod, Pod.from_dict(manifest)))
+    pod = PodBuilder(name).cpu(None).memory(None).claim("gpu", resourceClaimTemplateName=template)
+    await create_pod(kube, ns, pod.build())
 
 
 async def _claim_of(kube: AsyncClient, ns: str, pod: str) -> ResourceClaim:

@@ -7,20 +7,23 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
 from bridge import keys
-from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, slurm_job_view, wait_bound
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.e2e import (
+    create_pod,
+    pod_manifest,
+    quiet_namespace,
+    slurm_job_view,
+    wait_bound,
+)
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
 
 async def test_four_pod_group_binds_all_or_none(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    slurm = bridge_stack.slurm
-    ns = await make_e2e_namespace(kube, "group")
-    e2e_namespaces.append(ns)
-    await slurm_idle(slurm)
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "group")
     # An admin's job holds half of node1: a job wanting 48 CPUs on each of 4 nodes waits.
     blocker = slurm.admin(
         "sbatch", "--parsable", "-c", "32", "-w", "node1", "-o", "/dev/null",
@@ -50,16 +53,13 @@ async def test_four_pod_group_binds_all_or_none(
 
 
 async def test_a_member_arriving_after_slurm_drained_its_node_still_joins_the_running_job(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """Slurm allocated the group's nodes; then an admin drained one (running jobs stay,
     node sync taints its Node slurm-unavailable); the member released to it is part of the
     running job and binds there (SOAK seed 1: such a member waited unbound and untold until
     the drain ended; a drain that waits for the job would never end)."""
-    slurm = bridge_stack.slurm
-    ns = await make_e2e_namespace(kube, "late")
-    e2e_namespaces.append(ns)
-    await slurm_idle(slurm)
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "late")
     labels = {keys.GROUP: "late", keys.GROUP_SIZE: "2"}
     await create_pod(kube, ns, pod_manifest("late-0", labels=labels))
     first = await wait_bound(kube, ns, "late-0")
@@ -68,8 +68,7 @@ async def test_a_member_arriving_after_slurm_drained_its_node_still_joins_the_ru
     held = bridge_stack.slurm_node_of(first.spec.nodeName or "")
     other = next(n for n in slurm_job_view(slurm, job_id)["nodes"] if n != held)
     kube_other = next(k for k, s in bridge_stack.kube_nodes.items() if s == other)
-    slurm.admin("scontrol", "update", f"nodename={other}", "state=drain", "reason=maint")
-    try:
+    with slurm.drained(other, "maint"):
         async def tainted() -> bool:
             node = await kube.get(Node, kube_other)
             taints = (node.spec.taints if node.spec else None) or []
@@ -79,5 +78,3 @@ async def test_a_member_arriving_after_slurm_drained_its_node_still_joins_the_ru
         second = await wait_bound(kube, ns, "late-1", timeout=30)
         assert second.spec is not None and second.spec.nodeName == kube_other
         assert slurm_job_view(slurm, job_id)["state"] == "RUNNING"
-    finally:
-        slurm.admin("scontrol", "update", f"nodename={other}", "state=resume")

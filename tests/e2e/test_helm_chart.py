@@ -170,6 +170,16 @@ def test_render_self_signed_certificate() -> None:
     assert cert.issuer == ca.subject
     # ECDSA: the API server opens a TLS connection to the webhook per burst of creates.
     assert isinstance(cert.public_key(), ec.EllipticCurvePublicKey), cert.public_key()
+    _verify_signature(cert, ca)
+
+    # A configurable failure policy.
+    relaxed = render(release, namespace, "--set", "webhook.failurePolicy=Ignore")
+    assert find(relaxed, "ValidatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] \
+        == "Ignore"
+
+
+def _verify_signature(cert: x509.Certificate, ca: x509.Certificate) -> None:
+    """Raises InvalidSignature unless ``ca``'s key (RSA or ECDSA) signed ``cert``."""
     key = ca.public_key()
     assert cert.signature_hash_algorithm is not None
     if isinstance(key, rsa.RSAPublicKey):
@@ -180,23 +190,10 @@ def test_render_self_signed_certificate() -> None:
         key.verify(cert.signature, cert.tbs_certificate_bytes,
                    ec.ECDSA(cert.signature_hash_algorithm))
 
-    # A configurable failure policy.
-    relaxed = render(release, namespace, "--set", "webhook.failurePolicy=Ignore")
-    assert find(relaxed, "ValidatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] \
-        == "Ignore"
-
 
 def _signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
-    key = ca.public_key()
-    assert cert.signature_hash_algorithm is not None
     try:
-        if isinstance(key, rsa.RSAPublicKey):
-            key.verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(),
-                       cert.signature_hash_algorithm)
-        else:
-            assert isinstance(key, ec.EllipticCurvePublicKey)
-            key.verify(cert.signature, cert.tbs_certificate_bytes,
-                       ec.ECDSA(cert.signature_hash_algorithm))
+        _verify_signature(cert, ca)
     except InvalidSignature:
         return False
     return cert.issuer == ca.subject

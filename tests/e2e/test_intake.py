@@ -4,14 +4,14 @@ import asyncio
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.models.core_v1 import PodSchedulingGate
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from bridge import keys
+from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_job_view, wait_bound
 from slurmbridge_devkit.kube import stop_scheduler
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace, replace_scheduler
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory, replace_scheduler
 from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -23,10 +23,9 @@ def _squeue_ids(stack: BridgeStack, job_name: str) -> list[str]:
 
 
 async def test_the_job_is_in_squeue_while_kube_scheduler_is_down(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    ns = await make_e2e_namespace(kube, "intake")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("intake")
     await asyncio.to_thread(stop_scheduler, bridge_stack.scheduler_name)
     try:
         await create_pod(kube, ns, pod_manifest("early", cpu="2"))
@@ -54,13 +53,10 @@ async def test_the_job_is_in_squeue_while_kube_scheduler_is_down(
 
 
 async def test_a_gated_pod_gets_no_job_until_its_gates_are_removed(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    ns = await make_e2e_namespace(kube, "gated")
-    e2e_namespaces.append(ns)
-    pod = pod_manifest("gated")
-    assert pod.spec is not None
-    pod.spec.schedulingGates = [PodSchedulingGate(name="example.com/quota")]
+    ns = await e2e_namespace("gated")
+    pod = PodBuilder("gated").spec(schedulingGates=[{"name": "example.com/quota"}]).build()
     await create_pod(kube, ns, pod)
     await asyncio.sleep(4)  # several poll and watch rounds: nothing may be submitted
     assert _squeue_ids(bridge_stack, f"k8s:{ns}/gated") == []

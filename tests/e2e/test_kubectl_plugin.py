@@ -22,7 +22,7 @@ from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
     pod_manifest,
-    slurm_idle,
+    quiet_namespace,
     wait_bound,
     wait_slurm_job,
 )
@@ -123,9 +123,7 @@ async def test_kubectl_slurmbridge_why_and_status_for_running_refused_and_pendin
     bridge_stack: BridgeStack, kube: AsyncClient, control_plane: ControlPlane,
     e2e_namespace: NamespaceFactory, tmp_path: Path,
 ) -> None:
-    slurm = bridge_stack.slurm
-    await slurm_idle(slurm)
-    ns = await e2e_namespace("kubectl")
+    _, ns = await quiet_namespace(bridge_stack, e2e_namespace, "kubectl")
     researcher = tmp_path / "researcher.kubeconfig"
     config = await namespace_user(kube, control_plane, ns, READ_PODS_AND_EVENTS)
     researcher.write_text(yaml.safe_dump(config))

@@ -12,13 +12,13 @@ from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
     pod_manifest,
-    slurm_idle,
+    quiet_namespace,
     slurm_job_view,
     wait_bound,
     wait_slurm_job,
 )
 from slurmbridge_devkit.kubelet import set_pod_phase
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -32,10 +32,9 @@ def _live(stack: BridgeStack, job_id: str) -> bool:
 
 
 async def test_scancel_evicts_the_pod_with_the_reason(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    ns = await make_e2e_namespace(kube, "scancel")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("scancel")
     await create_pod(kube, ns, pod_manifest("victim"))
     pod = await wait_bound(kube, ns, "victim")
     await set_pod_phase(kube, pod, "Running")
@@ -64,10 +63,9 @@ async def _gone_or_terminating(kube: AsyncClient, ns: str, name: str) -> bool:
 
 
 async def test_finished_pod_releases_its_job(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    ns = await make_e2e_namespace(kube, "finish")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("finish")
     await create_pod(kube, ns, pod_manifest("done", gpus=1))
     pod = await wait_bound(kube, ns, "done")
     job_id = (pod.metadata.annotations or {})[keys.JOB_ID] if pod.metadata else ""
@@ -79,11 +77,9 @@ async def test_finished_pod_releases_its_job(
 
 
 async def test_deleting_a_pending_pod_cancels_its_job(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    ns = await make_e2e_namespace(kube, "pending")
-    e2e_namespaces.append(ns)
-    await slurm_idle(bridge_stack.slurm)
+    _, ns = await quiet_namespace(bridge_stack, e2e_namespace, "pending")
     # Native jobs hold every GPU: Slurm keeps the pod's job pending (reason Resources).
     blockers = [
         bridge_stack.slurm.admin("sbatch", "--parsable", "--gres=gpu:8", "-w", f"node{k}",

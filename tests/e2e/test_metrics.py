@@ -5,7 +5,7 @@ import pytest
 from lightkube import AsyncClient
 
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, wait_bound
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 
 pytestmark = pytest.mark.e2e
 
@@ -25,10 +25,9 @@ def _sum(values: dict[str, float], prefix: str) -> float:
 
 
 async def test_metrics_count_the_pods_of_a_run(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    ns = await make_e2e_namespace(kube, "metrics")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("metrics")
     before = _scrape(bridge_stack)
     for i in range(3):
         await create_pod(kube, ns, pod_manifest(f"m{i}", gpus=1))

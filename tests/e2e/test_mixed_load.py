@@ -11,11 +11,11 @@ from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
     pod_manifest,
-    slurm_idle,
+    quiet_namespace,
     slurm_job_view,
 )
 from slurmbridge_devkit.scontrol import gpu_overlaps, show_jobs
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -33,12 +33,9 @@ async def _bound(kube: AsyncClient, ns: str) -> dict[str, Pod]:
 
 
 async def test_mixed_load_never_shares_a_gpu_and_pending_pods_say_why(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    slurm = bridge_stack.slurm
-    ns = await make_e2e_namespace(kube, "mixed")
-    e2e_namespaces.append(ns)
-    await slurm_idle(slurm)
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "mixed")
     native = [
         slurm.admin("sbatch", "--parsable", "-J", "native-gpu", "--gres=gpu:2", "-c", "2",
                     "-o", "/dev/null", "--wrap", "sleep 900").strip()

@@ -24,7 +24,7 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.e2e import create_pod, slurm_idle, wait_bound
+from slurmbridge_devkit.e2e import create_pod, quiet_namespace, wait_bound
 from slurmbridge_devkit.kube import REPO
 from slurmbridge_devkit.prometheus import (
     Prometheus,
@@ -151,8 +151,7 @@ async def test_every_dashboard_panel_returns_data(
         await wait_for(lambda: scraped("slurmctld", 4), 30,
                        what=f"Prometheus scraping slurmctld's /metrics/{{jobs,nodes,partitions,"
                             f"scheduler}} at {slurmctld.target} (log: {prometheus.log_file})")
-    await slurm_idle(bridge_stack.slurm)
-    ns = await e2e_namespace("monitored")
+    _, ns = await quiet_namespace(bridge_stack, e2e_namespace, "monitored")
     # An operator's normal day: pods bound (bind latency, filter answers, slurmrestd calls),
     # a pod Slurm refuses (a slurmrestd error), a pod deleted while its job runs (the
     # controllers cancel the job), and whole-node pods beyond the cluster's GPUs waiting in

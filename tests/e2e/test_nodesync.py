@@ -41,9 +41,7 @@ async def _cordon(kube: AsyncClient, name: str, cordoned: bool) -> None:
 async def test_slurm_drain_taints_the_node_with_the_reason(
     bridge_stack: BridgeStack, kube: AsyncClient
 ) -> None:
-    slurm = bridge_stack.slurm
-    slurm.admin("scontrol", "update", "nodename=node3", "state=drain", "reason=maint")
-    try:
+    with bridge_stack.slurm.drained("node3", "maint"):
         async def tainted() -> Node | None:
             node = await _node(kube, "kube-node3")
             cond = _condition(node)
@@ -53,8 +51,6 @@ async def test_slurm_drain_taints_the_node_with_the_reason(
         node = await wait_for(tainted, 15, what="slurm-unavailable taint on kube-node3")
         assert "maint" in _condition(node).message
         assert _taints(node)[keys.UNAVAILABLE_TAINT].effect == "NoSchedule"
-    finally:
-        slurm.admin("scontrol", "update", "nodename=node3", "state=resume")
 
     async def untainted() -> bool:
         node = await _node(kube, "kube-node3")
@@ -85,18 +81,16 @@ async def test_cordon_drains_in_slurm_and_uncordon_resumes(
 async def test_an_admins_drain_is_never_undone(
     bridge_stack: BridgeStack, kube: AsyncClient
 ) -> None:
-    slurm = bridge_stack.slurm
-    slurm.admin("scontrol", "update", "nodename=node2", "state=drain", "reason=admin: bad dimm")
-    try:
-        await _cordon(kube, "kube-node2", True)
-        await asyncio.sleep(4)  # several controller periods (1 s each)
-        assert _drain_reason(bridge_stack, "node2") == "admin: bad dimm"
-        await _cordon(kube, "kube-node2", False)
-        await asyncio.sleep(4)
-        assert _drain_reason(bridge_stack, "node2") == "admin: bad dimm"
-    finally:
-        await _cordon(kube, "kube-node2", False)
-        slurm.admin("scontrol", "update", "nodename=node2", "state=resume")
+    with bridge_stack.slurm.drained("node2", "admin: bad dimm"):
+        try:
+            await _cordon(kube, "kube-node2", True)
+            await asyncio.sleep(4)  # several controller periods (1 s each)
+            assert _drain_reason(bridge_stack, "node2") == "admin: bad dimm"
+            await _cordon(kube, "kube-node2", False)
+            await asyncio.sleep(4)
+            assert _drain_reason(bridge_stack, "node2") == "admin: bad dimm"
+        finally:
+            await _cordon(kube, "kube-node2", False)
 
 
 def _units(stack: BridgeStack, slurm_node: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.e2e import create_pod, slurm_idle, wait_bound
+from slurmbridge_devkit.e2e import create_pod, quiet_namespace, wait_bound
 from slurmbridge_devkit.kubelet import set_pod_phase
 from slurmbridge_devkit.scontrol import show_job
 from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
@@ -21,8 +21,7 @@ pytestmark = pytest.mark.e2e
 async def test_status_shows_pods_a_group_and_an_ended_job(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
 ) -> None:
-    await slurm_idle(bridge_stack.slurm)
-    ns = await e2e_namespace("status")
+    _, ns = await quiet_namespace(bridge_stack, e2e_namespace, "status")
     await create_pod(kube, ns, PodBuilder("solo").gpus(2).build())
     for i in range(2):
         await create_pod(kube, ns, PodBuilder(f"member-{i}").gpus(1).group("pair", 2).build())

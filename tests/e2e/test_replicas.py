@@ -11,25 +11,22 @@ from bridge.placement.index import JobIndex
 from bridge.placement.placer import Placer
 from bridge.placement.registry import PodRegistry
 from bridge.slurm.client import SlurmClient
-from slurmbridge_devkit.e2e import create_pod, pod_manifest
+from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.e2e import create_pod
 from slurmbridge_devkit.kube import ControlPlane
 from slurmbridge_devkit.slurm import SlurmTarget
-from slurmbridge_devkit.stack import make_e2e_namespace
+from slurmbridge_devkit.stack import NamespaceFactory
 
 pytestmark = pytest.mark.e2e
 
 
 async def test_two_replicas_racing_on_one_pod_submit_one_job(
     slurm: SlurmTarget, control_plane: ControlPlane, kube: AsyncClient,
-    e2e_namespaces: list[str],
+    e2e_namespace: NamespaceFactory,
 ) -> None:
-    ns = await make_e2e_namespace(kube, "replicas")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("replicas")
     # No scheduler runs under this name: only the two replicas below ever look at the pod.
-    manifest = pod_manifest("raced", scheduler=False)
-    assert manifest.spec is not None
-    manifest.spec.schedulerName = "nobody"
-    pod = await create_pod(kube, ns, manifest)
+    pod = await create_pod(kube, ns, PodBuilder("raced").scheduler("nobody").build())
     assert pod.metadata is not None
     async with SlurmClient(slurm.settings()) as one, SlurmClient(slurm.settings()) as two:
         replicas = [

@@ -5,17 +5,16 @@ from lightkube import AsyncClient
 
 from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_job_view, wait_bound
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 
 pytestmark = pytest.mark.e2e
 
 
 async def test_pods_appear_in_squeue_and_bind_where_slurm_allocated(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    plain = await make_e2e_namespace(kube, "plain")
-    enrolled = await make_e2e_namespace(kube, "enrolled", enrolled=True)
-    e2e_namespaces += [plain, enrolled]
+    plain = await e2e_namespace("plain")
+    enrolled = await e2e_namespace("enrolled", enrolled=True)
     await create_pod(kube, plain, pod_manifest("named", cpu="2", memory="2Gi"))
     unnamed = pod_manifest("unnamed", scheduler=False, cpu="4", memory="8Gi", gpus=2)
     await create_pod(kube, enrolled, unnamed)

@@ -9,16 +9,15 @@ from lightkube import AsyncClient
 
 from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_manifest, wait_bound
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 
 pytestmark = pytest.mark.e2e
 
 
 async def test_slurm_bridge_timelimit_and_job_name_reach_the_job(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    ns = await make_e2e_namespace(kube, "slinky")
-    e2e_namespaces.append(ns)
+    ns = await e2e_namespace("slinky")
     annotations = {keys.SLINKY_TIME_LIMIT: "1:30:00", keys.SLINKY_JOB_NAME: "train-run"}
     await create_pod(kube, ns, pod_manifest("migrated", annotations=annotations))
     pod = await wait_bound(kube, ns, "migrated")

@@ -22,7 +22,7 @@ from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
     pod_manifest,
-    slurm_idle,
+    quiet_namespace,
     wait_bound,
     wait_slurm_job,
 )
@@ -69,9 +69,7 @@ async def test_a_group_kept_in_one_unit_waits_saying_why_then_lands_in_one(
     group waits and is told why; it lands on the unit that frees up.  The local 24.11 stays
     flat (one topology plugin per cluster): Slurm takes the ask, records it, and places the
     group as it would without."""
-    slurm = bridge_stack.slurm
-    await slurm_idle(slurm)
-    ns = await e2e_namespace(topology)
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, topology)
     _, ask, words = ASKS[topology]
     if slurm.version == "24.11":
         for pod in _group("flat", ask):
@@ -123,13 +121,11 @@ async def test_a_spread_slurm_cannot_keep_is_refused_by_the_webhook(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
 ) -> None:
     ns = await e2e_namespace("spread")
-    pod = PodBuilder("spread").build()
-    assert pod.spec is not None
-    pod.spec.topologySpreadConstraints = [{  # type: ignore[list-item]
+    pod = PodBuilder("spread").spec(topologySpreadConstraints=[{
         "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
         "whenUnsatisfiable": "DoNotSchedule",
         "labelSelector": {"matchLabels": {"app": "spread"}},
-    }]
+    }]).build()
     with pytest.raises(ApiError) as refused:
         await create_pod(kube, ns, pod)
     message = str(refused.value.status.message)
@@ -144,9 +140,7 @@ async def test_a_group_larger_than_a_block_lands_in_whole_segments_and_an_uneven
     (one node per pod, each segment within a block); 3 pods asking segments of 2 cannot be
     cut so, and the webhook says why before any job exists.  On the flat 24.11 Slurm takes
     the segment ask and places the group anyway."""
-    slurm = bridge_stack.slurm
-    await slurm_idle(slurm)
-    ns = await e2e_namespace("segments")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "segments")
     ask = {keys.SEGMENT: "2"} if slurm.version == "24.11" else \
         {keys.SEGMENT: "2", keys.PARTITION: "block"}
     labels = {keys.GROUP: "wide", keys.GROUP_SIZE: "4"}

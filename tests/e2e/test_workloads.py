@@ -34,12 +34,12 @@ from lightkube.types import CascadeType, PatchType
 
 from bridge import keys
 from bridge.slurm.allocation import expand_nodes
-from slurmbridge_devkit.e2e import create_pod, pod_manifest, slurm_idle, slurm_job_view
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, quiet_namespace, slurm_job_view
 from slurmbridge_devkit.kube import ControlPlane, cache_dir, k8s_version, run_dir
 from slurmbridge_devkit.kubelet import set_pod_phase
 from slurmbridge_devkit.processes import free_port
 from slurmbridge_devkit.slurm import SlurmTarget
-from slurmbridge_devkit.stack import BridgeStack, make_e2e_namespace
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -243,23 +243,13 @@ def owner_ref(obj: Any) -> dict[str, Any]:
             "uid": meta.uid, "controller": True, "blockOwnerDeletion": True}
 
 
-async def quiet_namespace(
-    stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str], prefix: str
-) -> tuple[SlurmTarget, str]:
-    """The stack's Slurm once no earlier test's job is left, and a fresh namespace."""
-    await slurm_idle(stack.slurm)
-    ns = await make_e2e_namespace(kube, prefix)
-    e2e_namespaces.append(ns)
-    return stack.slurm, ns
-
-
 # --- the tests ---------------------------------------------------------------------------
 
 
 async def test_gang_job_is_one_slurm_job_never_half_placed(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    slurm, ns = await quiet_namespace(bridge_stack, kube, e2e_namespaces, "gang-job")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "gang-job")
     # Two nodes keep 32 of their CPUs: 3 members of 48 CPUs would fit only 2 at a time.
     blockers = await block(slurm, "node1", "node2")
     name, selector = f"k8s:{ns}/train", {"batch.kubernetes.io/job-name": "train"}
@@ -283,11 +273,11 @@ async def test_gang_job_is_one_slurm_job_never_half_placed(
 
 
 async def test_workload_api_gang_pod_group_is_one_slurm_job_and_finishing_leaves_none(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     """A Job with a gang scheduling policy: the Job controller creates the Workload and
     PodGroup and points its pods at it (spec.schedulingGroup); the PodGroup sizes the group."""
-    slurm, ns = await quiet_namespace(bridge_stack, kube, e2e_namespaces, "podgroup")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "podgroup")
     gang: dict[str, Any] = {"schedulingPolicy": {"gang": {}}}
     await create(kube, Job, ns, job_manifest("infer", 2, scheduling=gang, cpu="2"))
     selector = {"batch.kubernetes.io/job-name": "infer"}
@@ -314,9 +304,9 @@ async def test_workload_api_gang_pod_group_is_one_slurm_job_and_finishing_leaves
 
 
 async def test_jobset_is_one_group_sized_from_the_jobset(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    slurm, ns = await quiet_namespace(bridge_stack, kube, e2e_namespaces, "jobset")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "jobset")
     await ensure_crd(kube, "jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
     replicated = [("driver", 1, 1), ("workers", 1, 2)]  # (name, replicas, parallelism): 3 pods
     jobset = await create(kube, JobSet, ns, {
@@ -358,9 +348,9 @@ async def test_jobset_is_one_group_sized_from_the_jobset(
 
 
 async def test_leaderworkerset_replica_is_one_group_ranked_by_worker_index(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    slurm, ns = await quiet_namespace(bridge_stack, kube, e2e_namespaces, "lws")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "lws")
     await ensure_crd(kube, "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets")
     lws = await create(kube, LeaderWorkerSet, ns, {
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
@@ -387,9 +377,9 @@ async def test_leaderworkerset_replica_is_one_group_ranked_by_worker_index(
 
 
 async def test_deployment_scale_down_cancels_exactly_the_removed_pods_jobs(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    slurm, ns = await quiet_namespace(bridge_stack, kube, e2e_namespaces, "deploy")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "deploy")
     selector = {"app": "web"}
     await create(kube, Deployment, ns, {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
@@ -417,9 +407,9 @@ async def test_deployment_scale_down_cancels_exactly_the_removed_pods_jobs(
 
 
 async def test_statefulset_deletion_cancels_its_pods_jobs_only(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    slurm, ns = await quiet_namespace(bridge_stack, kube, e2e_namespaces, "sts")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "sts")
     await create_pod(kube, ns, pod_manifest("bystander"))
     selector = {"app": "db"}
     await create(kube, StatefulSet, ns, {
@@ -441,9 +431,9 @@ async def test_statefulset_deletion_cancels_its_pods_jobs_only(
 
 
 async def test_failed_job_pod_is_replaced_with_a_new_placeholder_until_backoff_limit(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    slurm, ns = await quiet_namespace(bridge_stack, kube, e2e_namespaces, "backoff")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "backoff")
     await create(kube, Job, ns, job_manifest("flaky", 1, backoff=1))
     selector = {"batch.kubernetes.io/job-name": "flaky"}
     seen: list[str] = []
@@ -469,9 +459,9 @@ async def test_failed_job_pod_is_replaced_with_a_new_placeholder_until_backoff_l
 
 
 async def test_suspend_cancels_the_group_and_resume_submits_a_new_one(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str]
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    slurm, ns = await quiet_namespace(bridge_stack, kube, e2e_namespaces, "suspend")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "suspend")
     await create(kube, Job, ns, job_manifest("train", 2, gang=True))
     selector, name = {"batch.kubernetes.io/job-name": "train"}, f"k8s:{ns}/train"
     pods = await wait_bound_pods(kube, ns, selector, 2)
@@ -574,12 +564,12 @@ async def kueue(
 
 
 async def test_job_admitted_by_kueue_reaches_slurm_through_the_bridge(
-    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespaces: list[str], kueue: None
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory, kueue: None
 ) -> None:
     """Kueue admits a queued Job into a ClusterQueue (by un-suspending it); its pods then go
     through the bridge.  A second Job beyond the queue's quota stays suspended: nothing of it
     reaches Slurm until the first is gone."""
-    slurm, ns = await quiet_namespace(bridge_stack, kube, e2e_namespaces, "kueue")
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "kueue")
     flavor, queue = f"flavor-{ns}", f"cq-{ns}"
     await kube.create(ResourceFlavor.from_dict({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bridge import keys
+from slurmbridge_devkit.builders import PodBuilder
 
 REPO = Path(__file__).resolve().parents[2]
 UP = REPO / "deploy" / "kind" / "up.sh"
@@ -207,15 +208,12 @@ def pod_manifest(name: str, command: str, *, gpus: int = 0, labels: dict[str, st
                  grace: int = 2) -> dict[str, Any]:
     """A pod running `command` in sh.  Its shell is PID 1 and ignores SIGTERM: unless the
     command traps it, deleting the pod takes `grace` seconds."""
-    resources: dict[str, Any] = {"requests": {"cpu": "50m", "memory": "32Mi"}}
-    if gpus:
-        resources["requests"][keys.GPU_RESOURCE] = str(gpus)
-        resources["limits"] = {keys.GPU_RESOURCE: str(gpus)}
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": grace,
-        "containers": [{"name": "main", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
-                        "command": ["sh", "-c", command], "resources": resources}],
-    }
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels or {}}, "spec": spec}
+    return workload_pod(name, command, gpus=gpus, labels=labels, grace=grace).manifest()
+
+
+def workload_pod(name: str, command: str, *, gpus: int = 0, labels: dict[str, str] | None = None,
+                 grace: int = 2) -> PodBuilder:
+    """``pod_manifest``'s pod as a builder, for a test that adds to it."""
+    pod = PodBuilder(name).bare().command("sh", "-c", command, image=WORKLOAD_IMAGE).pull("Never")
+    pod.cpu("50m").memory("32Mi").requests_only().gpus(gpus).labels(labels or {})
+    return pod.spec(restartPolicy="Never").grace(grace)

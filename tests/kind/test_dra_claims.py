@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.kind.cluster import DRA_DRIVER, Kind, pod_manifest, wait
+from tests.kind.cluster import DRA_DRIVER, Kind, wait, workload_pod
 
 pytestmark = [pytest.mark.kind, pytest.mark.e2e]
 
@@ -23,10 +23,7 @@ def claim_spec(count: int) -> dict[str, Any]:
 
 
 def claimed_pod(name: str, ref: dict[str, str]) -> dict[str, Any]:
-    pod = pod_manifest(name, PRINT_DEVICES)
-    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
-    pod["spec"]["resourceClaims"] = [{"name": "gpus", **ref}]
-    return pod
+    return workload_pod(name, PRINT_DEVICES).claim("gpus", **ref).manifest()
 
 
 def allocated(claim: dict[str, Any]) -> list[tuple[str, str]]:

@@ -9,10 +9,10 @@ claims get Slurm's devices instead (test_dra_claims.py)."""
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
+from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.namespaces import unique_name
 from tests.kind.cluster import DRA_DRIVER, DRA_GPUS_LABEL, WORKLOAD_IMAGE, Kind, wait
 
@@ -53,18 +53,12 @@ def test_a_claimed_container_is_handed_exactly_its_allocated_devices(
              "metadata": {"name": "two"},
              "spec": {"devices": {"requests": [
                  {"name": "gpus", "exactly": {"deviceClassName": DRA_DRIVER, "count": 2}}]}}}
-    pod: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "claimed"},
-        "spec": {
-            "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "tolerations": [{"operator": "Exists"}],  # the workers' managed taint
-            "containers": [{
-                "name": "main", "image": WORKLOAD_IMAGE, "imagePullPolicy": "Never",
-                "command": ["sh", "-c", "env | grep ^GPU_DEVICE_ | sort; sleep 600"],
-                "resources": {"claims": [{"name": "gpus"}]}}],
-            "resourceClaims": [{"name": "gpus", "resourceClaimName": "two"}],
-        }}
+    pod = (PodBuilder("claimed").bare()
+           .command("sh", "-c", "env | grep ^GPU_DEVICE_ | sort; sleep 600", image=WORKLOAD_IMAGE)
+           .pull("Never").grace(0).claim("gpus", resourceClaimName="two")
+           .spec(restartPolicy="Never", nodeSelector={"kubernetes.io/hostname": node},
+                 tolerations=[{"operator": "Exists"}])  # the workers' managed taint
+           .manifest())
     for manifest in (claim, pod):
         kind.kubectl("-n", plain_ns, "create", "-f", "-", stdin=json.dumps(manifest))
     kind.wait_running(plain_ns, "claimed")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from bridge import keys
-from tests.kind.cluster import Kind, pod_manifest, wait
+from tests.kind.cluster import Kind, wait, workload_pod
 from tests.kind.test_pods import PRINT_GPU_ENV, env_lines
 
 pytestmark = [pytest.mark.kind, pytest.mark.e2e]  # e2e: left out of the fast path
@@ -76,9 +76,8 @@ def test_an_external_node_runs_a_gpu_pod_slurm_placed_and_leaves_slurm_with_its_
     shown = kind.slurm("scontrol", "show", "node", node)
     assert "EXTERNAL" in shown, shown
 
-    manifest = pod_manifest("outside", PRINT_GPU_ENV, gpus=1)
-    manifest["metadata"]["annotations"] = {keys.PARTITION: "external"}
-    kind.apply(ns, manifest)
+    kind.apply(ns, workload_pod("outside", PRINT_GPU_ENV, gpus=1)
+               .annotate(keys.PARTITION, "external").manifest())
     pod = kind.wait_running(ns, "outside")
     job = kind.job_of(pod)
     assert pod["spec"]["nodeName"] == node

@@ -106,9 +106,14 @@ class RefusingSlurm(FakeSlurm):
         )
 
 
-def _pod(uid: str = "uid-1", **spec: Any) -> PodResource:
+def _tenant_pod(uid: str = "uid-1") -> PodBuilder:
+    """Team b's pod, run as Slurm user bob, with Kubernetes' default grace period."""
     return (PodBuilder("p", "ns").uid(uid).grace(None)
-            .annotations({keys.ACCOUNT: "team-b", keys.SLURM_USER: "bob"}).spec(**spec).build())
+            .annotations({keys.ACCOUNT: "team-b", keys.SLURM_USER: "bob"}))
+
+
+def _pod(uid: str = "uid-1", **spec: Any) -> PodResource:
+    return _tenant_pod(uid).spec(**spec).build()
 
 
 async def test_a_refused_submit_reaches_the_pod_once_without_a_retry_storm() -> None:
@@ -289,11 +294,7 @@ def test_a_grace_period_longer_than_slurm_waits_is_named() -> None:
     known = _accounting()
 
     def pod(qos: str, grace: int | None) -> Pod:
-        spec: dict[str, Any] = {} if grace is None else {"terminationGracePeriodSeconds": grace}
-        raw = _pod(**spec)
-        assert raw.metadata is not None and raw.metadata.annotations is not None
-        raw.metadata.annotations[keys.QOS] = qos
-        return raw
+        return _tenant_pod().grace(grace).annotate(keys.QOS, qos).build()
 
     warning = grace_warning(pod("low", None), known)  # Kubernetes' default: 30 s > 15 s
     assert warning is not None and "30" in warning and "GraceTime (15s)" in warning

@@ -29,6 +29,7 @@ from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.request import JobRequest
 from bridge.policy.check import SubmitRefused, deadline_refusal, for_submit, policy_refusal
 from bridge.policy.tenancy import TenancyMap, TenancySource, Tenant
+from slurmbridge_devkit.builders import PodBuilder
 
 BRIDGE_USER = "system:serviceaccount:slurmbridge-system:slurmbridge"
 GPU_IDS_PATH = f"metadata.annotations['{keys.GPU_IDS}']"
@@ -39,19 +40,19 @@ def make_pod(
     name: str = "train",
     namespace: str = "team-a",
     annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
     containers: list[dict[str, Any]] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
     """A pod as the validating webhook sees it (name and uid already assigned)."""
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{name}"}
+    pod = PodBuilder(name, namespace).bare().uid(f"uid-{name}").spec(**spec)
     if annotations is not None:
-        metadata["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {"containers": containers or [{"name": "main", "image": "busybox"}], **spec},
-    }
+        pod.annotations(annotations)
+    if labels is not None:
+        pod.labels(labels)
+    if containers:
+        pod.containers(*containers)
+    return pod.manifest()
 
 
 def make_review(

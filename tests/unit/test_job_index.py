@@ -19,7 +19,7 @@ from bridge.placement.registry import PodRegistry
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
 from slurmbridge_devkit import fakes
-from slurmbridge_devkit.builders import JobBuilder
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.events import RecordedEvents
 from slurmbridge_devkit.fake_kube import FakeKube
 
@@ -130,13 +130,8 @@ async def test_intake_and_filter_racing_on_one_pod_claim_and_submit_once() -> No
 
 
 def _member(uid: str, annotations: dict[str, str] | None = None) -> Pod:
-    return cast(Pod, Pod.from_dict({
-        "metadata": {"name": f"train-{uid}", "namespace": "ns", "uid": uid,
-                     "labels": {"slurmbridge.io/group": "train", "slurmbridge.io/group-size": "2"},
-                     "annotations": annotations or {}},
-        "spec": {"schedulerName": "slurmbridge", "containers": [
-            {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]},
-    }))
+    return (PodBuilder(f"train-{uid}", "ns").bare().scheduler(keys.SCHEDULER_NAME).uid(uid)
+            .group("train", 2).annotations(annotations or {}).cpu("1").requests_only().build())
 
 
 async def test_a_group_created_again_after_its_job_ended_gets_a_new_job() -> None:

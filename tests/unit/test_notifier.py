@@ -46,8 +46,12 @@ PENDING = JobBuilder(7).state(JobState.PENDING, "Resources").build()
 RUNNING = JobBuilder(7).running("node1").build()
 
 
-def _notifier() -> tuple[PodNotifier, FakeKube, PodRegistry]:
+def _notifier(*known: Pod) -> tuple[PodNotifier, FakeKube, PodRegistry]:
+    """A notifier over a fake apiserver, its registry holding the ``known`` pods (as intake
+    leaves them)."""
     kube, registry = FakeKube(), PodRegistry()
+    for pod in known:
+        registry.remember(linked_pod(pod))
     notifier = PodNotifier(kube, registry, quiet_seconds=QUIET)
     return notifier, kube, registry
 
@@ -58,9 +62,8 @@ async def _settle(notifier: PodNotifier) -> None:
 
 
 async def test_a_job_slurm_starts_at_once_costs_only_the_job_id_annotation() -> None:
-    notifier, kube, registry = _notifier()
     pod = _pod(annotations={keys.SUBMITTING: "replica@1"})
-    registry.remember(linked_pod(pod))
+    notifier, kube, _ = _notifier(pod)
     await notifier.job_known(pod, PENDING)
     await notifier.job_changed(PENDING, RUNNING)
     await _settle(notifier)
@@ -68,9 +71,8 @@ async def test_a_job_slurm_starts_at_once_costs_only_the_job_id_annotation() -> 
 
 
 async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
-    notifier, kube, registry = _notifier()
     pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
-    registry.remember(linked_pod(pod))
+    notifier, kube, registry = _notifier(pod)
     await notifier.job_known(pod, PENDING)
     registry.park("uid-1")  # filter answered "waiting": kube-scheduler set the pod aside
     await notifier.job_changed(PENDING, RUNNING)
@@ -83,9 +85,8 @@ async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
 
 
 async def test_a_job_that_keeps_pending_is_shown_after_the_quiet_period() -> None:
-    notifier, kube, registry = _notifier()
     pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
-    registry.remember(linked_pod(pod))
+    notifier, kube, _ = _notifier(pod)
     await notifier.job_known(pod, PENDING)
     await asyncio.sleep(0)
     assert writes(kube) == []
@@ -99,9 +100,8 @@ async def test_a_job_that_keeps_pending_is_shown_after_the_quiet_period() -> Non
 
 
 async def test_a_shown_job_whose_reason_changes_gets_an_event_and_the_condition() -> None:
-    notifier, kube, registry = _notifier()
     pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
-    registry.remember(linked_pod(pod))
+    notifier, kube, _ = _notifier(pod)
     await notifier.job_known(pod, PENDING)
     await _settle(notifier)
     await notifier.job_changed(PENDING, dataclasses.replace(PENDING, reason="QOSGrpGRES"))
@@ -113,9 +113,8 @@ async def test_a_gated_pod_that_keeps_pending_costs_one_write_the_event() -> Non
     """kube-scheduler does not hold a gated pod: no condition is needed to requeue it, and
     an event (in ``kubectl describe``) costs the apiserver less than a pod status write,
     which every pod watcher is sent.  Nothing stale is left to correct at allocation."""
-    notifier, kube, registry = _notifier()
     pod = _pod(gated=True)
-    registry.remember(linked_pod(pod))
+    notifier, kube, _ = _notifier(pod)
     await notifier.job_known(pod, PENDING)
     await _settle(notifier)
     assert writes(kube) == [("event", "SlurmPending")]
@@ -127,9 +126,8 @@ async def test_a_gated_pod_that_keeps_pending_costs_one_write_the_event() -> Non
 
 async def test_a_gated_pods_refusal_is_corrected_once_its_job_is_accepted() -> None:
     """The refusal's condition must not outlive it: the next status replaces it, once."""
-    notifier, kube, registry = _notifier()
     pod = _pod(gated=True)
-    registry.remember(linked_pod(pod))
+    notifier, kube, _ = _notifier(pod)
     await notifier.submit_refused(pod, keys.REASON_CANNOT_SUBMIT, "no such partition")
     await notifier.drain()
     await notifier.job_known(pod, PENDING)  # the admin fixed it: submitted, pending
@@ -143,9 +141,8 @@ async def test_a_gated_pods_refusal_is_corrected_once_its_job_is_accepted() -> N
 async def test_a_job_slurm_has_not_been_read_about_is_shown_once_its_reason_is_known() -> None:
     """After the quiet period a burst's jobs may not have been re-read yet (reason "None"):
     saying "Slurm has not looked at it" would be wrong, and a second event would follow."""
-    notifier, kube, registry = _notifier()
     pod = _pod(gated=True)
-    registry.remember(linked_pod(pod))
+    notifier, kube, _ = _notifier(pod)
     unread = dataclasses.replace(PENDING, reason="None")
     await notifier.job_known(pod, unread)
     await _settle(notifier)
@@ -192,9 +189,8 @@ def _messages(kube: FakeKube) -> list[tuple[str, str]]:
 
 async def test_a_pending_pod_is_told_when_slurm_expects_its_job_to_start() -> None:
     """Issue 26: Slurm's backfill estimate in the event and the condition, with the reason."""
-    notifier, kube, registry = _notifier()
     pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
-    registry.remember(linked_pod(pod))
+    notifier, kube, _ = _notifier(pod)
     await notifier.job_known(pod, ESTIMATED)
     await _settle(notifier)
     said = _messages(kube)

@@ -8,6 +8,7 @@ from lightkube.models.core_v1 import Pod
 
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.resources import PodResources, pod_resources
+from slurmbridge_devkit.builders import PodBuilder
 
 GPU = "nvidia.com/gpu"
 WEB = "spec.containers[web].resources"
@@ -41,19 +42,19 @@ def make_pod(
     namespace: str = "ml",
 ) -> Pod:
     """A pod as the API server would return it, with only the fields the bridge reads."""
-    spec: dict[str, Any] = {"containers": list(containers) or [container()]}
+    pod = PodBuilder(name, namespace).bare().containers(*(containers or [container()]))
     optional = {
         "initContainers": list(init), "overhead": overhead, "resources": pod_level,
         "activeDeadlineSeconds": deadline,
     }
-    spec.update({k: v for k, v in optional.items() if v})
-    meta = {
-        "name": name, "namespace": namespace, "uid": uid,
-        "annotations": annotations, "labels": labels,
-    }
-    pod = Pod.from_dict({"metadata": {k: v for k, v in meta.items() if v}, "spec": spec})
-    assert isinstance(pod, Pod)
-    return pod
+    pod.spec(**{k: v for k, v in optional.items() if v})
+    if uid:
+        pod.uid(uid)
+    if annotations:
+        pod.annotations(dict(annotations))
+    if labels:
+        pod.labels(dict(labels))
+    return pod.build()
 
 
 def cpus(*containers: dict[str, Any], **kwargs: Any) -> int:

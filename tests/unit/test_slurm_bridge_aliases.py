@@ -14,7 +14,6 @@ import httpx
 import pytest
 from lightkube.models.core_v1 import Pod
 
-from admission.webhook import create_app
 from bridge import keys
 from bridge.config import AdmissionSettings, NamespacePolicy
 from bridge.jobs.invalid_request import InvalidPodRequest
@@ -23,25 +22,16 @@ from bridge.jobs.request import SlurmPlacement
 from bridge.jobs.translate import job_request_for_pod
 from bridge.policy.check import SubmitRefused, for_submit, policy_refusal
 from bridge.policy.tenancy import TenancySource
-from tests.unit.test_admission import FakeLabels, make_pod, make_review, post
-from tests.unit.test_tenancy import MAPPING, admit, submitted_pod, webhook_pod
+from tests.unit.test_admission import make_pod, make_review, post
+from tests.unit.test_tenancy import admit, submitted_pod, tenancy_webhook, webhook_pod
 
 SB = "slurmjob.slinky.slurm.net/"
 
 
 @pytest.fixture
-def tenancy_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tenancy.yaml"
-    path.write_text(MAPPING)
-    return path
-
-
-@pytest.fixture
 async def webhook(tenancy_file: Path) -> AsyncIterator[httpx.AsyncClient]:
-    settings = AdmissionSettings(enrolled_namespaces=["team-a"], tenancy_file=tenancy_file)
-    app = create_app(settings, namespace_lookup=FakeLabels())
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
-        yield c
+    async with tenancy_webhook(tenancy_file, ["team-a"]) as client:
+        yield client
 
 
 def test_every_honoured_alias_is_read_as_the_bridge_annotation() -> None:

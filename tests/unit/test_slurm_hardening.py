@@ -5,7 +5,7 @@ unreadable answer does, and that the poller outlives any error."""
 import asyncio
 import json
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -159,10 +159,7 @@ async def test_known_placement_is_none_until_the_job_runs() -> None:
     fake = BrokenOnce()
     index = JobIndex(fake)
     placer = Placer(index, NodeCache(FakeKube()), PodRegistry())
-    pod = cast(Pod, Pod.from_dict({
-        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
-        "spec": {"schedulerName": "slurmbridge", "containers": [{"name": "c", "image": "x"}]},
-    }))
+    pod = _pod({})
     index.record(fake.job)
     verdict = await placer.filter(pod, ["node1"])
     assert verdict.keep == [] and "waiting for Slurm job 1" in verdict.message

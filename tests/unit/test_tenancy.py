@@ -2,6 +2,7 @@
 
 import os
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +34,22 @@ priority_classes:
 """
 
 
-@pytest.fixture
-def tenancy_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tenancy.yaml"
-    path.write_text(MAPPING)
-    return path
+@asynccontextmanager
+async def tenancy_webhook(
+    tenancy_file: Path, enrolled: list[str]
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The webhook over ``tenancy_file`` (the ``tenancy_file`` fixture: tests/unit/conftest.py),
+    serving the ``enrolled`` namespaces."""
+    settings = AdmissionSettings(enrolled_namespaces=enrolled, tenancy_file=tenancy_file)
+    app = create_app(settings, namespace_lookup=FakeLabels())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
+        yield c
 
 
 @pytest.fixture
 async def webhook(tenancy_file: Path) -> AsyncIterator[httpx.AsyncClient]:
-    settings = AdmissionSettings(enrolled_namespaces=["team-a", "team-b", "lost"],
-                                 tenancy_file=tenancy_file)
-    app = create_app(settings, namespace_lookup=FakeLabels())
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
-        yield c
+    async with tenancy_webhook(tenancy_file, ["team-a", "team-b", "lost"]) as client:
+        yield client
 
 
 async def _review(client: httpx.AsyncClient, endpoint: str, pod: dict[str, Any]) -> dict[str, Any]:

@@ -115,10 +115,8 @@ async def webhook() -> AsyncIterator[httpx.AsyncClient]:
 
 
 def _pod(group: bool, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    pod = make_pod(annotations=annotations or {}, **spec)
-    if group:
-        pod["metadata"]["labels"] = dict(GROUP_OF_4)
-    return pod
+    return make_pod(annotations=annotations or {}, labels=dict(GROUP_OF_4) if group else None,
+                    **spec)
 
 
 def _spread(key: str, hard: bool = True) -> dict[str, Any]:
