@@ -3,6 +3,8 @@
 Runs on the local Slurm 26.05 and control plane that deploy/demo.sh starts,
 reusing the dev kit (slurmbridge_devkit) to start the bridge the way the
 tests do.  `demo.py up` leaves everything running; `demo.py down` stops it.
+`demo.py kind-manifests IMAGE GROUP` prints the same pods, sized for kind, for
+deploy/kind/up.sh's demo.
 """
 
 import asyncio
@@ -30,6 +32,31 @@ STATE = cache_dir() / "demo"
 NAMESPACE = "demo"
 
 
+def demo_pods(*, on_kind: bool = False, group: str = "allreduce") -> list[PodBuilder]:
+    """The demo's pods, one list for both demos: here, on nodes of 64 CPUs and 8 GPUs, and on
+    kind (deploy/kind/up.sh), whose workers have 2 real cores for their kubelets and 4 GPUs,
+    2 of the first held by the native job: there each asks a tenth of a CPU and 1 GPU at most.
+    The first two leave schedulerName to the webhook (the namespace is enrolled)."""
+    def sized(pod: PodBuilder, cpu: str, memory: str, gpus: int) -> PodBuilder:
+        if on_kind:
+            return pod.cpu("100m").memory(None).gpus(min(gpus, 1))
+        return pod.cpu(cpu).memory(memory).gpus(gpus)
+
+    return [
+        sized(PodBuilder("notebook-cpu").scheduler(None), "2", "4Gi", 0),
+        sized(PodBuilder("train-gpu").scheduler(None), "8", "32Gi", 2),
+        *(sized(PodBuilder(f"worker-{i}").group(group, 2), "4", "1Gi", 1) for i in range(2)),
+    ]
+
+
+def kind_manifests(image: str, group: str) -> str:
+    """The pods for deploy/kind/up.sh's demo, a List for ``kubectl create -f -``: each runs
+    /pause of ``image`` (the pause image kind's nodes hold), never restarted."""
+    pods = [pod.command("/pause", image=image).spec(restartPolicy="Never").manifest()
+            for pod in demo_pods(on_kind=True, group=group)]
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}, indent=1)
+
+
 async def up() -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     slurm = local_target("26.05")
@@ -54,13 +81,7 @@ async def up() -> None:
     print(f"native sbatch job {native}: 4 GPUs on node1")
     await delete_namespace(kube, NAMESPACE)  # a previous demo's pods
     await make_e2e_namespace(kube, NAMESPACE, name=NAMESPACE, enrolled=True)
-    # The first two leave schedulerName to the webhook (the namespace is enrolled).
-    pods = [
-        PodBuilder("notebook-cpu").scheduler(None).cpu("2").memory("4Gi"),
-        PodBuilder("train-gpu").scheduler(None).cpu("8").memory("32Gi").gpus(2),
-        *(PodBuilder(f"worker-{i}").cpu("4").gpus(1).group("allreduce", 2) for i in range(2)),
-    ]
-    for pod in pods:
+    for pod in demo_pods():
         await create_pod(kube, NAMESPACE, pod.build())
 
     async def all_bound() -> bool:
@@ -103,5 +124,7 @@ def down() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["down"]:
         down()
+    elif sys.argv[1:2] == ["kind-manifests"] and len(sys.argv) == 4:
+        print(kind_manifests(image=sys.argv[2], group=sys.argv[3]))
     else:
         asyncio.run(up())

@@ -251,8 +251,9 @@ wait_admission() {
   die "the admission webhook refuses pods after 60 s: $err"
 }
 
-# As deploy/demo: a native job holding 2 of a worker's 4 GPUs, a GPU pod and a 2-pod group
-# (one GPU on each worker) next to it.  Re-running keeps the pods that exist.
+# As deploy/demo: a native job holding 2 of a worker's 4 GPUs, and next to it demo.py's pods: a
+# CPU pod, a GPU pod and a 2-pod group (one GPU on each worker).  Re-running keeps the pods
+# that exist.
 demo() {
   local first; first="$(workers | head -n 1)"
   if ! docker exec "$SLURM" squeue -h -n native-gpu-training -o %i | grep -q .; then
@@ -262,33 +263,13 @@ demo() {
   # A group name of its own each run: a group created again under an ended group's name,
   # while Slurm still lists that job (MinJobAge), is tied to it (bridge bug, reported).
   local group; group="allreduce-$(date +%H%M%S)"
-  # create, not apply: the webhook rewrote the existing pods' GPU requests.
-  local err; err="$(kubectl -n "$DEMO_NS" create -f - 2>&1 >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: train-gpu}
-spec:
-  restartPolicy: Never
-  containers:
-    - name: main
-      image: $PAUSE_IMAGE
-      resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: worker-0, labels: {slurmbridge.io/group: $group, slurmbridge.io/group-size: "2"}}
-spec:
-  restartPolicy: Never
-  containers: [{name: main, image: $PAUSE_IMAGE, resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: worker-1, labels: {slurmbridge.io/group: $group, slurmbridge.io/group-size: "2"}}
-spec:
-  restartPolicy: Never
-  containers: [{name: main, image: $PAUSE_IMAGE, resources: {requests: {cpu: 100m, nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
-YAML
-)" || { grep -v AlreadyExists <<< "$err" >&2 && die "could not create the demo pods"; }
+  # The pods of deploy/demo/demo.py (its kind-manifests: sized for these workers).  create, not
+  # apply: the webhook rewrote the existing pods' GPU requests.
+  local python manifests err
+  python="$(bash "$repo/deploy/dev/install.sh")/python"
+  manifests="$(PYTHONPATH="$repo" "$python" "$repo/deploy/demo/demo.py" kind-manifests "$PAUSE_IMAGE" "$group")"
+  err="$(kubectl -n "$DEMO_NS" create -f - 2>&1 >/dev/null <<< "$manifests")" \
+    || { grep -v AlreadyExists <<< "$err" >&2 && die "could not create the demo pods"; }
   kubectl -n "$DEMO_NS" wait --for=condition=Ready pod --all --timeout=180s >/dev/null \
     || { kubectl -n "$DEMO_NS" get pods -o wide >&2; die "demo pods did not start"; }
   echo

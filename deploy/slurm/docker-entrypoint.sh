@@ -59,15 +59,9 @@ run() {
   write_token
   log "Slurm $(sinfo -V) is up: REST http://0.0.0.0:$rest_port, token $token_dir/token (user $token_user)"
 
-  # Keep the token fresh; exit (and let the container restart) if slurmctld dies.
-  local since=0
-  while kill -0 "$(cat /run/slurmctld/slurmctld.pid 2>/dev/null || echo 0)" 2>/dev/null; do
-    sleep 5 & wait $!
-    since=$((since + 5))
-    if (( since >= ${TOKEN_REFRESH:-86400} )); then write_token || true; since=0; fi
-  done
-  log "slurmctld exited:"; tail -n 20 /var/log/slurm/slurmctld.log >&2
-  exit 1
+  # Keep the token fresh; exit (and let the container restart) if slurmctld dies.  Waited for in
+  # the background: SIGTERM's trap runs at once.
+  slurmbridge-recipe keep-token "$token_dir" "$token_user" "$token_lifespan" "${TOKEN_REFRESH:-86400}" & wait $!
 }
 
 case "${1:-run}" in

@@ -1,6 +1,8 @@
 #!/bin/sh
-# The one Slurm recipe, run *inside* the target root file system (a Debian
-# chroot or a container image).  Steps:
+# The one Slurm recipe, run *inside* the target root file system (a Debian chroot or a
+# container), the only writer of every cluster's slurm.conf, gres.conf, topology.yaml,
+# slurmdbd.conf and tokens: cluster.sh's chroots, the docker cluster (docker-entrypoint.sh)
+# and kind's controller (deploy/kind/slurmctld.sh).  Steps:
 #   recipe.sh install              install the Debian packages and users
 #   recipe.sh configure NAME BASE  write slurm.conf, slurmdbd.conf & co for cluster NAME
 #                                  whose ports start at BASE (ctld=BASE, rest=BASE+1,
@@ -12,6 +14,8 @@
 #                                  the gres/gpu TRES exists only after it registered)
 #   recipe.sh token USER LIFESPAN  print a JWT for USER (LIFESPAN seconds), nothing else
 #   recipe.sh write-token DIR USER LIFESPAN   that JWT into DIR/token (readable by all)
+#   recipe.sh keep-token DIR USER LIFESPAN EVERY   write it again every EVERY seconds while
+#                                  slurmctld runs; fails with slurmctld's last log lines then
 # Node shape comes from NODES (default 4), CPUS (64), MEMORY_MB (262144), GPUS (8).
 # Each GPU is also SHARDS_PER_GPU (4) Slurm gres/shard on the same placeholder file, so pods and
 # native jobs can share one GPU (--gres=shard:N); a GPU is either whole or shared at one time.
@@ -19,44 +23,47 @@
 # shards): the first half Type=1g.10gb, the rest Type=3g.40gb (--gres=gpu:1g.10gb:N); an
 # untyped request (--gres=gpu:N) may still take them.
 #
-# Two writers of slurm.conf so far: `configure` here (cluster.sh's chroots, the docker
-# cluster) and deploy/kind/slurmctld.sh (kind's controller; its nodes are the kind workers).
-# What kind's differs in, as a first step to one writer ("-": not set, Slurm's default;
-# "why:" where the setup explains it, "why: ?" where nothing says whether it is meant):
-#   ClusterName            kind (here: NAME)                  why: its own accounting cluster
-#   SlurmctldHost          the container's host name          why: slurmd on other hosts
-#                          (here: localhost(127.0.0.1))
-#   SlurmctldPort          - (6817; here: BASE)               why: one cluster per network
-#   SlurmctldParameters    enable_configless (here: -)        why: the workers fetch the config
-#   SlurmdSpoolDir, SlurmdPidFile, SlurmdLogFile   one per host (here: per node, %n)
-#                                                             why: one slurmd per host there
-#   NodeName lines         the worker's name, no NodeHostname/NodeAddr/Port (here: nodeK on
-#                          127.0.0.1, Port BASE+10+K)         why: one slurmd per host there
-#   AccountingStoragePort  6819 (here: BASE+2)                why: ports as above
-#   node shape defaults    CPUS 8, MEMORY_MB 16384, GPUS 4 (here: 64, 262144, 8)
-#                                                             why: kind's workers are small
-#   gres.conf              NodeName=<workers> lines, and each external worker's
-#                          EXTERNAL_GPUS (here: one line for all nodes)
-#                                                             why: external GPU nodes
-#   NodeSet and partition `external`, MaxNodeCount   always, MaxNodeCount workers + external + 4
-#                          (here: on Slurm 25.11+ only, NODES + 8)   why: ? (kind: 26.05 only)
-#   topology               always: a leaf switch per worker, one block of all workers,
-#                          partitions tree/block on the workers with slurmd (here: on 25.05+
-#                          with an even node count, a leaf and a block of 2 per pair of
-#                          nodes, tree/block on all nodes)    why: ?
-#   typed GPUs             none (here: the last node's GPUs are 1g.10gb/3g.40gb slices, and
-#                          AccountingStorageTRES names them)  why: ?
-#   JobAcctGatherType      jobacct_gather/none (here: linux)  why: ?
-#   AccountingStorageEnforce   - (here: associations,limits,qos; kind never runs `accounts`:
-#                          no account tree, no QOS)           why: ?
-#   PriorityType, PriorityWeight*, PreemptType, PreemptMode   - (here: multifactor with QOS,
-#                          fair share and age weights; preempt/qos, CANCEL)   why: ?
-#   MaxJobCount            - (10000; here: 100000)            why: ?
-#   MetricsType            - (here: metrics/openmetrics when the plugin is there)   why: ?
-#   SlurmdTimeout          60 (here: -, 300)                  why: ?
-#   partition debug        none (here: MaxTime=60 on all nodes)   why: ?
-#   keys                   copied from /keys, shared with the workers (here: made when
-#                          missing)                           why: slurmd on other hosts
+# What sets one cluster apart from another: configure's options, from the environment.  The
+# default is the chroot and docker clusters' setting; "kind:" is deploy/kind/slurmctld.sh's.
+# "Why: not stated" marks a setting nothing in the tree explains; kind keeps its own value.
+#   NODE_HOSTS="h1 h2"     one slurmd on each host, its Slurm node named as the host, on Slurm's
+#                          default port, one spool, pid and log file per host.  Unset: NODES
+#                          slurmd in this root, nodeK on 127.0.0.1 port BASE+10+K, files per
+#                          node (%n), their spool folders and GPU files made here.  kind: its
+#                          workers with slurmd (up.sh's SLURM_NODES)
+#   CONTROLLER_HOST        SlurmctldHost (localhost(127.0.0.1)).  kind: the container's host
+#                          name, which slurmd on the workers reach
+#   CONFIGLESS=1           slurmd fetch slurm.conf and gres.conf from slurmctld (0).  kind: 1,
+#                          its workers have no copy
+#   KEYS_FROM=DIR          slurm.key and jwt_hs256.key copied from DIR, shared with slurmd on
+#                          other hosts (unset: made here when missing).  kind: /keys
+#   EXTERNAL_NODES="h3"    Kubernetes nodes without slurmd the bridge registers as dynamic
+#                          nodes; gres.conf gives each EXTERNAL_GPUS (2) GPUs (none).  kind:
+#                          its worker without slurmd
+#   SPARE_NODE_SLOTS       MaxNodeCount beyond the declared and the external nodes: room for
+#                          the dynamic nodes tests register (8).  kind: 4, why: not stated
+#   TOPOLOGY_LAYOUT        pairs: a leaf switch and a block of 2 per pair of nodes (an even
+#                          count); leaf-per-node: a leaf per node, one block of all (pairs).
+#                          kind: leaf-per-node, which tests/kind/test_cluster.py's topology
+#                          test expects (leafK per worker, all in b1)
+#   TOPOLOGY_PARTITIONS    all-nodes: partitions tree and block on Nodes=ALL, which dynamic
+#                          nodes join too; slurmd-nodes: on the declared nodes alone
+#                          (all-nodes).  kind: slurmd-nodes, why: not stated
+#   TYPED_GPU_SLICES=0     no typed GPUs, and AccountingStorageTRES names none (1).  kind: 0,
+#                          why: not stated
+#   ACCOUNT_POLICY=0       no AccountingStorageEnforce (associations, limits, QOS), multifactor
+#                          priority (QOS, fair share, age) or preempt/qos: the policy of the
+#                          tree `accounts` makes (1).  kind: 0, it never runs `accounts`, and
+#                          enforced associations would refuse every job of a user without one
+#   JOB_ACCT_GATHER        the jobacct_gather plugin (linux).  kind: none, why: not stated
+#   MAX_JOB_COUNT          MaxJobCount, empty for Slurm's 10000 (100000: benchmark B5 queues
+#                          10,000 jobs beside the bridge's).  kind: empty, why: not stated
+#   OPENMETRICS=0          no MetricsType=metrics/openmetrics, even where the plugin is
+#                          installed (1).  kind: 0, why: not stated
+#   SLURMD_TIMEOUT         SlurmdTimeout, empty for Slurm's 300 s (empty).  kind: 60, why:
+#                          not stated
+#   DEBUG_PARTITION=0      no partition debug (MaxTime=60 on all nodes) (1).  kind: 0, why:
+#                          not stated
 set -eu
 
 install_packages() {
@@ -88,97 +95,127 @@ node_gres() {  # node_gres NODE: the Gres= of one node: its GPUs (typed on $type
   elif [ "$shards" -gt 0 ]; then echo "gpu:$gpus,shard:$shards"; else echo "gpu:$gpus"; fi
 }
 
-gres_conf() {  # the GPU and shard devices of every node (placeholder files, one per GPU)
-  dev=/var/lib/slurmbridge-gpu/gpu; last=$((gpus - 1))
-  if [ -z "$typed" ]; then
-    echo "Name=gpu File=${dev}[0-$last]"
-    [ "$shards" -eq 0 ] || echo "Name=shard Count=$shards File=${dev}[0-$last]"
-    return
+joined() { echo "$1" | xargs | tr ' ' ','; }  # joined "a b": the Slurm node list a,b
+
+untyped_nodes() {  # the declared nodes whose GPUs are untyped, as gres.conf names them
+  if [ -z "$hosts" ]; then echo "node[1-$((nodes - 1))]"; return; fi
+  joined "$(for host in $hosts; do [ "$host" = "$typed" ] || echo "$host"; done)"
+}
+
+# The GPU and shard devices (placeholder files, one per GPU): of every node, or where nodes
+# differ (typed slices, external nodes) of the named ones.
+gres_conf() {
+  dev=/var/lib/slurmbridge-gpu/gpu; last=$((gpus - 1)); scope=""
+  if [ -n "$typed" ] || [ -n "$hosts" ]; then scope="NodeName=$(untyped_nodes) "; fi
+  echo "${scope}Name=gpu File=${dev}[0-$last]"
+  [ "$shards" -eq 0 ] || echo "${scope}Name=shard Count=$shards File=${dev}[0-$last]"
+  if [ -n "$typed" ]; then
+    half=$((gpus / 2))
+    echo "NodeName=$typed Name=gpu Type=1g.10gb File=${dev}[0-$((half - 1))]"
+    echo "NodeName=$typed Name=gpu Type=3g.40gb File=${dev}[$half-$last]"
   fi
-  half=$((gpus / 2)); plain="node[1-$((nodes - 1))]"
-  echo "NodeName=$plain Name=gpu File=${dev}[0-$last]"
-  [ "$shards" -eq 0 ] || echo "NodeName=$plain Name=shard Count=$shards File=${dev}[0-$last]"
-  echo "NodeName=$typed Name=gpu Type=1g.10gb File=${dev}[0-$((half - 1))]"
-  echo "NodeName=$typed Name=gpu Type=3g.40gb File=${dev}[$half-$last]"
+  for node in $external; do
+    echo "NodeName=$node Name=gpu File=${dev}[0-$((${EXTERNAL_GPUS:-2} - 1))]"
+  done
 }
 
 # Network topology, where Slurm has topology.yaml (25.05+; several topologies in one cluster):
 # partitions main and debug keep the flat cluster default; partition `tree` places by leaf
-# switches of 2 nodes each under one spine (--switches=N), partition `block` by blocks of 2
-# nodes (--segment=N).  Each node also names its units (NodeName ... Topology=tree:leafI,block:bI),
-# the only form slurmrestd shows (a node's "topology"; no endpoint serves the structure).
-# Tests choose by partition.  24.11 has one topology plugin per cluster: it stays flat.
+# switches under one spine (--switches=N), partition `block` by blocks (--segment=N), both as
+# TOPOLOGY_LAYOUT lays them out.  Each node also names its units (NodeName ... Topology=
+# tree:leafI,block:bI), the only form slurmrestd shows (a node's "topology"; no endpoint serves
+# the structure).  Tests choose by partition.  24.11 has one topology plugin per cluster: it
+# stays flat.
 slurm_at_least() {  # slurm_at_least 25.05: the installed slurmctld is that version or newer
   v="$(dpkg-query -W -f='${Version}' slurmctld 2>/dev/null | cut -d- -f1)"
   [ -n "$v" ] && [ "$(printf '%s\n%s\n' "$v" "$1" | sort -V | head -n 1)" = "$1" ]
 }
 
-has_topology_yaml() { slurm_at_least 25.05; }
-
-topology_units() {  # topology_units K: the units of node K (pairs of nodes)
-  echo "tree:leaf$(( (${1} + 1) / 2 )),block:b$(( (${1} + 1) / 2 ))"
+has_topology() {  # Slurm has topology.yaml, and the layout fits the node count
+  slurm_at_least 25.05 || return 1
+  case "$layout" in
+    pairs) [ "$nodes" -ge 2 ] && [ $((nodes % 2)) -eq 0 ] ;;
+    leaf-per-node) [ "$nodes" -ge 1 ] ;;
+    *) echo "recipe.sh: TOPOLOGY_LAYOUT=$layout: pairs or leaf-per-node" >&2; exit 2 ;;
+  esac
 }
 
-topology_yaml() {  # for $nodes nodes (even): leaves/blocks node[2i-1,2i]
-  pairs=$((nodes / 2))
+nth_node() { echo "$names" | cut -d' ' -f"$1"; }
+
+# The layout's units: how many leaves (= blocks for pairs), and which nodes each holds.
+leaf_count() { if [ "$layout" = pairs ]; then echo $((nodes / 2)); else echo "$nodes"; fi; }
+leaf_nodes() {
+  if [ "$layout" = pairs ]; then echo "node[$((2 * $1 - 1))-$((2 * $1))]"; else nth_node "$1"; fi
+}
+block_count() { if [ "$layout" = pairs ]; then leaf_count; else echo 1; fi; }
+block_size() { if [ "$layout" = pairs ]; then echo 2; else echo "$nodes"; fi; }
+block_nodes() { if [ "$layout" = pairs ]; then leaf_nodes "$1"; else joined "$names"; fi; }
+topology_units() {  # topology_units K: the units of node K
+  if [ "$layout" = pairs ]; then echo "tree:leaf$(( ($1 + 1) / 2 )),block:b$(( ($1 + 1) / 2 ))"
+  else echo "tree:leaf$1,block:b1"; fi
+}
+
+topology_yaml() {
   printf -- '---\n- topology: flat\n  cluster_default: true\n  flat: true\n'
   printf -- '- topology: tree\n  cluster_default: false\n  tree:\n    switches:\n'
-  printf -- '      - switch: spine\n        children: leaf[1-%d]\n' "$pairs"
-  i=1; while [ "$i" -le "$pairs" ]; do
-    printf -- '      - switch: leaf%d\n        nodes: node[%d-%d]\n' "$i" $((2 * i - 1)) $((2 * i))
+  printf -- '      - switch: spine\n        children: leaf[1-%d]\n' "$(leaf_count)"
+  i=1; while [ "$i" -le "$(leaf_count)" ]; do
+    printf -- '      - switch: leaf%d\n        nodes: %s\n' "$i" "$(leaf_nodes "$i")"
     i=$((i + 1))
   done
-  printf -- '- topology: block\n  cluster_default: false\n  block:\n    block_sizes:\n      - 2\n    blocks:\n'
-  i=1; while [ "$i" -le "$pairs" ]; do
-    printf -- '      - block: b%d\n        nodes: node[%d-%d]\n' "$i" $((2 * i - 1)) $((2 * i))
+  printf -- '- topology: block\n  cluster_default: false\n  block:\n    block_sizes:\n      - %d\n    blocks:\n' "$(block_size)"
+  i=1; while [ "$i" -le "$(block_count)" ]; do
+    printf -- '      - block: b%d\n        nodes: %s\n' "$i" "$(block_nodes "$i")"
     i=$((i + 1))
   done
 }
 
-configure() {
-  name="$1"; base="$2"
-  nodes="${NODES:-4}"; cpus="${CPUS:-64}"; mem="${MEMORY_MB:-262144}"; gpus="${GPUS:-8}"
-  shards=$((gpus * ${SHARDS_PER_GPU:-4}))
-  typed=""; if [ "$nodes" -ge 2 ] && [ "$gpus" -ge 2 ]; then typed="node$nodes"; fi
-  mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/slurm /run/slurmctld /var/lib/slurmbridge-gpu
-  chown slurm:slurm /var/spool/slurmctld /var/log/slurm /run/slurmctld
-  chown root:root /run/slurm
-  i=0; while [ "$i" -lt "$gpus" ]; do : > "/var/lib/slurmbridge-gpu/gpu$i"; i=$((i + 1)); done
-  [ -s /etc/slurm/slurm.key ] || { head -c 1024 /dev/urandom > /etc/slurm/slurm.key; }
-  [ -s /etc/slurm/jwt_hs256.key ] || { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/slurm/jwt_hs256.key; }
-  chown slurm:slurm /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key
-  chmod 600 /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key
+setting() { [ -z "$2" ] || echo "$1=$2"; }  # a slurm.conf line, left out when its value is empty
+on() { [ "$1" = 1 ] && echo "$2"; }          # on FLAG VALUE: VALUE when FLAG is 1
 
-  cat > /etc/slurm/slurm.conf <<CONF
+# Files per slurmd: several in this root tell theirs apart by node name (%n).
+slurmd_files() {  # slurmd_files: SlurmdSpoolDir, SlurmdPidFile, SlurmdLogFile as shell words
+  if [ -n "$hosts" ]; then echo "/var/spool/slurmd /run/slurmd.pid /var/log/slurm/slurmd.log"
+  else echo "/var/spool/slurmd/%n /run/slurm/slurmd-%n.pid /var/log/slurm/slurmd-%n.log"; fi
+}
+
+slurm_conf_head() {  # the cluster-wide settings
+  policy="${ACCOUNT_POLICY:-1}"
+  # shellcheck disable=SC2046  # three paths without spaces, one per word
+  set -- $(slurmd_files)
+  cat <<CONF
 ClusterName=$name
-SlurmctldHost=localhost(127.0.0.1)
+SlurmctldHost=${CONTROLLER_HOST:-localhost(127.0.0.1)}
 SlurmctldPort=$base
+CONF
+  setting SlurmctldParameters "$(on "${CONFIGLESS:-0}" enable_configless)"
+  cat <<CONF
 SlurmUser=slurm
 AuthType=auth/slurm
 CredType=cred/slurm
 AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
 StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd/%n
+SlurmdSpoolDir=$1
 SlurmctldPidFile=/run/slurmctld/slurmctld.pid
-SlurmdPidFile=/run/slurm/slurmd-%n.pid
+SlurmdPidFile=$2
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd-%n.log
+SlurmdLogFile=$3
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherType=jobacct_gather/${JOB_ACCT_GATHER:-linux}
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort=$((base + 2))
-AccountingStorageEnforce=associations,limits,qos
-AccountingStorageTRES=gres/gpu,gres/gpu:1g.10gb,gres/gpu:3g.40gb,gres/shard
-PriorityType=priority/multifactor
-PriorityWeightQOS=100000
-PriorityWeightFairshare=10000
-PriorityWeightAge=100
-PreemptType=preempt/qos
-PreemptMode=CANCEL
+CONF
+  setting AccountingStorageEnforce "$(on "$policy" associations,limits,qos)"
+  echo "AccountingStorageTRES=gres/gpu,$(on "${TYPED_GPU_SLICES:-1}" gres/gpu:1g.10gb,gres/gpu:3g.40gb,)gres/shard"
+  if [ "$policy" = 1 ]; then
+    printf '%s\n' PriorityType=priority/multifactor PriorityWeightQOS=100000 \
+      PriorityWeightFairshare=10000 PriorityWeightAge=100 PreemptType=preempt/qos PreemptMode=CANCEL
+  fi
+  cat <<CONF
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 GresTypes=gpu,shard
@@ -186,48 +223,86 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=5,sched_min_interval=100000
 MinJobAge=600
 ReturnToService=2
-MpiDefault=none
-MaxJobCount=100000
-DefMemPerCPU=1024
 CONF
+  setting SlurmdTimeout "${SLURMD_TIMEOUT:-}"
+  echo "MpiDefault=none"
+  setting MaxJobCount "${MAX_JOB_COUNT-100000}"
+  echo "DefMemPerCPU=1024"
   # slurmctld's own /metrics (Slurm >= 25.11, here 26.05; 24.11 has no metrics plugin): served on
   # SlurmctldPort, e.g. http://127.0.0.1:BASE/metrics/jobs (also /nodes, /partitions, /scheduler).
-  if ls /usr/lib/*/slurm-wlm/metrics_openmetrics.so >/dev/null 2>&1; then
-    echo "MetricsType=metrics/openmetrics" >> /etc/slurm/slurm.conf
+  if [ "${OPENMETRICS:-1}" = 1 ] && ls /usr/lib/*/slurm-wlm/metrics_openmetrics.so >/dev/null 2>&1; then
+    echo "MetricsType=metrics/openmetrics"
   fi
-  topology=""; rm -f /etc/slurm/topology.yaml
-  if has_topology_yaml && [ "$nodes" -ge 2 ] && [ $((nodes % 2)) -eq 0 ]; then
-    topology=yes; topology_yaml > /etc/slurm/topology.yaml
-  fi
-  k=1; while [ "$k" -le "$nodes" ]; do
+}
+
+slurm_conf_nodes() {  # the nodes (with their topology units when $topology) and partitions
+  k=1; for node in $names; do
     units=""; [ -z "$topology" ] || units="Topology=$(topology_units "$k") "
-    echo "NodeName=node$k NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 10 + k)) CPUs=$cpus RealMemory=$mem Gres=$(node_gres "node$k") ${units}State=UNKNOWN" >> /etc/slurm/slurm.conf
+    where=""; [ -n "$hosts" ] || where="NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 10 + k)) "
+    echo "NodeName=$node ${where}CPUs=$cpus RealMemory=$mem Gres=$(node_gres "$node") ${units}State=UNKNOWN"
     k=$((k + 1))
   done
-  echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" >> /etc/slurm/slurm.conf
-  echo "PartitionName=debug Nodes=ALL MaxTime=60 State=UP" >> /etc/slurm/slurm.conf
+  echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
+  [ "${DEBUG_PARTITION:-1}" = 0 ] || echo "PartitionName=debug Nodes=ALL MaxTime=60 State=UP"
   if [ -n "$topology" ]; then
-    echo "PartitionName=tree Nodes=ALL MaxTime=INFINITE State=UP Topology=tree" >> /etc/slurm/slurm.conf
-    echo "PartitionName=block Nodes=ALL MaxTime=INFINITE State=UP Topology=block" >> /etc/slurm/slurm.conf
+    case "${TOPOLOGY_PARTITIONS:-all-nodes}" in
+      all-nodes) on_nodes=ALL ;;
+      slurmd-nodes) on_nodes="$(joined "$names")" ;;
+      *) echo "recipe.sh: TOPOLOGY_PARTITIONS: all-nodes or slurmd-nodes" >&2; exit 2 ;;
+    esac
+    echo "PartitionName=tree Nodes=$on_nodes MaxTime=INFINITE State=UP Topology=tree"
+    echo "PartitionName=block Nodes=$on_nodes MaxTime=INFINITE State=UP Topology=block"
   fi
   # External nodes (Slurm 25.11+: POST /new/node/): Kubernetes nodes without slurmd the bridge
   # registers as dynamic nodes with feature slurmbridge-external; the NodeSet by that feature
   # is partition `external` (they also join the Nodes=ALL partitions).
   if slurm_at_least 25.11; then
-    { echo "MaxNodeCount=$((nodes + 8))"
-      echo "NodeSet=external Feature=slurmbridge-external"
-      echo "PartitionName=external Nodes=external MaxTime=INFINITE State=UP"
-    } >> /etc/slurm/slurm.conf
+    echo "MaxNodeCount=$((nodes + $(echo "$external" | wc -w) + ${SPARE_NODE_SLOTS:-8}))"
+    echo "NodeSet=external Feature=slurmbridge-external"
+    echo "PartitionName=external Nodes=external MaxTime=INFINITE State=UP"
   fi
+}
 
+# slurm.key and the JWT key: from KEYS_FROM (shared with slurmd on other hosts), or made once.
+install_keys() {
+  if [ -n "${KEYS_FROM:-}" ]; then install -m 0600 "$KEYS_FROM/slurm.key" "$KEYS_FROM/jwt_hs256.key" /etc/slurm/; fi
+  [ -s /etc/slurm/slurm.key ] || { head -c 1024 /dev/urandom > /etc/slurm/slurm.key; }
+  [ -s /etc/slurm/jwt_hs256.key ] || { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/slurm/jwt_hs256.key; }
+  chown slurm:slurm /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key
+  chmod 600 /etc/slurm/slurm.key /etc/slurm/jwt_hs256.key
+}
+
+# The folders of the daemons in this root; slurmd's, and its GPU files, only when it runs here.
+make_folders() {
+  mkdir -p /etc/slurm /var/spool/slurmctld /var/log/slurm /run/slurmctld
+  chown slurm:slurm /var/spool/slurmctld /var/log/slurm /run/slurmctld
+  [ -z "$hosts" ] || return 0
+  mkdir -p /var/spool/slurmd /run/slurm /var/lib/slurmbridge-gpu
+  chown root:root /run/slurm
+  i=0; while [ "$i" -lt "$gpus" ]; do : > "/var/lib/slurmbridge-gpu/gpu$i"; i=$((i + 1)); done
+}
+
+configure() {
+  name="$1"; base="$2"; hosts="${NODE_HOSTS:-}"; external="${EXTERNAL_NODES:-}"
+  layout="${TOPOLOGY_LAYOUT:-pairs}"
+  if [ -n "$hosts" ]; then names="$(echo "$hosts" | xargs)"; nodes="$(echo "$hosts" | wc -w)"
+  else nodes="${NODES:-4}"; names="$(seq -f 'node%g' -s ' ' 1 "$nodes")"; fi
+  cpus="${CPUS:-64}"; mem="${MEMORY_MB:-262144}"; gpus="${GPUS:-8}"
+  shards=$((gpus * ${SHARDS_PER_GPU:-4}))
+  typed=""
+  if [ "${TYPED_GPU_SLICES:-1}" = 1 ] && [ "$nodes" -ge 2 ] && [ "$gpus" -ge 2 ]; then typed="$(nth_node "$nodes")"; fi
+  make_folders
+  install_keys
+  topology=""; rm -f /etc/slurm/topology.yaml
+  if has_topology; then topology=yes; topology_yaml > /etc/slurm/topology.yaml; fi
+  { slurm_conf_head; slurm_conf_nodes; } > /etc/slurm/slurm.conf
   gres_conf > /etc/slurm/gres.conf
   echo "CgroupPlugin=disabled" > /etc/slurm/cgroup.conf
-
   slurmdbd_conf $((base + 2))
 }
 
 # slurmdbd.conf (port $1) and MariaDB's: the accounting of one cluster, the database on a Unix
-# socket only.  configure writes it; kind's controller (deploy/kind/slurmctld.sh) too.
+# socket only, written by configure.
 slurmdbd_conf() {
   [ -s /etc/slurm/db.pass ] || { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/slurm/db.pass; }
   chown slurm:slurm /etc/slurm/db.pass; chmod 600 /etc/slurm/db.pass
@@ -310,6 +385,22 @@ write_token() {
   mv "$1/token.tmp" "$1/token"
 }
 
+# keep_token DIR USER LIFESPAN EVERY: a container's last step, so it ends when slurmctld does
+# (a pid file gone or a dead pid) and its restart policy can start it again.
+keep_token() {
+  since=0
+  while kill -0 "$(cat /run/slurmctld/slurmctld.pid 2>/dev/null || echo 0)" 2>/dev/null; do
+    sleep 5
+    since=$((since + 5))
+    if [ "$since" -ge "$4" ]; then
+      write_token "$1" "$2" "$3" || echo "recipe.sh: scontrol token printed nothing" >&2
+      since=0
+    fi
+  done
+  echo "recipe.sh: slurmctld exited:" >&2; tail -n 20 /var/log/slurm/slurmctld.log >&2
+  return 1
+}
+
 sam() {  # sacctmgr -i, where "it is already there" counts as done
   out="$(sacctmgr -i "$@" 2>&1)" && return 0
   case "$out" in *"Nothing new added"*|*"already exist"*|*"Nothing modified"*) return 0 ;; esac
@@ -337,12 +428,12 @@ accounts() {
 case "${1:-}" in
   install) install_packages ;;
   configure) shift; configure "$@" ;;
-  slurmdbd-conf) shift; slurmdbd_conf "$@" ;;
   accounting) shift; accounting "$@" ;;
   accounts) accounts ;;
   token) shift; token "$@" ;;
   write-token) shift; write_token "$@" ;;
-  *) echo "usage: recipe.sh install | configure NAME PORT_BASE | slurmdbd-conf PORT | accounting NAME | accounts" \
-       "| token USER LIFESPAN | write-token DIR USER LIFESPAN" >&2
+  keep-token) shift; keep_token "$@" ;;
+  *) echo "usage: recipe.sh install | configure NAME PORT_BASE | accounting NAME | accounts" \
+       "| token USER LIFESPAN | write-token DIR USER LIFESPAN | keep-token DIR USER LIFESPAN EVERY" >&2
      exit 2 ;;
 esac

@@ -136,8 +136,9 @@ def test_pods_are_admitted_throughout_a_rolling_restart_of_the_webhook(kind: Kin
 
 
 def test_workers_carry_the_topology_units_of_kinds_slurm(kind: Kind) -> None:
-    """deploy/kind/slurmctld.sh: each hybrid worker under a leaf switch of its own, both in
-    block b1; node sync labels each Node with its units, as Kueue's TAS levels expect."""
+    """recipe.sh's TOPOLOGY_LAYOUT=leaf-per-node, kind's: each hybrid worker under a leaf switch
+    of its own, both in block b1; node sync labels each Node with its units, as Kueue's TAS
+    levels expect."""
     def units(node: str) -> dict[str, str]:
         labels = kind.kubectl_json("get", "node", node)["metadata"]["labels"]
         return {k.removeprefix(keys.TOPOLOGY_LABEL_PREFIX): v for k, v in labels.items()
