@@ -289,7 +289,7 @@ demo() {
       else if ($i ~ /^JobName=/) name = substr($i, 9)
       else if ($i ~ /^NodeList=/) nodes = substr($i, 10)
       else if ($i ~ /^Nodes=/) node = substr($i, 7)
-      else if ($i ~ /^GRES=/) gres = gres " " node ":" substr($i, 6)
+      else if ($i ~ /^GRES=./) gres = gres " " node ":" substr($i, 6)
     }
     printf "  %5s %-34s %-40s %s\n", id, name, nodes, (gres == "" ? " -" : gres) }'
 }
