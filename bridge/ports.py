@@ -89,6 +89,13 @@ class SlurmPort(Protocol):
     async def aclose(self) -> None: ...
 
 
+class SlurmNodes(Protocol):
+    """What each node controller reads and writes of Slurm's nodes: the list and a drain."""
+
+    async def list_nodes(self) -> list[SlurmNode]: ...
+    async def drain(self, node: str, reason: str) -> None: ...
+
+
 class KubeGet(Protocol):
     @overload
     async def get(self, res: type[GlobalResource], name: str) -> GlobalResource: ...

@@ -24,7 +24,7 @@ from lightkube.types import PatchType
 from bridge import keys, metrics
 from bridge.controllers import drains
 from bridge.kube.nodecache import Allocatable, NodeCache, NodeView
-from bridge.ports import KubePatch
+from bridge.ports import KubePatch, SlurmNodes
 from bridge.slurm.errors import SlurmRejected, SlurmUnsupported
 from bridge.slurm.types import SlurmNode
 
@@ -54,11 +54,9 @@ def _refusal_hint(name: str, size: Allocatable, error: str) -> str:
     return f"{error}; slurm.conf needs MaxNodeCount for dynamic nodes"
 
 
-class ExternalSlurm(Protocol):
-    async def list_nodes(self) -> list[SlurmNode]: ...
+class ExternalSlurm(SlurmNodes, Protocol):
     async def add_node(self, node_conf: str) -> None: ...
     async def delete_node(self, node: str) -> None: ...
-    async def drain(self, node: str, reason: str) -> None: ...
 
 
 class ExternalNodes:

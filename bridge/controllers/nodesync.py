@@ -23,7 +23,7 @@ from bridge.controllers import drains
 from bridge.controllers.drains import ours
 from bridge.kube.nodecache import NodeCache, NodeView, Taint
 from bridge.link.podcache import PodCache
-from bridge.ports import KubePatch
+from bridge.ports import KubePatch, SlurmNodes
 from bridge.slurm.types import SlurmNode
 
 log = structlog.get_logger(__name__)
@@ -41,9 +41,7 @@ def kube_trouble(node: NodeView, running: dict[str, int], before: str) -> str | 
     return None
 
 
-class NodeSyncSlurm(Protocol):
-    async def list_nodes(self) -> list[SlurmNode]: ...
-    async def drain(self, node: str, reason: str) -> None: ...
+class NodeSyncSlurm(SlurmNodes, Protocol):
     async def resume(self, node: str) -> None: ...
 
 
