@@ -24,9 +24,9 @@ from bridge.kube.nodecache import NodeCache
 from bridge.kube.writes import set_slurm_condition
 from bridge.link.claims import Claims
 from bridge.link.podcache import PodCache
-from bridge.placement.events import JobEventFanout
 from bridge.placement.grace import GraceWarnings
 from bridge.placement.index import JobIndex
+from bridge.placement.job_events import JobEventFanout
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.outcomes import Refused
 from bridge.placement.placer import Placer

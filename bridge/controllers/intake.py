@@ -28,7 +28,7 @@ from bridge.link.gate import gated
 from bridge.link.ownership import pod_ref
 from bridge.link.podcache import PodCache
 from bridge.placement.eligibility import unplaceable_reason
-from bridge.placement.events import NO_LISTENER, JobEvents, JobListener
+from bridge.placement.job_events import NO_LISTENER, JobEvents, JobListener
 from bridge.placement.outcomes import ClaimedElsewhere, PlacementError, Refused
 from bridge.placement.placer import Placer
 from bridge.placement.release import Releaser

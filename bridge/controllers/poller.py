@@ -32,8 +32,8 @@ from typing import Protocol
 import structlog
 
 from bridge import metrics
-from bridge.placement.events import NO_LISTENER, JobEvents
 from bridge.placement.index import JobIndex
+from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound, SlurmProtocolError
 from bridge.slurm.types import NO_REASON, Allocation, JobState, SlurmJob
 

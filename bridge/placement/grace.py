@@ -18,7 +18,7 @@ from lightkube.models.core_v1 import Pod
 from bridge import keys
 from bridge.kube import writes
 from bridge.link.views import grace_seconds
-from bridge.placement.events import JobListener
+from bridge.placement.job_events import JobListener
 from bridge.placement.registry import PodKey
 from bridge.ports import KubeCreate
 from bridge.slurm.errors import SlurmError

@@ -33,7 +33,7 @@ from bridge import keys
 from bridge.kube import writes
 from bridge.link.bound import record_changes
 from bridge.link.gate import gated
-from bridge.placement.events import JobListener
+from bridge.placement.job_events import JobListener
 from bridge.placement.reasons import expected_start, waiting_message
 from bridge.placement.registry import PodKey, PodRegistry
 from bridge.ports import KubeCreate, KubePatch

@@ -19,8 +19,8 @@ from bridge.link.claims import Claims, member_slot
 from bridge.link.gate import released_node
 from bridge.link.ownership import LinkedPod, linked_pod, recorded_job_id, tied_to
 from bridge.link.views import PodView
-from bridge.placement.events import NO_LISTENER, JobEvents
 from bridge.placement.index import JobIndex
+from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import (
     Outcome,
     Pending,

@@ -29,8 +29,8 @@ from bridge.link.bound import CudaNumbering, bound, cuda_visible_devices
 from bridge.link.claims import member_slot
 from bridge.link.gate import gated, release_patch, released_node
 from bridge.link.ownership import owner_key, pod_ref
-from bridge.placement.events import NO_LISTENER, JobEvents
 from bridge.placement.index import JobIndex
+from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer, allocated_nodes
 from bridge.ports import KubeGet, KubeList, KubePatch

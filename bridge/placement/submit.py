@@ -18,8 +18,8 @@ from bridge.jobs.translate import job_request_for_pod
 from bridge.link.claims import AlreadySubmitted, ClaimLost, Claims
 from bridge.link.gate import gated
 from bridge.link.records import OwnerChanged
-from bridge.placement.events import NO_LISTENER, JobEvents
 from bridge.placement.index import JobIndex
+from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import ClaimedElsewhere, Pending, Refused
 from bridge.placement.reasons import refusal
 from bridge.slurm.errors import SlurmRejected

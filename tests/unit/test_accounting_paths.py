@@ -32,9 +32,9 @@ from slurmbridge_cli import doctor
 from slurmbridge_cli.doctor import Check, tenancy_checks
 from slurmbridge_cli.status_view import Row, collect, render_table
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
-from slurmbridge_devkit.events import RecordedEvents
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
+from slurmbridge_devkit.recorded_events import RecordedEvents
 
 
 def _job(state: JobState, reason: str = "None", **extra: Any) -> SlurmJob:

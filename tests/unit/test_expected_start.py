@@ -13,8 +13,8 @@ from bridge.slurm import convert
 from bridge.slurm.types import JobState, SlurmJob
 from bridge.slurm.wire.base import JobsResponse
 from slurmbridge_devkit.builders import JobBuilder
-from slurmbridge_devkit.events import RecordedEvents
 from slurmbridge_devkit.fakes import FakeSlurm
+from slurmbridge_devkit.recorded_events import RecordedEvents
 
 NOW = datetime(2026, 12, 2, 13, 53, 20, tzinfo=UTC)
 START = datetime(2026, 12, 2, 14, 5, 10, tzinfo=UTC)

@@ -20,8 +20,8 @@ from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
 from slurmbridge_devkit import fakes
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
-from slurmbridge_devkit.events import RecordedEvents
 from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.recorded_events import RecordedEvents
 
 
 class FakeSlurm(fakes.FakeSlurm):

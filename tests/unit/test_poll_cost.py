@@ -16,8 +16,8 @@ from bridge.slurm.errors import SlurmProtocolError, SlurmUnavailable
 from bridge.slurm.types import Allocation, JobState
 from bridge.slurm.wire.base import PingResponse
 from slurmbridge_devkit.builders import JobBuilder
-from slurmbridge_devkit.events import RecordedEvents
 from slurmbridge_devkit.fakes import FakeSlurm
+from slurmbridge_devkit.recorded_events import RecordedEvents
 from slurmbridge_devkit.slurm_http import HttpxExchange
 
 OWN = 10

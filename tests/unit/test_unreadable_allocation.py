@@ -19,8 +19,8 @@ from bridge.slurm.convert import comment_for, slurm_job
 from bridge.slurm.types import Allocation, JobState
 from bridge.slurm.wire.base import JobInfo
 from slurmbridge_devkit.builders import JobBuilder
-from slurmbridge_devkit.events import RecordedEvents
 from slurmbridge_devkit.fakes import FakeSlurm
+from slurmbridge_devkit.recorded_events import RecordedEvents
 from tests.unit.slurm_answers import captured_job
 
 BAD_GRES = "gpu:1g.10gb:1(IDX:0),gpu:3g.40gb:oops(IDX:?)"

@@ -1,9 +1,9 @@
-"""A listener that records the job events a raiser tells (bridge/placement/events.py), for a
+"""A listener that records the job events a raiser tells (bridge/placement/job_events.py), for a
 unit test of the raiser alone to assert on."""
 
 from lightkube.models.core_v1 import Pod
 
-from bridge.placement.events import JobListener
+from bridge.placement.job_events import JobListener
 from bridge.slurm.types import SlurmJob
 
 
