@@ -155,6 +155,7 @@ class EventReason(StrEnum):
     ALLOCATED = "SlurmAllocated"
     JOB_ENDED = "SlurmJobEnded"  # a bound pod's job ended (lifecycle)
     CLAIMS_UNALLOCATED = "SlurmClaimsUnallocated"  # the pod's DRA claims cannot name its GPUs
+    RELEASE_REFUSED = "SlurmReleaseRefused"  # a group's job runs, but not for this member
 
 
 # Condition reasons on POD_CONDITION_SLURM besides Slurm's own pending reasons.
@@ -166,6 +167,12 @@ REASON_BRIDGE_STARTED: Final = "BridgeStarted"  # a restarted bridge requeues un
 REASON_CANNOT_SUBMIT: Final = "CannotSubmit"
 # A gated pod whose job runs but whose DRA claims cannot be written with Slurm's GPUs.
 REASON_CLAIMS_UNALLOCATED: Final = "ClaimsUnallocated"
+# A gated group member whose group's job runs but who is not released: its seat (rank → node
+# and GPUs) is held by another live member, or beyond the job's nodes, or there is none left.
+REASON_SEAT_TAKEN: Final = "SeatTaken"
+# A gated group member not released (or its group's job not submitted) because the members
+# ask Slurm for different things (bridge/jobs/group_ask.py).
+REASON_MEMBERS_DIFFER: Final = "GroupMembersDiffer"
 # Condition reasons on NODE_CONDITION_SLURM.
 REASON_NODE_AVAILABLE: Final = "SlurmNodeAvailable"
 REASON_NODE_UNAVAILABLE: Final = "SlurmNodeUnavailable"

@@ -68,7 +68,7 @@ class Bridge:
         self.claims = Claims(self.kube, self.elector.identity, namespace=c.lease_namespace)
         self.device_claims = ClaimReleaser(self.kube)  # DRA claims: pinned at release, freed after
         self.placer = Placer(self.index, self.nodes, self.pods, self.events,
-                             claims=self.claims, admit=self._admit)
+                             claims=self.claims, admit=self._admit, members=self.kube)
         p = settings.placement
         self.binder = Binder(self.kube, self.placer, cuda_numbering=p.cuda_visible_devices)
         self.releaser = self._releaser()

@@ -20,20 +20,32 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
     Raises InvalidPodRequest, naming the field and the accepted form, for anything
     Slurm could not be asked for.
     """
+    return _translated(pod, through_the_webhook=True)
+
+
+def member_ask(pod: Pod) -> JobRequest:
+    """What a group member asks Slurm for, released or not: its job request, owned by nobody
+    (a released member no longer carries the gate its DRA claims were checked with).  A
+    group's job is built from one member, so every member must ask the same."""
+    return _translated(pod, through_the_webhook=False)
+
+
+def _translated(pod: Pod, *, through_the_webhook: bool) -> JobRequest:
     meta = pod.metadata or ObjectMeta()
     uid = _required(meta.uid, "metadata.uid")
     namespace = _required(meta.namespace, "metadata.namespace")
     name = _required(meta.name, "metadata.name")
     options = slurm_options(meta.annotations)
     group = pod_group(meta.labels)
-    _claims_through_the_webhook(pod, options.gpus)
+    if through_the_webhook:
+        _claims_through_the_webhook(pod, options.gpus)
     resources = pod_resources(pod)
     gpu = gpu_ask(options, resources.gpus)
     nodes = group.size if group else 1
     _check_segment(options.placement.topology, nodes)
     return JobRequest(
         name=placeholder_job_name(namespace, options.job_name or (group.name if group else name)),
-        owner=PodOwner(uid),
+        owner=PodOwner(uid if through_the_webhook else ""),
         cpus=resources.cpus,
         memory_mb=resources.memory_mb,
         gpus=gpu.gpus,

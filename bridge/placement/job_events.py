@@ -33,6 +33,10 @@ class JobEvents(Protocol):
     async def claims_unallocated(self, pod: Pod, message: str) -> None:
         """Slurm runs the job of ``pod``, but its DRA claims cannot name the GPUs."""
 
+    async def release_refused(self, pod: Pod, reason: str, message: str) -> None:
+        """Slurm runs the group's job of ``pod``, but not for it (placement/seats.py): it
+        stays gated; a condition reason, and words for its owner."""
+
 
 class JobListener:
     """Hears every event and acts on none: a listener overrides the events it acts on."""
@@ -53,6 +57,9 @@ class JobListener:
         return None
 
     async def claims_unallocated(self, pod: Pod, message: str) -> None:
+        return None
+
+    async def release_refused(self, pod: Pod, reason: str, message: str) -> None:
         return None
 
 
@@ -92,3 +99,7 @@ class JobEventFanout:
     async def claims_unallocated(self, pod: Pod, message: str) -> None:
         for listener in self._listeners:
             await listener.claims_unallocated(pod, message)
+
+    async def release_refused(self, pod: Pod, reason: str, message: str) -> None:
+        for listener in self._listeners:
+            await listener.release_refused(pod, reason, message)

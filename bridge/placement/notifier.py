@@ -187,6 +187,10 @@ class PodNotifier(JobListener):
         self._spawn(self._refused(key, keys.EventReason.CLAIMS_UNALLOCATED,
                                   keys.REASON_CLAIMS_UNALLOCATED, message))
 
+    async def release_refused(self, pod: Pod, reason: str, message: str) -> None:
+        """A group member is not released (its seat, its group's asks): it stays gated."""
+        self._spawn(self._refused(_key(pod), keys.EventReason.RELEASE_REFUSED, reason, message))
+
     async def _refused(
         self, key: writes.PodRef, event: keys.EventReason, reason: str, message: str
     ) -> None:

@@ -32,6 +32,7 @@ from bridge.placement.outcomes import (
 from bridge.placement.reasons import waiting_message
 from bridge.placement.registry import PodRegistry
 from bridge.placement.submit import SubmitCheck, Submitter
+from bridge.ports import KubeList
 from bridge.slurm.allocation import format_gpu_ids
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound
 from bridge.slurm.types import JobState, SlurmJob
@@ -49,15 +50,17 @@ class Placer:
         *,
         claims: Claims | None = None,
         admit: SubmitCheck | None = None,
+        members: KubeList | None = None,
     ) -> None:
         """``events``: told of each pod's job met and of each submit; ``admit``: the policy
-        check before a submit (placement/submit.py)."""
+        check before a submit, ``members``: where a group's members are listed before its
+        job is submitted (placement/submit.py)."""
         self._index = index
         self._nodes = nodes
         self._pods = pods
         self._events = events
         self._claims = claims
-        self._submitter = Submitter(index, claims, admit=admit, events=events)
+        self._submitter = Submitter(index, claims, admit=admit, events=events, members=members)
 
     async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
         linked = linked_pod(pod)

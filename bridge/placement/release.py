@@ -3,9 +3,11 @@
 Intake submits a gated pod's job and hands the pod here; when the job runs (at once, or
 when the poller sees it change), each of the owner's gated pods gets one write
 (bridge/link/gate.py): gate lifted, job recorded, pod narrowed to its node.  A lone pod
-gets the job's node; a group's members are listed once per release and each gets its
-rank's node (Slurm's i-th), or the first node no released member holds, so any leader
-computes the same answer and a member released before a failover keeps its node.
+gets the job's node; a group's members are listed once per release and each gets its seat
+(seats.py: its rank's node, Slurm's i-th, never one a live member holds), so any leader
+computes the same answer and a member released before a failover keeps its node.  A member
+with no seat, or of a group whose members ask for different things (jobs/group_ask.py),
+stays gated and is told why; it is tried again while it waits.
 A write whose precondition fails (the gates changed) reads the pod once more; one the API
 server refuses for another reason is tried again after ``retry_seconds`` while it waits.
 """
@@ -21,18 +23,23 @@ from lightkube.types import PatchType
 
 from bridge import keys, metrics
 from bridge.devices.pinning import ClaimPinError, ClaimPinner, ClaimsNotReady
-from bridge.jobs.invalid_request import InvalidPodRequest
-from bridge.jobs.options import pod_group
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.apierrors import is_conflict, is_not_found, is_unprocessable
 from bridge.link.bound import CudaNumbering, bound, cuda_visible_devices
-from bridge.link.claims import member_slot
-from bridge.link.gate import gated, release_patch, released_node
+from bridge.link.gate import gated, release_patch
 from bridge.link.ownership import owner_key, pod_ref
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer, allocated_nodes
+from bridge.placement.seats import (
+    SeatRefused,
+    Seats,
+    member_of,
+    members_differ,
+    members_of,
+    rank_of,
+)
 from bridge.ports import KubeGet, KubeList, KubePatch
 from bridge.slurm.types import SlurmJob
 
@@ -62,6 +69,7 @@ class Releaser:
         self._retry = retry_seconds
         self._waiting: dict[Owner, dict[str, Pod]] = {}  # gated pods by owner, by uid
         self._owner_of: dict[str, Owner] = {}  # uid → owner of each pod in _waiting
+        self._refusals: dict[str, str] = {}  # uid → why a waiting member is not released
         self._releasing: set[Owner] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         # A poll may find hundreds of jobs started: their releases queue here, not for the
@@ -87,6 +95,7 @@ class Releaser:
 
     def forget(self, pod_uid: str) -> None:
         """The pod was deleted or bound (a lookup: every bound pod's watch event calls it)."""
+        self._refusals.pop(pod_uid, None)
         owner = self._owner_of.pop(pod_uid, None)
         if owner is None:
             return
@@ -118,6 +127,7 @@ class Releaser:
         pods = list(self._waiting.pop(job.owner, {}).values())
         for pod in pods:
             self._owner_of.pop(_uid(pod), None)
+            self._refusals.pop(_uid(pod), None)
         return pods
 
     def clear(self) -> None:
@@ -126,6 +136,7 @@ class Releaser:
             task.cancel()
         self._waiting.clear()
         self._owner_of.clear()
+        self._refusals.clear()
         self._releasing.clear()
 
     async def drain(self) -> None:
@@ -160,22 +171,36 @@ class Releaser:
             for pod in list(self._waiting.get(owner, {}).values()):
                 await self._release_pod(pod, owner, job, allocated[0])
             return
-        members = [p async for p in self._kube.list(
-            PodResource, namespace=owner.namespace, labels={keys.GROUP: owner.group}
-        ) if owner_key(p) == owner]
-        taken = {n for p in members if not gated(p) and (n := released_node(p, job.job_id))}
+        members = await members_of(self._kube, owner)
         waiting = sorted((p for p in members if gated(p)), key=_rank_then_name)
         for uid in set(self._waiting.get(owner, {})) - {_uid(p) for p in waiting}:
             self.forget(uid)  # released by someone else, or gone
+        seats = Seats(owner.group, job.job_id, allocated,
+                      [member_of(p, job.job_id) for p in members])
+        differ = members_differ(owner, members)
         for pod in waiting:
-            node = member_slot(allocated, taken, _rank(pod))
-            if node is None:
-                log.warning("release.group_full", owner=str(owner), job_id=job.job_id,
-                            pod=pod_ref(pod), nodes=",".join(allocated))
-                self.forget(_uid(pod))
+            try:
+                if differ is not None:
+                    raise SeatRefused(differ)
+                node = seats.take(member_of(pod, job.job_id))
+            except SeatRefused as refused:
+                reason = keys.REASON_SEAT_TAKEN if differ is None else keys.REASON_MEMBERS_DIFFER
+                await self._refuse(pod, owner, job, reason, str(refused))
                 continue
-            if await self._release_pod(pod, owner, job, node):
-                taken.add(node)
+            await self._release_pod(pod, owner, job, node)
+
+    async def _refuse(
+        self, pod: Pod, owner: Owner, job: SlurmJob, reason: str, message: str
+    ) -> None:
+        """The member stays gated and tracked (tried again while it waits): told once per
+        distinct reason."""
+        uid = _uid(pod)
+        if self._refusals.get(uid) == message:
+            return
+        self._refusals[uid] = message
+        log.warning("release.refused", owner=str(owner), job_id=job.job_id, pod=pod_ref(pod),
+                    reason=reason, why=message)
+        await self._events.release_refused(pod, reason, message)
 
     async def _release_pod(self, pod: Pod, owner: Owner, job: SlurmJob, slurm_node: str) -> bool:
         """One write (a fresh read first only when the pod changed); True once released."""
@@ -241,16 +266,8 @@ def _uid(pod: Pod) -> str:
     return pod.metadata.uid
 
 
-def _rank(pod: Pod) -> int | None:
-    try:
-        group = pod_group(pod.metadata.labels if pod.metadata else None)
-    except InvalidPodRequest:  # labels the webhook would have refused: no rank
-        return None
-    return group.rank if group is not None else None
-
-
 def _rank_then_name(pod: Pod) -> tuple[int, str]:
     """Ranked members first, in rank order; the others by name: the same order everywhere."""
-    rank = _rank(pod)
+    rank = rank_of(pod)
     return (1 << 30) if rank is None else rank, (pod.metadata.name if pod.metadata else "") or ""
 

@@ -12,7 +12,7 @@ import structlog
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
-from bridge.jobs.owner import Owner
+from bridge.jobs.owner import GroupOwner, Owner
 from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import job_request_for_pod
 from bridge.link.claims import AlreadySubmitted, ClaimLost, Claims
@@ -22,6 +22,8 @@ from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import ClaimedElsewhere, Pending, Refused
 from bridge.placement.reasons import refusal
+from bridge.placement.seats import members_differ, members_of
+from bridge.ports import KubeList
 from bridge.slurm.errors import SlurmRejected
 from bridge.slurm.types import SlurmJob
 
@@ -36,13 +38,16 @@ REFUSED_RETRY_SECONDS = 30.0
 class Submitter:
     def __init__(
         self, index: JobIndex, claims: Claims | None, *, admit: SubmitCheck | None = None,
-        events: JobEvents = NO_LISTENER,
+        events: JobEvents = NO_LISTENER, members: KubeList | None = None,
     ) -> None:
         """``admit``: the policy check before a submit; ``events`` hears of Slurm's answer
-        (its refusal told to the pod's owner, the grace-period check: placement/grace.py)."""
+        (its refusal told to the pod's owner, the grace-period check: placement/grace.py);
+        ``members``: where a group's members are listed, so that its job is never built
+        from one member while the others ask for something else."""
         self._index = index
         self._claims = claims
         self._admit = admit
+        self._members = members
         self._events = events
         # owner → (monotonic time until which it is not resubmitted, Slurm's refusal in words)
         self._refused: dict[Owner, tuple[float, str]] = {}
@@ -70,6 +75,10 @@ class Submitter:
         if self._admit is not None:  # checked here too: the bridge trusts no admission
             pod = self._admit(pod)
         request = dataclasses.replace(job_request_for_pod(pod), owner=owner)
+        if isinstance(owner, GroupOwner) and self._members is not None:
+            differ = members_differ(owner, await members_of(self._members, owner))
+            if differ is not None:
+                raise Refused(differ)
         if self._claims is None or gated(pod):
             # A gated pod's job is submitted by the leader alone (intake) and becomes the
             # pod's in the release write, whose precondition admits one: no claim needed.

@@ -324,3 +324,82 @@ async def test_a_pod_whose_tracked_job_a_resync_cancelled_for_an_older_running_o
     assert not pod["spec"].get("schedulingGates")
     assert pod["metadata"]["annotations"][keys.JOB_ID] == str(tracked - 50)
     assert pod["metadata"]["annotations"][keys.SLURM_NODE] == "node3"
+
+
+# --- a group's seats and asks (issue 41, cases 1 and 2) --------------------------------------
+
+
+def _member(name: str, rank: int | None, *, size: int = 2, gpus: int = 0) -> Any:
+    built = PodBuilder(name, "ns").group("g", size).gpus(gpus).gated()
+    return (built.label(keys.GROUP_RANK, str(rank)) if rank is not None else built).build()
+
+
+def _told(world: World, reason: keys.EventReason, name: str) -> list[str]:
+    return [e["message"] for e in world.kube.events(reason)
+            if e["involvedObject"]["name"] == name]
+
+
+async def test_a_second_pod_under_a_taken_rank_is_never_released_onto_the_same_seat(
+    world: World,
+) -> None:
+    """A pod joins a placed group under a rank a running member holds (it got past the
+    webhook): released, it would run on the same node with the same GPUs."""
+    job_id, _ = await world.gang(2)
+    await world.allocate(job_id, "node3", "node1", gpus=(7,))
+    world.kube.add(_member("intruder", 0))
+    await until(lambda: bool(_told(world, keys.EventReason.RELEASE_REFUSED, "intruder")))
+    await world.bridge.notifier.drain()
+    intruder = world.pod("intruder")
+    assert intruder["spec"]["schedulingGates"] == [{"name": keys.SLURM_GATE}], (
+        f"released onto {intruder['metadata'].get('annotations', {}).get(keys.SLURM_NODE)}")
+    [message] = _told(world, keys.EventReason.RELEASE_REFUSED, "intruder")
+    assert "w0" in message and "node3" in message and keys.GROUP_RANK in message, message
+    assert world.pod("w0")["metadata"]["annotations"][keys.SLURM_NODE] == "node3"
+
+
+async def test_a_replacement_gets_its_predecessors_seat_once_that_one_has_finished(
+    world: World,
+) -> None:
+    job_id, _ = await world.gang(2)
+    await world.allocate(job_id, "node3", "node1")
+    world.kube.add(_member("w0-again", 0))
+    await until(lambda: bool(_told(world, keys.EventReason.RELEASE_REFUSED, "w0-again")))
+    await world.kube.patch(Pod, "w0", {"status": {"phase": "Failed"}}, namespace="ns",
+                           patch_type=PatchType.MERGE)
+    await wait_for(lambda: not world.pod("w0-again")["spec"].get("schedulingGates"), 10,
+                   interval=0.05, what="the replacement released")
+    assert world.pod("w0-again")["metadata"]["annotations"][keys.SLURM_NODE] == "node3"
+
+
+async def test_a_group_whose_members_ask_for_different_things_is_not_submitted(
+    world: World,
+) -> None:
+    """A CPU-only launcher and a GPU worker: one job built from either would be wrong for
+    the other."""
+    world.kube.add(_member("launcher", 0))
+    world.kube.add(_member("worker", 1, gpus=2))
+    await until(lambda: bool(world.kube.events(keys.EventReason.SUBMIT_REFUSED)))
+    await asyncio.sleep(0.1)
+    assert world.slurm.submitted == []
+    message = world.kube.events(keys.EventReason.SUBMIT_REFUSED)[0]["message"]
+    assert "launcher" in message and "worker" in message and "gpus 0 vs 2" in message, message
+
+
+async def test_a_member_asking_for_other_things_than_its_groups_job_is_not_released(
+    world: World,
+) -> None:
+    """The launcher came first and the group's job was built from it; a GPU worker joins:
+    released, it would run on a node where Slurm gave the job no GPU."""
+    world.kube.add(_member("launcher", 0))
+    await until(lambda: len(world.slurm.submitted) == 1)
+    [job_id] = world.slurm.jobs
+    world.kube.add(_member("worker", 1, gpus=2))
+    owner = world.slurm.jobs[job_id].owner
+    assert owner is not None
+    await until(lambda: len(world.bridge.pods.pods_of(owner)) == 2)
+    world.slurm.start(job_id, "node1", "node2")  # the worker waits on: no drain
+    await world.bridge.poller.poll_once()
+    await until(lambda: bool(_told(world, keys.EventReason.RELEASE_REFUSED, "worker")))
+    assert world.pod("worker")["spec"]["schedulingGates"] == [{"name": keys.SLURM_GATE}]
+    [message] = _told(world, keys.EventReason.RELEASE_REFUSED, "worker")
+    assert "launcher" in message and "gpus 0 vs 2" in message, message

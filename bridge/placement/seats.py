@@ -1,0 +1,129 @@
+"""A group's seats: one per node of its running job, each given to one live member at most.
+
+Seat ``i`` is Slurm's ``i``-th node of the job, with that node's GPUs: the member of rank
+``i`` sits there, a member without a rank at the first seat nobody holds and no live member
+is ranked for.  A released member holds the seat its release recorded for this job
+(``slurmbridge.io/slurm-node``) until it has finished, or was deleted with nothing left
+running: until then no other pod is released there, whatever rank it claims, or two pods
+would share one GPU set.  A member whose seat is held, or whose rank is beyond the job's
+nodes, stays gated and is told why.
+
+Computed from the group's members as listed, so any leader reaches the same answer: the
+one place that says who sits where.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from lightkube.models.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod as PodResource
+
+from bridge import keys
+from bridge.jobs.group_ask import mixed, pod_asks
+from bridge.jobs.invalid_request import InvalidPodRequest
+from bridge.jobs.options import pod_group
+from bridge.jobs.owner import GroupOwner
+from bridge.link.gate import gated, released_node
+from bridge.link.ownership import owner_key
+from bridge.link.views import view_of
+from bridge.ports import KubeList
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A member as the seats see it: ``seat``, the node it holds (released there and still
+    running); ``live``: neither finished nor gone, so its rank stays its own."""
+
+    name: str
+    rank: int | None
+    seat: str | None
+    live: bool
+
+
+class SeatRefused(Exception):
+    """No seat for this member now; the message says why and what to do."""
+
+
+async def members_of(kube: KubeList, owner: GroupOwner) -> list[Pod]:
+    """The group's pods as the API server lists them now (its label, its recorded owner)."""
+    return [p async for p in kube.list(
+        PodResource, namespace=owner.namespace, labels={keys.GROUP: owner.group}
+    ) if owner_key(p) == owner]
+
+
+def members_differ(owner: GroupOwner, members: list[Pod]) -> str | None:
+    """Why the group's live members cannot be one job (None: they ask the same)."""
+    return mixed(owner.group, pod_asks([p for p in members if live(p)]))
+
+
+def member_of(pod: Pod, job_id: int) -> Member:
+    """``pod`` (a listed member) as a seat holder or seeker of job ``job_id``."""
+    view = view_of(pod)
+    holds = not gated(pod) and not view.releases_job
+    return Member(view.name, rank_of(pod), released_node(pod, job_id) if holds else None,
+                  live(pod))
+
+
+def live(pod: Pod) -> bool:
+    """Neither finished nor being deleted: a member the group still counts on."""
+    view = view_of(pod)
+    return not (view.finished or view.deleting)
+
+
+def rank_of(pod: Pod) -> int | None:
+    """The member's rank label (None: none, or labels the webhook would have refused)."""
+    try:
+        group = pod_group(pod.metadata.labels if pod.metadata else None)
+    except InvalidPodRequest:
+        return None
+    return group.rank if group is not None else None
+
+
+class Seats:
+    def __init__(
+        self, group: str, job_id: int, allocated: tuple[str, ...], members: Iterable[Member]
+    ) -> None:
+        """``allocated``: the job's nodes in Slurm's order; ``members``: every listed member."""
+        self._group = group
+        self._job_id = job_id
+        self._allocated = allocated
+        listed = list(members)
+        self._holder = {m.seat: m.name for m in listed if m.seat in allocated}
+        self._ranked = {m.rank for m in listed if m.live and m.rank is not None}
+
+    def take(self, member: Member) -> str:
+        """The node ``member`` (waiting) sits at, held by it from now on; raises SeatRefused."""
+        node = self._ranked_seat(member) if member.rank is not None else self._free_seat(member)
+        self._holder[node] = member.name
+        return node
+
+    def _ranked_seat(self, member: Member) -> str:
+        assert member.rank is not None
+        where = f"group {self._group} (Slurm job {self._job_id})"
+        if member.rank >= len(self._allocated):
+            raise SeatRefused(
+                f"pod {member.name} has {keys.GROUP_RANK} {member.rank}, beyond the "
+                f"{len(self._allocated)} node(s) of {where}: ranks run from 0 to "
+                f"{len(self._allocated) - 1}; it waits, gated: delete it, or fix its labels"
+            )
+        node = self._allocated[member.rank]
+        holder = self._holder.get(node)
+        if holder not in (None, member.name):
+            raise SeatRefused(
+                f"pod {member.name} has {keys.GROUP_RANK} {member.rank} of {where}, whose "
+                f"seat (Slurm node {node} and its GPUs) pod {holder} holds and still runs "
+                "on: it waits, gated, until that pod has finished; delete whichever of the "
+                "two is the duplicate"
+            )
+        return node
+
+    def _free_seat(self, member: Member) -> str:
+        for rank, node in enumerate(self._allocated):
+            if node not in self._holder and rank not in self._ranked:
+                return node
+        raise SeatRefused(
+            f"pod {member.name} joins group {self._group}, but every seat of its Slurm job "
+            f"{self._job_id} ({','.join(self._allocated)}) is held by, or ranked for, another "
+            f"member: is {keys.GROUP_SIZE} too small? It waits, gated, until a member has "
+            "finished"
+        )
