@@ -4,8 +4,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+import structlog
 from lightkube.models.core_v1 import Pod
 
+from admission.groups import MemberLister, group_refusal
 from admission.placement_rules import placement_rules
 from admission.pod import PodShape
 from admission.review import AdmissionRequest
@@ -13,9 +15,12 @@ from bridge import keys
 from bridge.config import AdmissionSettings
 from bridge.jobs.aliases import canonical_key
 from bridge.jobs.invalid_request import InvalidPodRequest
+from bridge.jobs.options import pod_group
 from bridge.jobs.request import JobRequest
 from bridge.policy.check import POLICY_ANNOTATIONS, deadline_refusal, policy_refusal
 from bridge.policy.tenancy import TenancySource, missing_tenant
+
+log = structlog.get_logger(__name__)
 
 PodTranslator = Callable[[Pod], JobRequest]
 """``bridge.jobs.translate.job_request_for_pod``, or a stand-in in tests."""
@@ -143,14 +148,38 @@ def _names(annotations: list[str]) -> str:
     return ("annotation " if len(annotations) == 1 else "annotations ") + ", ".join(annotations)
 
 
-def _translation(request: AdmissionRequest, translate: PodTranslator) -> JobRequest | Denial:
-    """The pod's job, or the refusal the translation would give later, with its message."""
+async def group_check(request: AdmissionRequest, list_members: MemberLister) -> Denial | None:
+    """A new pod admitted so far, weighed against its group's live members (groups.py);
+    a listing that fails admits it (the bridge keeps the same rules at release), logged."""
+    try:
+        pod = _as_pod(request)
+        group = pod_group(pod.metadata.labels if pod.metadata else None)
+    except Exception:  # a shape check() already refused, or the translation does not survive
+        return None
+    if group is None:
+        return None
+    try:
+        refusal = await group_refusal(pod, group, list_members)
+    except Exception as err:  # the API server away: the bridge's release still holds the line
+        log.error("admission.group_lookup_failed", pod=f"{request.namespace}/{request.name}",
+                  group=group.name, reason=repr(err))
+        return None
+    return Denial(403, f"slurmbridge cannot add this pod to its group: {refusal}") \
+        if refusal else None
+
+
+def _as_pod(request: AdmissionRequest) -> Pod:
     raw: dict[str, Any] = dict(request.object or {})
     # The API server may leave metadata.namespace empty on CREATE; the request carries it.
     meta = raw.get("metadata") or {}
     raw["metadata"] = {**meta, "namespace": meta.get("namespace") or request.namespace}
+    return cast(Pod, Pod.from_dict(raw))
+
+
+def _translation(request: AdmissionRequest, translate: PodTranslator) -> JobRequest | Denial:
+    """The pod's job, or the refusal the translation would give later, with its message."""
     try:
-        return translate(cast(Pod, Pod.from_dict(raw)))
+        return translate(_as_pod(request))
     except InvalidPodRequest as err:
         return Denial(422, f"slurmbridge cannot run this pod: {err}")
     except Exception as err:  # a shape the translation does not survive: never a 500

@@ -23,6 +23,7 @@ from admission.device_claims import (
     extended_gpu_resources,
     kube_extended_resources,
 )
+from admission.groups import MemberLister, kube_member_lister
 from admission.owners import OwnerReader, WorkloadError, WorkloadLookupError, kube_owner_reader
 from admission.pod import PodShape
 from admission.review import AdmissionRequest, AdmissionResponse, AdmissionReview
@@ -70,14 +71,17 @@ def create_app(
     *,
     device_classes: Mapping[str, DeviceClassGres] | None = None,
     extended_resources: ExtendedResources | None = None,
+    members: MemberLister | None = None,
 ) -> FastAPI:
     """The webhook app; ``namespace_lookup`` defaults to the API server (cached either way),
     ``tenancy`` to the file ``settings.tenancy_file`` (re-read when it changes), ``owners``
     (what sizes a pod's group, and its DRA claims) to the API server; ``device_classes``:
     the DRA classes Slurm allocates (``Settings.device_classes``); ``extended_resources``
-    (which DeviceClass stands for an extended resource) to the API server."""
+    (which DeviceClass stands for an extended resource) and ``members`` (a new group
+    member's live colleagues) to the API server."""
     tenancy = tenancy or TenancySource(settings.tenancy_file)
     read_owner = owners or kube_owner_reader()
+    list_members = members or kube_member_lister()
     devices = _Devices(device_classes or {}, extended_resources or kube_extended_resources())
     labels = CachedNamespaceLabels(
         namespace_lookup or kube_namespace_labels(), settings.namespace_cache_ttl_seconds
@@ -90,7 +94,7 @@ def create_app(
             request = _parse(await http.body())
             response = await _decide(
                 endpoint, request, scope, settings, translate, tenancy=tenancy,
-                owners=read_owner, devices=devices,
+                owners=read_owner, devices=devices, members=list_members,
             )
         except BadReview as err:
             log.warning("admission.bad_review", endpoint=endpoint, reason=str(err))
@@ -163,6 +167,7 @@ async def _decide(
     tenancy: TenancySource,
     owners: OwnerReader,
     devices: _Devices,
+    members: MemberLister,
 ) -> AdmissionResponse:
     """One review's answer."""
     if (request.resource.group, request.resource.resource) != ("", "pods"):
@@ -184,6 +189,9 @@ async def _decide(
         verdict = validate.check(request, pod, old, settings, translate, tenancy=tenancy)
         if isinstance(verdict, validate.Denial):
             return AdmissionResponse.deny(request.uid, verdict.code, verdict.message)
+        denial = await validate.group_check(request, members) if old is None else None
+        if denial is not None:
+            return AdmissionResponse.deny(request.uid, denial.code, denial.message)
         return AdmissionResponse.allow(request.uid, warnings=verdict)
     if old is not None:  # a pod's spec is (nearly) immutable: mutate on creation only
         return AdmissionResponse.allow(request.uid)

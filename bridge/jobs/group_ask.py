@@ -14,6 +14,8 @@ from typing import Any
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.invalid_request import InvalidPodRequest
+from bridge.jobs.options import pod_group
 from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import member_ask
 
@@ -62,6 +64,23 @@ def mixed(group: str, asks: Sequence[tuple[str, JobRequest]]) -> str | None:
                 "requests and annotations, or make the differing pods a group of their own"
             )
     return None
+
+
+def counted(pod: Pod) -> bool:
+    """A member the group still counts on: neither finished nor being deleted (its
+    replacement may come meanwhile)."""
+    phase = pod.status.phase if pod.status else None
+    return phase not in ("Succeeded", "Failed") and not (
+        pod.metadata and pod.metadata.deletionTimestamp)
+
+
+def rank_of(pod: Pod) -> int | None:
+    """The member's rank label (None: none, or labels the webhook would have refused)."""
+    try:
+        group = pod_group(pod.metadata.labels if pod.metadata else None)
+    except InvalidPodRequest:
+        return None
+    return group.rank if group is not None else None
 
 
 def pod_asks(pods: Sequence[Pod]) -> list[tuple[str, JobRequest]]:

@@ -23,6 +23,7 @@ from lightkube.types import PatchType
 
 from bridge import keys, metrics
 from bridge.devices.pinning import ClaimPinError, ClaimPinner, ClaimsNotReady
+from bridge.jobs.group_ask import rank_of
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.apierrors import is_conflict, is_not_found, is_unprocessable
 from bridge.link.bound import CudaNumbering, bound, cuda_visible_devices
@@ -38,7 +39,6 @@ from bridge.placement.seats import (
     member_of,
     members_differ,
     members_of,
-    rank_of,
 )
 from bridge.ports import KubeGet, KubeList, KubePatch
 from bridge.slurm.types import SlurmJob

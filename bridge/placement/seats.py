@@ -19,9 +19,7 @@ from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
-from bridge.jobs.group_ask import mixed, pod_asks
-from bridge.jobs.invalid_request import InvalidPodRequest
-from bridge.jobs.options import pod_group
+from bridge.jobs.group_ask import counted, mixed, pod_asks, rank_of
 from bridge.jobs.owner import GroupOwner
 from bridge.link.gate import gated, released_node
 from bridge.link.ownership import owner_key
@@ -53,7 +51,7 @@ async def members_of(kube: KubeList, owner: GroupOwner) -> list[Pod]:
 
 def members_differ(owner: GroupOwner, members: list[Pod]) -> str | None:
     """Why the group's live members cannot be one job (None: they ask the same)."""
-    return mixed(owner.group, pod_asks([p for p in members if live(p)]))
+    return mixed(owner.group, pod_asks([p for p in members if counted(p)]))
 
 
 def member_of(pod: Pod, job_id: int) -> Member:
@@ -61,22 +59,7 @@ def member_of(pod: Pod, job_id: int) -> Member:
     view = view_of(pod)
     holds = not gated(pod) and not view.releases_job
     return Member(view.name, rank_of(pod), released_node(pod, job_id) if holds else None,
-                  live(pod))
-
-
-def live(pod: Pod) -> bool:
-    """Neither finished nor being deleted: a member the group still counts on."""
-    view = view_of(pod)
-    return not (view.finished or view.deleting)
-
-
-def rank_of(pod: Pod) -> int | None:
-    """The member's rank label (None: none, or labels the webhook would have refused)."""
-    try:
-        group = pod_group(pod.metadata.labels if pod.metadata else None)
-    except InvalidPodRequest:
-        return None
-    return group.rank if group is not None else None
+                  counted(pod))
 
 
 class Seats:

@@ -1,0 +1,123 @@
+"""A new group member weighed against its group's live members at admission (issue 41,
+cases 1 and 2): a rank taken, a group full, members asking for different things."""
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from admission.webhook import create_app
+from bridge import keys
+from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, make_pod, make_review, post
+
+NS = "team-a"
+
+
+class Members:
+    """The pods the API server lists for a group (as stored: mutated, uid'd)."""
+
+    def __init__(self) -> None:
+        self.pods: list[dict[str, Any]] = []
+        self.fail = False
+
+    async def __call__(self, namespace: str, group: str) -> list[dict[str, Any]]:
+        assert namespace == NS
+        if self.fail:
+            raise ConnectionError("apiserver unreachable")
+        return [p for p in self.pods if p["metadata"]["labels"].get(keys.GROUP) == group]
+
+
+def member(name: str, rank: int | None = None, *, size: int = 2, gpus: int = 0,
+           **status: Any) -> dict[str, Any]:
+    labels = {keys.GROUP: "train", keys.GROUP_SIZE: str(size)}
+    if rank is not None:
+        labels[keys.GROUP_RANK] = str(rank)
+    pod = make_pod(name=name, labels=labels,
+                   annotations={keys.GPUS: str(gpus), keys.ACCOUNT: "physics",
+                                keys.QOS: "normal"},
+                   schedulingGates=[{"name": keys.SLURM_GATE}])
+    pod["status"] = status
+    return pod
+
+
+@pytest.fixture
+def members() -> Members:
+    return Members()
+
+
+@pytest.fixture
+async def client(members: Members) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), tenancy=OPEN, members=members)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://webhook") as http:
+        yield http
+
+
+async def _validated(client: httpx.AsyncClient, pod: dict[str, Any]) -> dict[str, Any]:
+    return await post(client, "validate", make_review(pod))
+
+
+async def test_a_rank_a_live_member_holds_is_refused_naming_it(
+    client: httpx.AsyncClient, members: Members
+) -> None:
+    members.pods = [member("train-0", 0, phase="Running")]
+    response = await _validated(client, member("intruder", 0))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert f"{keys.GROUP_RANK} 0" in message and "train-0" in message, message
+
+
+async def test_a_full_group_refuses_one_more_member(
+    client: httpx.AsyncClient, members: Members
+) -> None:
+    members.pods = [member("a", phase="Running"), member("b", phase="Pending")]
+    response = await _validated(client, member("c"))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "already has its 2 member(s) (a, b)" in message, message
+
+
+async def test_a_rank_beyond_the_group_size_is_refused(client: httpx.AsyncClient) -> None:
+    response = await _validated(client, member("w2", 2))
+    assert response["allowed"] is False
+    assert keys.GROUP_RANK in response["status"]["message"]
+
+
+async def test_a_replacement_is_admitted_once_its_predecessor_finished_or_goes(
+    client: httpx.AsyncClient, members: Members
+) -> None:
+    failed = member("train-0", 0, phase="Failed")
+    deleting = member("train-0b", 0, phase="Running")
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    members.pods = [failed, deleting, member("train-1", 1, phase="Running")]
+    assert (await _validated(client, member("train-0c", 0)))["allowed"] is True
+
+
+async def test_members_asking_for_different_things_are_refused_naming_them_and_the_field(
+    client: httpx.AsyncClient, members: Members
+) -> None:
+    """A CPU-only launcher first, then a GPU worker: one Slurm job cannot be both."""
+    members.pods = [member("launcher", 0, phase="Pending")]
+    response = await _validated(client, member("worker", 1, gpus=2))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "launcher" in message and "worker" in message and "gpus 0 vs 2" in message, message
+    members.pods = [member("worker-0", 0, gpus=2)]
+    response = await _validated(client, member("worker-1", 1, size=3, gpus=2))
+    assert response["allowed"] is False
+    assert f"{keys.GROUP_SIZE} 2 vs 3" in response["status"]["message"]
+
+
+async def test_a_late_member_of_a_placed_group_is_admitted(
+    client: httpx.AsyncClient, members: Members
+) -> None:
+    members.pods = [member("late-0", phase="Running")]
+    assert (await _validated(client, member("late-1")))["allowed"] is True
+
+
+async def test_a_group_that_cannot_be_listed_is_left_to_the_bridge(
+    client: httpx.AsyncClient, members: Members
+) -> None:
+    members.fail = True
+    assert (await _validated(client, member("w0", 0)))["allowed"] is True
