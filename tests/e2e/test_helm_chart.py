@@ -582,6 +582,8 @@ def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
         # the owners that size a pod's group (admission/workloads.py)
         "jobs.batch": ["get"], "podgroups.scheduling.k8s.io": ["get"],
         "jobsets.jobset.x-k8s.io": ["get"],
+        # a new group member's colleagues (admission/groups.py)
+        "pods": ["list"],
         # a pod's DRA claims (admission/device_claims.py)
         "resourceclaims.resource.k8s.io": ["get"],
         "resourceclaimtemplates.resource.k8s.io": ["get"],
