@@ -679,3 +679,76 @@ async def _race_two_replicas(
         for replica in replicas:
             replica.kill()
         stack.slurm.admin("scancel", "-n", f"k8s:{ns}/pair")
+
+
+# --- groups: one seat per live member, one ask per group (issue 41, cases 1 and 2) ---------
+
+
+async def _still_gated_and_told(kube: AsyncClient, ns: str, name: str, *words: str) -> str:
+    """The pod stays gated, unbound and without GPUs, and its event says why (all ``words``)."""
+    async def told() -> str:
+        found = [m for r, m in await pod_events(kube, ns, name)
+                 if r == keys.EventReason.RELEASE_REFUSED.value]
+        return found[0] if found else ""
+
+    message: str = await wait_for(told, 30, interval=0.5, what=f"{ns}/{name} told why")
+    assert all(w in message for w in words), message
+    await asyncio.sleep(3)  # several release rounds (every 2 s): still nothing given
+    pod = await kube.get(Pod, name, namespace=ns)
+    assert pod.spec is not None and pod.metadata is not None
+    annotations = pod.metadata.annotations or {}
+    assert not pod.spec.nodeName and keys.GPU_IDS not in annotations, (
+        f"{ns}/{name} released onto {annotations.get(keys.SLURM_NODE)} "
+        f"with GPUs {annotations.get(keys.GPU_IDS)!r}")
+    assert [g.name for g in pod.spec.schedulingGates or []] == [keys.SLURM_GATE]
+    return message
+
+
+async def test_a_second_pod_under_a_taken_rank_is_refused_and_never_released_onto_its_gpus(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
+) -> None:
+    """A researcher creates a second pod in a placed group of one, under the rank its
+    running member holds: refused at admission; past the validating webhook, it waits gated
+    instead of running on the member's node with the member's GPU."""
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "taken-rank")
+    labels = {keys.GROUP: "solo", keys.GROUP_SIZE: "1", keys.GROUP_RANK: "0"}
+    try:
+        await create_pod(kube, ns, pod_manifest("solo-0", gpus=1, labels=labels))
+        first = await wait_bound(kube, ns, "solo-0")
+        assert first.metadata is not None
+        held = (first.metadata.annotations or {})[keys.GPU_IDS]
+        with pytest.raises(ApiError) as err:
+            await create_pod(kube, ns, pod_manifest("solo-1", gpus=1, labels=labels))
+        message = str(err.value.status.message)
+        assert err.value.status.code == 403 and "solo-0" in message, message
+        async with _validating_webhook_gone(kube):
+            await create_pod(kube, ns, pod_manifest("solo-1", gpus=1, labels=labels))
+        await _still_gated_and_told(kube, ns, "solo-1", "solo-0", keys.GROUP_RANK)
+        again = await kube.get(Pod, "solo-0", namespace=ns)
+        assert ((again.metadata and again.metadata.annotations) or {})[keys.GPU_IDS] == held
+    finally:
+        slurm.admin("scancel", "-n", f"k8s:{ns}/solo")
+
+
+async def test_a_launcher_first_mixed_group_is_refused_and_its_gpu_worker_never_released(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
+) -> None:
+    """A CPU-only launcher, then a GPU worker in its group: refused at admission; past the
+    validating webhook, the worker is not released into the job built from the launcher
+    (whose node Slurm gave no GPU)."""
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "mixed-group")
+    group = {keys.GROUP: "mix", keys.GROUP_SIZE: "2"}
+    try:
+        await create_pod(kube, ns, pod_manifest(
+            "launcher", labels={**group, keys.GROUP_RANK: "0"}))
+        await wait_bound(kube, ns, "launcher")
+        worker = pod_manifest("worker", gpus=1, labels={**group, keys.GROUP_RANK: "1"})
+        with pytest.raises(ApiError) as err:
+            await create_pod(kube, ns, worker)
+        message = str(err.value.status.message)
+        assert all(w in message for w in ("launcher", "worker", "gpus 0 vs 1")), message
+        async with _validating_webhook_gone(kube):
+            await create_pod(kube, ns, worker)
+        await _still_gated_and_told(kube, ns, "worker", "launcher", "gpus 0 vs 1")
+    finally:
+        slurm.admin("scancel", "-n", f"k8s:{ns}/mix")
