@@ -205,6 +205,8 @@ async def _mutation(
     """A new pod's patch: its group and its claims' GPUs read first."""
     try:
         group = await workloads.membership(pod, request.namespace, owners)
+        if group is not None:
+            workloads.check_creator(pod, request.namespace, request.user_info)
         claimed = await claimed_gpus(pod, request.namespace, owners, devices.classes)
         extended = await extended_gpu_resources(pod, devices.extended, devices.classes)
     except WorkloadError as err:

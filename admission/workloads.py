@@ -38,6 +38,7 @@ from admission.owners import (
     load,
 )
 from admission.pod import OwnerReference, PodShape
+from admission.review import UserInfo
 from bridge import keys
 
 
@@ -81,6 +82,35 @@ async def membership(pod: PodShape, namespace: str, read: OwnerReader) -> Member
     if owner is not None and (owner.api_version, owner.kind) == ("batch/v1", "Job"):
         return await _gang_job(namespace, owner, annotations, read)
     return None
+
+
+# The controller that creates the pods of each owner kind a group is read from, as
+# kube-controller-manager runs it (its own identity, or with --use-service-account-credentials
+# the controller's ServiceAccount in kube-system); a cluster admin may act for any.
+_CREATED_BY = {("batch/v1", "Job"): "job-controller",
+               ("apps/v1", "StatefulSet"): "statefulset-controller"}
+CONTROLLER_MANAGER = "system:kube-controller-manager"
+CLUSTER_ADMINS = "system:masters"
+
+
+def check_creator(pod: PodShape, namespace: str, user: UserInfo) -> None:
+    """A grouped pod naming a Job (or StatefulSet) as its controller must come from that
+    workload's controller: a pod of someone's own pointing at a colleague's gang Job would
+    be placed in the colleague's Slurm job, on their nodes and GPUs.  Raises WorkloadError."""
+    owner = _controller(pod.metadata.owner_references or [])
+    controller = _CREATED_BY.get((owner.api_version, owner.kind)) if owner else None
+    if owner is None or controller is None:
+        return
+    if user.username in (CONTROLLER_MANAGER, f"system:serviceaccount:kube-system:{controller}") \
+            or CLUSTER_ADMINS in user.groups:
+        return
+    raise WorkloadError(
+        f"the pod names {owner.kind} {namespace}/{owner.name} as its controller "
+        f"(metadata.ownerReferences) but was created by {user.username or 'an unknown user'}, "
+        f"not by that {owner.kind}'s controller (kube-controller-manager's {controller}): only "
+        f"the {owner.kind}'s own pods join its group and its Slurm job; remove the "
+        "ownerReference to run a pod of your own"
+    )
 
 
 def _controller(refs: list[OwnerReference]) -> OwnerReference | None:

@@ -26,9 +26,11 @@ import pytest
 import uvicorn
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import OwnerReference
 from lightkube.models.rbac_v1 import PolicyRule
+from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
-from lightkube.types import PatchType
+from lightkube.types import CascadeType, PatchType
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -55,6 +57,8 @@ from slurmbridge_devkit.processes import BRIDGE_NS, BridgeProcess, free_port
 from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory, replace_scheduler
 from slurmbridge_devkit.stack_objects import WEBHOOK_CONFIG, ValidatingWebhookConfiguration
 from slurmbridge_devkit.waiting import wait_for
+from tests.e2e.test_workloads import create as create_workload
+from tests.e2e.test_workloads import job_manifest
 
 pytestmark = pytest.mark.e2e
 
@@ -752,3 +756,28 @@ async def test_a_launcher_first_mixed_group_is_refused_and_its_gpu_worker_never_
         await _still_gated_and_told(kube, ns, "worker", "launcher", "gpus 0 vs 1")
     finally:
         slurm.admin("scancel", "-n", f"k8s:{ns}/mix")
+
+
+async def test_a_pod_pointing_at_a_colleagues_gang_job_is_refused_as_a_foreign_owner(
+    bridge_stack: BridgeStack, kube: AsyncClient, control_plane: ControlPlane,
+    e2e_namespace: NamespaceFactory,
+) -> None:
+    """A researcher creates a pod of their own whose ownerReference names a colleague's gang
+    Job (its name and uid are readable): it would join that Job's group and Slurm job."""
+    ns = await e2e_namespace("foreign-owner")
+    job = await create_workload(kube, Job, ns, job_manifest("train", 2, gang=True))
+    assert job.metadata is not None and job.metadata.uid
+    researcher = await _researcher(kube, control_plane, ns)
+    stowaway = pod_manifest("stowaway", annotations={keys.JOB_COMPLETION_INDEX: "0"})
+    assert stowaway.metadata is not None
+    stowaway.metadata.ownerReferences = [OwnerReference(
+        apiVersion="batch/v1", kind="Job", name="train", uid=job.metadata.uid, controller=True)]
+    try:
+        with pytest.raises(ApiError) as err:
+            await create_pod(researcher, ns, stowaway)
+        message = str(err.value.status.message)
+        assert f"Job {ns}/train" in message and "researcher" in message, message
+    finally:
+        await researcher.close()
+        await kube.delete(Job, "train", namespace=ns, cascade=CascadeType.BACKGROUND)
+        bridge_stack.slurm.admin("scancel", "-n", f"k8s:{ns}/train")

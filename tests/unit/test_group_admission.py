@@ -121,3 +121,33 @@ async def test_a_group_that_cannot_be_listed_is_left_to_the_bridge(
 ) -> None:
     members.fail = True
     assert (await _validated(client, member("w0", 0)))["allowed"] is True
+
+
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+
+
+async def test_a_pod_pointing_at_a_colleagues_gang_job_is_refused(members: Members) -> None:
+    """A pod of one's own naming a colleague's gang Job as its controller (ownerReference)
+    would join that Job's Slurm job; only the Job controller's pods may."""
+    gang = {"metadata": {"name": "train", "uid": "job-uid",
+                         "annotations": {keys.GANG: "true"}},
+            "spec": {"parallelism": 2, "completions": 2}}
+
+    async def owners(kind: Any, namespace: str, name: str) -> dict[str, Any] | None:
+        return gang if (kind.kind, name) == ("Job", "train") else None
+
+    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), tenancy=OPEN, members=members,
+                     owners=owners)
+    pod = make_pod(name="train-1-x", annotations={keys.JOB_COMPLETION_INDEX: "1"},
+                   containers=[{"name": "c", "image": "busybox"}])
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job",
+                                           "name": "train", "uid": "job-uid",
+                                           "controller": True}]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://webhook") as http:
+        refused = await post(http, "mutate", make_review(pod, username="bob"))
+        admitted = await post(http, "mutate", make_review(pod, username=JOB_CONTROLLER))
+    assert refused["allowed"] is False
+    message = refused["status"]["message"]
+    assert "Job team-a/train" in message and "bob" in message, message
+    assert admitted["allowed"] is True
