@@ -11,7 +11,6 @@ more: its replacement is admitted.  The bridge keeps the same rules at release
 """
 
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
 
 from lightkube import AsyncClient
 from lightkube.models.core_v1 import Pod
@@ -21,17 +20,17 @@ from bridge import keys
 from bridge.jobs.group_ask import counted, mixed, pod_asks, rank_of
 from bridge.jobs.options import PodGroup
 
-MemberLister = Callable[[str, str], Awaitable[list[dict[str, Any]]]]
+MemberLister = Callable[[str, str], Awaitable[list[Pod]]]
 """The pods labelled ``slurmbridge.io/group=<group>`` in a namespace, as stored."""
 
 
 def kube_member_lister(client: AsyncClient | None = None) -> MemberLister:
     """Lists through the API server (a client made on first use, as owners.py does)."""
 
-    async def list_members(namespace: str, group: str) -> list[dict[str, Any]]:
+    async def list_members(namespace: str, group: str) -> list[Pod]:
         nonlocal client
         client = client or AsyncClient()
-        return [cast(dict[str, Any], p.to_dict()) async for p in client.list(
+        return [p async for p in client.list(
             PodResource, namespace=namespace, labels={keys.GROUP: group})]
 
     return list_members
@@ -43,8 +42,7 @@ async def group_refusal(
     """Why ``pod`` (being created, a member of ``group``) cannot join it (None: it may)."""
     meta = pod.metadata
     assert meta is not None and meta.namespace
-    listed = [cast(Pod, Pod.from_dict(raw)) for raw in await list_members(meta.namespace,
-                                                                            group.name)]
+    listed = await list_members(meta.namespace, group.name)
     others = [p for p in listed if counted(p) and p.metadata and p.metadata.name != meta.name]
     where = f"group {group.name} (namespace {meta.namespace})"
     if len(others) >= group.size:
@@ -61,7 +59,8 @@ async def group_refusal(
             "which is still live: two pods of one rank would share one node and its GPUs; "
             "a replacement is admitted once its predecessor has finished or is being deleted"
         )
-    return mixed(group.name, pod_asks([*others, pod]))
+    # The members admitted so far ask alike (each was weighed so): one stands for them all.
+    return mixed(group.name, pod_asks([*others[:1], pod]))
 
 
 def _names(pods: list[Pod]) -> str:

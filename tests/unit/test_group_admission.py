@@ -2,10 +2,11 @@
 cases 1 and 2): a rank taken, a group full, members asking for different things."""
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
+from lightkube.models.core_v1 import Pod
 
 from admission.webhook import create_app
 from bridge import keys
@@ -21,11 +22,12 @@ class Members:
         self.pods: list[dict[str, Any]] = []
         self.fail = False
 
-    async def __call__(self, namespace: str, group: str) -> list[dict[str, Any]]:
+    async def __call__(self, namespace: str, group: str) -> list[Pod]:
         assert namespace == NS
         if self.fail:
             raise ConnectionError("apiserver unreachable")
-        return [p for p in self.pods if p["metadata"]["labels"].get(keys.GROUP) == group]
+        return [cast(Pod, Pod.from_dict(p)) for p in self.pods
+                if p["metadata"]["labels"].get(keys.GROUP) == group]
 
 
 def member(name: str, rank: int | None = None, *, size: int = 2, gpus: int = 0,
