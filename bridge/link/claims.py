@@ -135,12 +135,11 @@ class Claims:
                 continue
 
     async def member_node(
-        self, pod: Pod, owner: Owner, job_id: int, allocated: tuple[str, ...],
-        rank: int | None = None,
-    ) -> str | None:
+        self, pod: Pod, owner: Owner, job_id: int, seat: Callable[[dict[str, str]], str],
+    ) -> str:
         """The node of group job ``job_id`` reserved for this member: its earlier one, else
-        its rank's node (taken over from a member it replaces), else the first no other
-        member holds (None: every node is taken)."""
+        what ``seat`` gives it from the other members' reservations (pod UID → node; it
+        raises when there is none), recorded before any replica may bind it there."""
         meta = pod.metadata
         assert meta is not None and meta.uid
         record = self._record(pod, owner)
@@ -149,9 +148,7 @@ class Claims:
             taken = _member_nodes(annotations, job_id)
             if meta.uid in taken:
                 return taken[meta.uid]
-            free = member_slot(allocated, set(taken.values()), rank)
-            if free is None:
-                return None
+            free = seat(taken)
             others = {uid: node for uid, node in taken.items() if node != free}
             table = json.dumps({"job": job_id, "nodes": {**others, meta.uid: free}})
             try:
@@ -193,14 +190,6 @@ class Claims:
     def _age(held: str) -> float:
         _, _, stamp = held.rpartition("@")
         return time.time() - int(stamp) if stamp.isdigit() else float("inf")
-
-
-def member_slot(allocated: tuple[str, ...], taken: set[str], rank: int | None) -> str | None:
-    """A group member's node: the ``rank``-th of the job's nodes (Slurm's order, so rank 0
-    gets the first), else the first no other member holds (None: all are held)."""
-    if rank is not None and rank < len(allocated):
-        return allocated[rank]
-    return next((n for n in allocated if n not in taken), None)
 
 
 def _member_nodes(annotations: Annotations, job_id: int) -> dict[str, str]:

@@ -5,6 +5,7 @@ happens here: known jobs come from the index, new ones are submitted once
 (submit.py).  What a decision came to is a type (outcomes.py).
 """
 
+from collections.abc import Mapping
 from datetime import datetime
 
 import structlog
@@ -12,10 +13,9 @@ from lightkube.models.core_v1 import Pod
 
 from bridge import keys, metrics
 from bridge.jobs.invalid_request import InvalidPodRequest
-from bridge.jobs.options import pod_group
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.nodecache import NodeCache
-from bridge.link.claims import Claims, member_slot
+from bridge.link.claims import Claims
 from bridge.link.gate import released_node
 from bridge.link.ownership import LinkedPod, linked_pod, recorded_job_id, tied_to
 from bridge.link.views import PodView
@@ -31,6 +31,7 @@ from bridge.placement.outcomes import (
 )
 from bridge.placement.reasons import waiting_message
 from bridge.placement.registry import PodRegistry
+from bridge.placement.seats import SeatRefused, Seats, member_of, members_of
 from bridge.placement.submit import SubmitCheck, Submitter
 from bridge.ports import KubeList
 from bridge.slurm.allocation import format_gpu_ids
@@ -60,6 +61,7 @@ class Placer:
         self._pods = pods
         self._events = events
         self._claims = claims
+        self._members = members
         self._submitter = Submitter(index, claims, admit=admit, events=events, members=members)
 
     async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
@@ -205,25 +207,27 @@ class Placer:
         return self.placement_at(owner, job, node)
 
     async def _member_node(
-        self, pod: Pod, owner: Owner, job: SlurmJob, allocated: tuple[str, ...]
+        self, pod: Pod, owner: GroupOwner, job: SlurmJob, allocated: tuple[str, ...]
     ) -> str:
-        """This member's node of the group's job, reserved on the group's claim (shared by
-        every replica) before any replica may bind it there."""
+        """This member's seat of the group's job (seats.py), reserved on the group's claim
+        (shared by every replica) before any replica may bind it there."""
         assert pod.metadata is not None and pod.metadata.uid
-        group = pod_group(pod.metadata.labels)
-        rank = group.rank if group is not None else None
-        if self._claims is None:  # one process alone: in memory
-            node = member_slot(allocated, set(self._pods.reserved_nodes(owner)), rank)
-        else:
-            try:
-                node = await self._claims.member_node(pod, owner, job.job_id, allocated, rank)
-            except Exception as exc:  # apiserver away: reserve nothing unrecorded
-                raise Pending(f"waiting: cannot reserve a node: {exc!r}") from exc
-        if node is None:
-            raise Refused(
-                f"every node of Slurm job {job.job_id} ({','.join(allocated)}) is taken by "
-                f"other members of the group: is {keys.GROUP_SIZE} too small?"
-            )
+        try:
+            listed = await members_of(self._members, owner) if self._members else []
+            member = member_of(pod, job.job_id)
+
+            def seat(reserved: Mapping[str, str]) -> str:
+                held = [member_of(p, job.job_id) for p in listed]
+                return Seats(owner.group, job.job_id, allocated, held, reserved).take(member)
+
+            if self._claims is None:  # one process alone: in memory
+                node = seat(self._pods.reservations(owner))
+            else:
+                node = await self._claims.member_node(pod, owner, job.job_id, seat)
+        except SeatRefused as exc:
+            raise Refused(str(exc)) from exc
+        except Exception as exc:  # apiserver away: reserve nothing unrecorded
+            raise Pending(f"waiting: cannot reserve a node: {exc!r}") from exc
         self._pods.reserve(owner, pod.metadata.uid, node)
         return node
 

@@ -95,8 +95,9 @@ class PodRegistry:
         """The node reserved for this group member, as far as this process knows."""
         return self._group_nodes.get(owner, {}).get(pod_uid)
 
-    def reserved_nodes(self, owner: Owner) -> set[str]:
-        return set(self._group_nodes.get(owner, {}).values())
+    def reservations(self, owner: Owner) -> dict[str, str]:
+        """Member pod uid → the node reserved for it, as far as this process knows."""
+        return dict(self._group_nodes.get(owner, {}))
 
     def reserve(self, owner: Owner, pod_uid: str, node: str) -> None:
         """Remember a member's node once it is recorded on the group's claim."""

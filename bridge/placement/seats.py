@@ -12,7 +12,7 @@ Computed from the group's members as listed, so any leader reaches the same answ
 one place that says who sits where.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from lightkube.models.core_v1 import Pod
@@ -33,6 +33,7 @@ class Member:
     running); ``live``: neither finished nor gone, so its rank stays its own."""
 
     name: str
+    uid: str
     rank: int | None
     seat: str | None
     live: bool
@@ -58,55 +59,82 @@ def member_of(pod: Pod, job_id: int) -> Member:
     """``pod`` (a listed member) as a seat holder or seeker of job ``job_id``."""
     view = view_of(pod)
     holds = not gated(pod) and not view.releases_job
-    return Member(view.name, rank_of(pod), released_node(pod, job_id) if holds else None,
-                  counted(pod))
+    return Member(view.name, view.uid, rank_of(pod),
+                  released_node(pod, job_id) if holds else None, counted(pod))
+
+
+def member_slot(
+    allocated: tuple[str, ...], taken: set[str], rank: int | None,
+    ranked: frozenset[int] = frozenset(),
+) -> str | None:
+    """The seat rule: a member of ``rank`` sits at Slurm's ``rank``-th node (rank 0 at the
+    first) unless it is ``taken``; one without a rank at the first node neither taken nor
+    ``ranked`` for a live member.  None: no seat."""
+    if rank is not None:
+        node = allocated[rank] if rank < len(allocated) else None
+        return node if node not in taken else None
+    free = (n for i, n in enumerate(allocated) if n not in taken and i not in ranked)
+    return next(free, None)
 
 
 class Seats:
     def __init__(
-        self, group: str, job_id: int, allocated: tuple[str, ...], members: Iterable[Member]
+        self, group: str, job_id: int, allocated: tuple[str, ...], members: Iterable[Member],
+        reserved: Mapping[str, str] | None = None,
     ) -> None:
-        """``allocated``: the job's nodes in Slurm's order; ``members``: every listed member."""
+        """``allocated``: the job's nodes in Slurm's order; ``members``: every listed member;
+        ``reserved``: member uid → node given by filter (a group of pods without the
+        bridge's gate), whose holder counts as live unless the listing says otherwise."""
         self._group = group
         self._job_id = job_id
         self._allocated = allocated
         listed = list(members)
+        by_uid = {m.uid: m for m in listed}
         self._holder = {m.seat: m.name for m in listed if m.seat in allocated}
-        self._ranked = {m.rank for m in listed if m.live and m.rank is not None}
+        # Reserved by a pod not listed (gone, most likely): a ranked member may take it over,
+        # a member without a rank may not.
+        self._unsure: set[str] = set()
+        for uid, node in (reserved or {}).items():
+            known = by_uid.get(uid)
+            if node not in allocated or node in self._holder or (known and not known.live):
+                continue
+            if known is None:
+                self._unsure.add(node)
+            else:
+                self._holder[node] = known.name
+        self._ranked = frozenset(m.rank for m in listed if m.live and m.rank is not None)
 
     def take(self, member: Member) -> str:
         """The node ``member`` (waiting) sits at, held by it from now on; raises SeatRefused."""
-        node = self._ranked_seat(member) if member.rank is not None else self._free_seat(member)
+        own = {n for n, name in self._holder.items() if name == member.name}
+        taken = set(self._holder) - own
+        if member.rank is None:
+            taken |= self._unsure
+        node = member_slot(self._allocated, taken, member.rank, self._ranked)
+        if node is None:
+            raise SeatRefused(self._refusal(member))
         self._holder[node] = member.name
+        self._unsure.discard(node)
         return node
 
-    def _ranked_seat(self, member: Member) -> str:
-        assert member.rank is not None
+    def _refusal(self, member: Member) -> str:
         where = f"group {self._group} (Slurm job {self._job_id})"
+        if member.rank is None:
+            return (
+                f"pod {member.name} joins {where}, but every seat of its job "
+                f"({','.join(self._allocated)}) is held by, or ranked for, another member: is "
+                f"{keys.GROUP_SIZE} too small? It waits, gated, until a member has finished"
+            )
         if member.rank >= len(self._allocated):
-            raise SeatRefused(
+            return (
                 f"pod {member.name} has {keys.GROUP_RANK} {member.rank}, beyond the "
                 f"{len(self._allocated)} node(s) of {where}: ranks run from 0 to "
                 f"{len(self._allocated) - 1}; it waits, gated: delete it, or fix its labels"
             )
         node = self._allocated[member.rank]
-        holder = self._holder.get(node)
-        if holder not in (None, member.name):
-            raise SeatRefused(
-                f"pod {member.name} has {keys.GROUP_RANK} {member.rank} of {where}, whose "
-                f"seat (Slurm node {node} and its GPUs) pod {holder} holds and still runs "
-                "on: it waits, gated, until that pod has finished; delete whichever of the "
-                "two is the duplicate"
-            )
-        return node
-
-    def _free_seat(self, member: Member) -> str:
-        for rank, node in enumerate(self._allocated):
-            if node not in self._holder and rank not in self._ranked:
-                return node
-        raise SeatRefused(
-            f"pod {member.name} joins group {self._group}, but every seat of its Slurm job "
-            f"{self._job_id} ({','.join(self._allocated)}) is held by, or ranked for, another "
-            f"member: is {keys.GROUP_SIZE} too small? It waits, gated, until a member has "
-            "finished"
+        return (
+            f"pod {member.name} has {keys.GROUP_RANK} {member.rank} of {where}, whose seat "
+            f"(Slurm node {node} and its GPUs) pod {self._holder[node]} holds and still runs "
+            "on: it waits, gated, until that pod has finished; delete whichever of the two is "
+            "the duplicate"
         )

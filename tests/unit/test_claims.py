@@ -110,3 +110,26 @@ async def test_two_members_of_a_group_filtered_by_two_replicas_get_one_job_and_t
     kept = await asyncio.gather(replicas.filter("a", "m0"), replicas.filter("b", "m1"))
     assert sorted(node for answer in kept for node in answer["NodeNames"]) == NODES
     await replicas.drain()
+
+
+async def test_a_second_pod_under_a_taken_rank_gets_no_node_from_filter(
+    tmp_path: Path,
+) -> None:
+    """Pods without the bridge's gate (the webhook skipped them): a second pod under a rank
+    a live member holds must not be placed on that member's node and GPUs (issue 41, case 1)."""
+    replicas = Replicas(tmp_path)
+    ranked = PodBuilder("m0", "ns").group("g", 2).label(keys.GROUP_RANK, "0")
+    replicas.add(ranked, "uid-m0")
+    await replicas.filter("a", "m0")
+    [job_id] = replicas.slurm.jobs
+    replicas.slurm.start(job_id, "node1", "node2")
+    await replicas.polled()
+    assert (await replicas.filter("a", "m0"))["NodeNames"] == ["node1"]
+    intruder = PodBuilder("intruder", "ns").group("g", 2).label(keys.GROUP_RANK, "0")
+    replicas.add(intruder, "uid-intruder")
+    for replica in ("a", "b"):
+        answer = await replicas.filter(replica, "intruder")
+        assert answer["NodeNames"] == [], f"replica {replica} placed it: {answer}"
+        assert "m0 holds" in answer["FailedAndUnresolvableNodes"]["node1"], answer
+    assert (await replicas.filter("b", "m0"))["NodeNames"] == ["node1"]
+    await replicas.drain()

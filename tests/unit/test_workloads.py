@@ -30,8 +30,8 @@ from bridge import keys
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.options import PodGroup, pod_group
 from bridge.jobs.owner import GroupOwner, PodOwner
-from bridge.link.claims import member_slot
 from bridge.link.ownership import tied_to
+from bridge.placement.seats import member_slot
 from bridge.slurm.types import JobState
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 
