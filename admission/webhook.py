@@ -73,15 +73,12 @@ def create_app(
     extended_resources: ExtendedResources | None = None,
     members: MemberLister | None = None,
 ) -> FastAPI:
-    """The webhook app; ``namespace_lookup`` defaults to the API server (cached either way),
-    ``tenancy`` to the file ``settings.tenancy_file`` (re-read when it changes), ``owners``
-    (what sizes a pod's group, and its DRA claims) to the API server; ``device_classes``:
-    the DRA classes Slurm allocates (``Settings.device_classes``); ``extended_resources``
-    (which DeviceClass stands for an extended resource) and ``members`` (a new group
-    member's live colleagues) to the API server."""
+    """The webhook app; ``namespace_lookup`` (cached), ``owners`` (what sizes a pod's group,
+    and its DRA claims), ``members`` (a new member's group) and ``extended_resources`` (which
+    DeviceClass stands for an extended resource) default to the API server, ``tenancy`` to the
+    file ``settings.tenancy_file``; ``device_classes``: the DRA classes Slurm allocates."""
     tenancy = tenancy or TenancySource(settings.tenancy_file)
-    read_owner = owners or kube_owner_reader()
-    list_members = members or kube_member_lister()
+    read_owner, list_members = owners or kube_owner_reader(), members or kube_member_lister()
     devices = _Devices(device_classes or {}, extended_resources or kube_extended_resources())
     labels = CachedNamespaceLabels(
         namespace_lookup or kube_namespace_labels(), settings.namespace_cache_ttl_seconds
