@@ -19,7 +19,9 @@ from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
-from bridge.jobs.group_ask import counted, mixed, pod_asks, rank_of
+from bridge.jobs.group_ask import counted, mixed, pod_asks
+from bridge.jobs.invalid_request import InvalidPodRequest
+from bridge.jobs.options import pod_group
 from bridge.jobs.owner import GroupOwner
 from bridge.link.gate import gated, released_node
 from bridge.link.ownership import owner_key
@@ -37,6 +39,7 @@ class Member:
     rank: int | None
     seat: str | None
     live: bool
+    unreadable: str | None = None  # why its group labels cannot be read: no seat at all
 
 
 class SeatRefused(Exception):
@@ -59,8 +62,12 @@ def member_of(pod: Pod, job_id: int) -> Member:
     """``pod`` (a listed member) as a seat holder or seeker of job ``job_id``."""
     view = view_of(pod)
     holds = not gated(pod) and not view.releases_job
-    return Member(view.name, view.uid, rank_of(pod),
-                  released_node(pod, job_id) if holds else None, counted(pod))
+    seat = released_node(pod, job_id) if holds else None
+    try:
+        group = pod_group(pod.metadata.labels if pod.metadata else None)
+    except InvalidPodRequest as err:  # labels the webhook would have refused
+        return Member(view.name, view.uid, None, seat, counted(pod), f"pod {view.name}: {err}")
+    return Member(view.name, view.uid, group.rank if group else None, seat, counted(pod))
 
 
 def member_slot(
@@ -106,6 +113,8 @@ class Seats:
 
     def take(self, member: Member) -> str:
         """The node ``member`` (waiting) sits at, held by it from now on; raises SeatRefused."""
+        if member.unreadable is not None:
+            raise SeatRefused(member.unreadable)
         own = {n for n, name in self._holder.items() if name == member.name}
         taken = set(self._holder) - own
         if member.rank is None:

@@ -4,7 +4,8 @@ member per seat (issue 41, case 1)."""
 import pytest
 
 from bridge import keys
-from bridge.placement.seats import Member, SeatRefused, Seats
+from bridge.placement.seats import Member, SeatRefused, Seats, member_of
+from slurmbridge_devkit.builders import PodBuilder
 
 NODES = ("node2", "node3", "node4")
 
@@ -50,3 +51,10 @@ def test_no_rank_never_takes_a_seat_ranked_for_a_live_member() -> None:
 def test_a_finished_member_holds_no_seat() -> None:
     seats = _seats(Member("w0", "uid-w0", 0, None, False))  # finished: member_of records no seat
     assert seats.take(Member("w0-again", "uid-w0-again", 0, None, True)) == "node2"
+
+
+def test_a_member_whose_group_labels_cannot_be_read_gets_no_seat() -> None:
+    pod = PodBuilder("odd", "ns").uid("uid-odd").group("g", 2).label(keys.GROUP_RANK, "5")
+    member = member_of(pod.gated().build(), 7)
+    with pytest.raises(SeatRefused, match=f"pod odd: .*{keys.GROUP_RANK}"):
+        _seats().take(member)
