@@ -83,10 +83,10 @@ def slurm_job(info: JobInfo, *, owned: bool, last_backfill: NoVal | None = None)
     user, or as the user the tenancy maps the namespace of its name to (``SlurmClient.owns``);
     the job index then believes the owner only for the user the owner's own namespace runs as
     (bridge/placement/trust.py).  Any Slurm user can write the comment marker, and a forged
-    one must neither be bound into nor cancelled as a duplicate.  Other jobs are not the bridge's business, so their allocation (and
-    whatever odd GPU detail a native job carries) is never parsed.  A pending job's
-    ``start_time`` is the backfill scheduler's estimate, dated by the answer's
-    ``last_backfill`` (``squeue --start`` shows the same field).
+    one must neither be bound into nor cancelled as a duplicate.  Other jobs are not the
+    bridge's business, so their allocation (and whatever odd GPU detail a native job carries)
+    is never parsed.  A pending job's ``start_time`` is the backfill scheduler's estimate,
+    dated by the answer's ``last_backfill`` (``squeue --start`` shows the same field).
     """
     owner = owner_from_comment(info.comment) if owned else None
     state = job_state(info.job_state)
