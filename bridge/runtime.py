@@ -32,8 +32,9 @@ from bridge.placement.outcomes import Refused
 from bridge.placement.placer import Placer
 from bridge.placement.registry import PodRegistry
 from bridge.placement.release import Releaser
+from bridge.placement.trust import JobTrust
 from bridge.policy.check import SubmitRefused, for_submit
-from bridge.policy.tenancy import TenancySource
+from bridge.policy.tenancy import TenancySource, owner_trust
 from bridge.ports import KubePort, SlurmPort
 
 log = structlog.get_logger(__name__)
@@ -52,7 +53,8 @@ class Bridge:
         self.tenancy = tenancy
         self.slurm = slurm
         self.kube = kube
-        self.index = JobIndex(self.slurm)
+        self.pod_cache = PodCache(self.kube)
+        self.index = self._index()
         self.nodes = NodeCache(self.kube)
         self.pods = PodRegistry()
         self.events = JobEventFanout()  # what happens to a job: listeners below, raisers take it
@@ -72,7 +74,6 @@ class Bridge:
         p = settings.placement
         self.binder = Binder(self.kube, self.placer, cuda_numbering=p.cuda_visible_devices)
         self.releaser = self._releaser()
-        self.pod_cache = PodCache(self.kube)
         self.intake = Intake(
             self.kube, self.pod_cache, self.placer, self.releaser, workers=p.submit_workers,
             events=self.events, ungated=p.submit_on_create,
@@ -96,6 +97,11 @@ class Bridge:
         self.external = ExternalNodes(self.kube, self.slurm, self.nodes, c.external_node_feature)
         self._tasks: list[asyncio.Task[None]] = []
 
+    def _index(self) -> JobIndex:
+        """Whose placeholder a job is: the tenancy's word, given the namespaces of the pods."""
+        trust = owner_trust(self.tenancy, self.settings.slurm.user)
+        return JobIndex(self.slurm, trust=JobTrust(trust, self.pod_cache))
+
     def _releaser(self) -> Releaser:
         """The gated pods' release, their DRA claims written with Slurm's GPUs first."""
         return Releaser(
@@ -113,14 +119,17 @@ class Bridge:
             raise Refused(str(exc)) from exc
 
     async def start(self) -> None:
-        """Serve once the Nodes are known: until then no Slurm node maps to its Node."""
+        """Serve once the Nodes are known: until then no Slurm node maps to its Node.  Read
+        Slurm once the pods are: the namespace of the pod a job's comment names says whose
+        job it is (placement/trust.py)."""
         self._tasks = [
             asyncio.create_task(self.nodes.run(), name="nodes"),
             asyncio.create_task(self.pod_cache.run(), name="pods"),
-            asyncio.create_task(self.poller.run(), name="poller"),
             asyncio.create_task(
                 prune_forever(self.pods, self.index, self.notifier), name="prune"),
         ]
+        await self.pod_cache.wait_synced()
+        self._tasks.append(asyncio.create_task(self.poller.run(), name="poller"))
         await self.nodes.wait_synced()
         self._tasks.append(asyncio.create_task(self._requeue_waiting(), name="requeue"))
         if self.settings.controllers.enabled:

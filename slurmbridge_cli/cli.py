@@ -13,7 +13,7 @@ from admission.webhook import TLSConfigError, serve
 from bridge import logs
 from bridge.config import CONFIG_FILE_ENV, Settings
 from bridge.kube.connection import kube_client, opened_kube
-from bridge.policy.tenancy import TenancyError, TenancySource, placeholder_trust
+from bridge.policy.tenancy import TenancyError, TenancySource, owner_trust, placeholder_trust
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError
 from extender.server import TLSConfigError as ExtenderTLSError
@@ -78,14 +78,15 @@ def status(config: Path | None, output: str) -> None:
     node, GPUs, age."""
     settings = load_settings(config)
     try:  # placeholders run as the namespaces' users: the tenancy says which jobs are ours
-        trust = placeholder_trust(TenancySource(settings.admission.tenancy_file))
+        tenancy = TenancySource(settings.admission.tenancy_file)
     except TenancyError as exc:
         raise click.ClickException(str(exc)) from exc
+    believe = owner_trust(tenancy, settings.slurm.user)
 
     async def run() -> list[status_view.Row]:
-        async with (SlurmClient(settings.slurm, trust=trust) as slurm,
+        async with (SlurmClient(settings.slurm, trust=placeholder_trust(tenancy)) as slurm,
                     opened_kube(settings.kube.kubeconfig) as kube):
-            return await status_view.collect(kube, slurm)
+            return await status_view.collect(kube, slurm, believe)
 
     try:
         rows = asyncio.run(run())

@@ -10,6 +10,7 @@ from bridge import keys
 from bridge.jobs.owner import Owner
 from bridge.link.ownership import owner_key
 from bridge.placement.reasons import clock
+from bridge.policy.tenancy import OwnerTrust
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import SlurmJob
 
@@ -59,18 +60,31 @@ def _row(pod: Pod, job: SlurmJob | None) -> Row:
     )
 
 
-async def collect(kube: AsyncClient, slurm: SlurmClient) -> list[Row]:
-    listing = await slurm.list_jobs()
-    jobs: dict[Owner, SlurmJob] = {}
-    for job in listing:
-        if job.owner and (job.owner not in jobs or job.state.is_live):
-            jobs[job.owner] = job
+async def collect(
+    kube: AsyncClient, slurm: SlurmClient, believe: OwnerTrust | None = None
+) -> list[Row]:
+    """``believe``: whose placeholder a job is, as the bridge decides it (None: every owner the
+    client reports)."""
+    jobs: dict[Owner, list[SlurmJob]] = {}
+    for job in await slurm.list_jobs():
+        if job.owner:
+            jobs.setdefault(job.owner, []).append(job)
     rows = []
     async for pod in kube.list(
         Pod, namespace="*", fields={"spec.schedulerName": keys.SCHEDULER_NAME}
     ):
-        rows.append(_row(pod, jobs.get(owner_key(pod))))
+        rows.append(_row(pod, _job_of(pod, jobs.get(owner_key(pod), []), believe)))
     return sorted(rows, key=lambda r: r.pod)
+
+
+def _job_of(pod: Pod, jobs: list[SlurmJob], believe: OwnerTrust | None) -> SlurmJob | None:
+    """The last live of the jobs of the pod's owner, else the first; only jobs whose owner is
+    believed for the pod's namespace (another tenant may copy the owner into their job)."""
+    namespace = pod.metadata.namespace if pod.metadata else None
+    mine = [j for j in jobs if believe is None
+            or (j.owner is not None and believe(j.user, j.owner, j.name, namespace))]
+    live = [j for j in mine if j.state.is_live]
+    return live[-1] if live else next(iter(mine), None)
 
 
 def _expected(row: Row, now: datetime) -> str:

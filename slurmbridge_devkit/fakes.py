@@ -49,6 +49,10 @@ class InFlight:
 class FakeSlurm:
     """A fake slurmctld: jobs and nodes in dicts; tests move jobs on with ``start``/``end``."""
 
+    # The Slurm user its jobs of the bridge's own user show (JobBuilder's default too): what a
+    # bridge over it has as ``slurm.user``, so it believes their owners (placement/trust.py).
+    BRIDGE_USER = ""
+
     def __init__(self, nodes: tuple[str, ...] = (), *, first_id: int = 100) -> None:
         self.jobs: dict[int, SlurmJob] = {}
         self.nodes: dict[str, SlurmNode] = {n: idle_node(n) for n in nodes}
@@ -90,7 +94,7 @@ class FakeSlurm:
         self.submitted.append(req)
         self.jobs[job_id] = SlurmJob(
             job_id, req.name, JobState.PENDING, "Priority", req.owner, None,
-            user=req.placement.user or "", account=req.placement.account or "",
+            user=req.placement.user or self.BRIDGE_USER, account=req.placement.account or "",
             qos=req.placement.qos or "",
         )
         return job_id
@@ -214,6 +218,7 @@ def bridge_over_fakes(
     settings = Settings.model_validate({
         "admission": {"tenancy_file": workdir / "tenancy.yaml"},
         "controllers": {"identity": identity},
+        "slurm": {"user": FakeSlurm.BRIDGE_USER},
         "placement": {"notify_quiet_seconds": 0.1, **(placement or {})},
         "device_classes": device_classes or {},
     })

@@ -217,6 +217,7 @@ class Poller:
                 log.warning("poller.job_unreadable", job_id=before.job_id, error=str(exc))
                 return
         self._misses.pop(before.job_id, None)
+        after = self._index.screened(after)  # its owner as the index believes it, if at all
         self._index.record(after)
         if _changed(before, after):
             await self._events.job_changed(before, after)

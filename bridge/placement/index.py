@@ -1,9 +1,9 @@
 """In-memory index of placeholder jobs by owner (pod or group), and idempotent submission.
 
-All truth lives in Slurm (the owner is in each job's comment), so the index
-can be rebuilt from Slurm after any restart; between rebuilds it is fed
-by the cheap polls.  Submitting through it gives one live job per owner in a
-process; ``resync`` cancels the extras that racing processes may leave.
+All truth lives in Slurm (the owner in each job's comment, believed as ``trust.py`` says), so
+the index can be rebuilt from Slurm after any restart; between rebuilds it is fed by the cheap
+polls.  Submitting through it gives one live job per owner in a process; ``resync`` cancels
+the extras that racing processes may leave.
 
 A rebuild never asks for ``GET /jobs/``: Slurm answers it with every job's per-core
 allocation (28 kB for a 4-CPU job on a 64-CPU node, 46 kB on 128 CPUs), hundreds of MB at
@@ -33,6 +33,7 @@ import structlog
 from bridge import metrics
 from bridge.jobs.owner import Owner
 from bridge.jobs.request import JobRequest
+from bridge.placement.trust import JobTrust
 from bridge.slurm.errors import SlurmJobNotFound, SlurmProtocolError
 from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
@@ -66,9 +67,13 @@ class IndexSlurm(Protocol):
 
 
 class JobIndex:
-    def __init__(self, client: IndexSlurm, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, client: IndexSlurm, *, clock: Callable[[], float] = time.monotonic,
+                 trust: JobTrust | None = None) -> None:
+        """``trust``: whose placeholder a job is; None: the client's word (the dev kit's fake)."""
         self._client = client
         self.clock = clock
+        self._trust = trust
+        self._own: set[int] = set()  # submitted by this process: its placeholders for good
         # job id → when Slurm last showed it as recorded: read whole, or its state seen
         # unchanged by a poll that followed the one before closely (``confirm``).
         self._seen_at: dict[int, float] = {}
@@ -101,10 +106,17 @@ class JobIndex:
         walking every job the index holds (ended ones stay until a resync drops them)."""
         return dict(self._live)
 
+    def screened(self, job: SlurmJob) -> SlurmJob:
+        """``job`` as the bridge may act on it (``JobTrust.screened``; its own submissions are)."""
+        if self._trust is None or job.job_id in self._own:
+            return job
+        return self._trust.screened(job)
+
     def record(self, job: SlurmJob, *, read: bool | None = None) -> None:
-        """Remember a placeholder job (native jobs, without an owner, are ignored).  ``read``:
-        it was just read from Slurm; by default, unless it is the very record held (a record
-        kept because its state looked unchanged is no new reading)."""
+        """Remember a placeholder job (a native one is ignored; one held whose owner is no longer
+        believed is forgotten).  ``read``: just read from Slurm; by default, unless it is the
+        very record held (a record kept because its state looked unchanged is no new reading)."""
+        job = self.screened(job)
         held = self._by_id.get(job.job_id)
         if read is None:
             read = held is not job
@@ -115,6 +127,8 @@ class JobIndex:
             if held is not None and held.allocation and job.state is held.state:
                 job = dataclasses.replace(job, allocation=held.allocation, unreadable="")
         if job.owner is None:
+            if held is not None:
+                self.forget(job.job_id)
             return
         self._by_id[job.job_id] = job
         if job.state.is_live:
@@ -152,7 +166,7 @@ class JobIndex:
 
     async def adopt(self, job_id: int) -> SlurmJob:
         """Fetch a job we did not submit (named on a pod) and track it."""
-        job = self._by_id.get(job_id) or await self._client.get_job(job_id)
+        job = self.screened(self._by_id.get(job_id) or await self._client.get_job(job_id))
         self.record(job)
         return job
 
@@ -178,6 +192,7 @@ class JobIndex:
             if known is not None and known.state.is_live:
                 return known
             job_id = await self._client.submit(req)
+            self._own.add(job_id)
             self._last_submit = asyncio.get_running_loop().time()
             if self._resyncing:
                 self._submitted.add(job_id)
@@ -230,6 +245,7 @@ class JobIndex:
                 elif old is None and job.owner is not None and job.state.is_live:
                     discovered.append(job)
         self._seen_at = {i: t for i, t in self._seen_at.items() if i in self._by_id}
+        self._own &= self._by_id.keys()
         # Submit locks and pins of owners whose jobs left Slurm's listing: not kept forever.
         self._locks = {
             o: lock for o, lock in self._locks.items() if lock.locked() or o in self._by_owner
@@ -267,10 +283,12 @@ class JobIndex:
                     return self._by_id.get(job_id)
 
         fresh = [job for job in await asyncio.gather(*map(read, unread)) if job is not None]
-        self._native |= {job.job_id for job in fresh if job.owner is None}
         changed = set(unread)
         kept = [self._by_id[i] for i in states if i in self._by_id and i not in changed]
-        return kept + [job for job in fresh if job.owner is not None]
+        # Held ones are screened again too: a pod the bridge did not know may have come since.
+        listed = [self.screened(job) for job in kept + fresh]
+        self._native |= {job.job_id for job in listed if job.owner is None}
+        return [job for job in listed if job.owner is not None]
 
 
 def _live_by_owner(jobs: Iterable[SlurmJob]) -> dict[Owner, list[SlurmJob]]:

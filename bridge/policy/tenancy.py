@@ -34,6 +34,7 @@ from pydantic import (
 from bridge import keys
 from bridge.filestamp import FileStamp, file_stamp
 from bridge.jobs.aliases import keys_set
+from bridge.jobs.owner import GroupOwner, Owner
 
 log = structlog.get_logger(__name__)
 
@@ -246,18 +247,44 @@ def _runs_as(mapping: TenancyMap) -> _RunsAs:
 
 
 def placeholder_trust(source: TenancySource) -> Callable[[str, str], bool]:
-    """``(slurm_user, job_name) -> bool`` for the Slurm client: a job named
-    ``k8s:<namespace>/...`` is one of the bridge's placeholders when the tenancy runs (or,
-    since this process started, ran) that namespace as that user.  Anyone can name a job so:
-    the user must match."""
+    """``(slurm_user, job_name) -> bool``, the Slurm client's first screen: a job named
+    ``k8s:<namespace>/...`` may be a placeholder when the tenancy runs (or, since this process
+    started, ran) that namespace as that user (others' jobs are not even parsed); whether the
+    owner in its comment is believed, ``owner_trust`` decides."""
 
     def trusted(user: str, job_name: str) -> bool:
-        if not job_name.startswith(keys.JOB_NAME_PREFIX):
-            return False
-        namespace = job_name[len(keys.JOB_NAME_PREFIX):].split("/", 1)[0]
-        return source.ever_ran_as(namespace, user)
+        namespace = _named_namespace(job_name)
+        return namespace is not None and source.ever_ran_as(namespace, user)
 
     return trusted
+
+
+OwnerTrust = Callable[[str, Owner, str, str | None], bool]  # (user, owner, job name, pod's ns)
+
+
+def owner_trust(source: TenancySource, bridge_user: str) -> OwnerTrust:
+    """May a job of ``slurm_user`` whose comment names ``owner`` be that owner's placeholder?
+    The one place that decides (the job index asks it of every job it reads).  Yes for the
+    bridge's own user; for another, only if the tenancy runs (or ran) as them the owner's
+    namespace: a group's own, a pod's (``pod_namespace``); for a UID no known pod has (one
+    deleted while the bridge was away) the job's name stands in: no known pod can be harmed.
+    The name alone proves nothing: anyone may write another tenant's group, or a pod's UID
+    (``squeue -o %k``), into the comment of a job named in their own namespace."""
+
+    def trusted(user: str, owner: Owner, job_name: str, pod_namespace: str | None) -> bool:
+        if user == bridge_user:
+            return True
+        namespace = (owner.namespace if isinstance(owner, GroupOwner)
+                     else pod_namespace or _named_namespace(job_name))
+        return namespace is not None and source.ever_ran_as(namespace, user)
+
+    return trusted
+
+
+def _named_namespace(job_name: str) -> str | None:
+    """``<namespace>`` of a placeholder's name ``k8s:<namespace>/...``; None for other names."""
+    named = job_name.startswith(keys.JOB_NAME_PREFIX)
+    return job_name.removeprefix(keys.JOB_NAME_PREFIX).split("/", 1)[0] if named else None
 
 
 def missing_tenant(namespace: str, source: TenancySource) -> str:

@@ -63,7 +63,9 @@ IDS_PER_REQUEST = 400  # "job_id=" + an 8-digit id + "&": 16 bytes each, 6.4 kB 
 PlaceholderTrust = Callable[[str, str], bool]
 """``(slurm_user, job_name) -> bool``: may a job of this user with this name be one of the
 bridge's placeholders?  The bridge's own user always may; the tenancy answers for the users it
-maps namespaces to (a name ``k8s:<namespace>/...`` of a namespace mapped to that user)."""
+maps namespaces to (a name ``k8s:<namespace>/...`` of a namespace mapped to that user).  A
+first screen only: whether the owner in the comment is believed, the job index asks the
+tenancy with the owner's namespace (bridge/placement/trust.py)."""
 
 
 class SlurmClient:

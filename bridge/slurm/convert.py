@@ -79,13 +79,14 @@ def _time(value: NoVal) -> datetime | None:
 def slurm_job(info: JobInfo, *, owned: bool, last_backfill: NoVal | None = None) -> SlurmJob:
     """The core's view of one job.
 
-    A job is a placeholder only if it is ``owned``: submitted by the bridge's own Slurm user,
-    or as the user the tenancy maps its namespace to (``SlurmClient.owns``).  Any Slurm user
-    can write the comment marker, and a forged one must neither be bound into nor cancelled
-    as a duplicate.  Other jobs are not the bridge's business, so their allocation (and
-    whatever odd GPU detail a native job carries) is never parsed.  A pending job's
-    ``start_time`` is the backfill scheduler's estimate, dated by the answer's
-    ``last_backfill`` (``squeue --start`` shows the same field).
+    A job may be a placeholder only if it is ``owned``: submitted by the bridge's own Slurm
+    user, or as the user the tenancy maps the namespace of its name to (``SlurmClient.owns``);
+    the job index then believes the owner only for the user the owner's own namespace runs as
+    (bridge/placement/trust.py).  Any Slurm user can write the comment marker, and a forged
+    one must neither be bound into nor cancelled as a duplicate.  Other jobs are not the
+    bridge's business, so their allocation (and whatever odd GPU detail a native job carries)
+    is never parsed.  A pending job's ``start_time`` is the backfill scheduler's estimate,
+    dated by the answer's ``last_backfill`` (``squeue --start`` shows the same field).
     """
     owner = owner_from_comment(info.comment) if owned else None
     state = job_state(info.job_state)

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+import yaml
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import OwnerReference
@@ -37,7 +38,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bridge import keys
-from bridge.jobs.owner import PodOwner
+from bridge.jobs.owner import GroupOwner, Owner, PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.slurm.client import SlurmClient
 from slurmbridge_devkit.builders import PodBuilder
@@ -54,7 +55,12 @@ from slurmbridge_devkit.kube import ControlPlane, stop_scheduler
 from slurmbridge_devkit.kubelet import set_pod_phase
 from slurmbridge_devkit.namespaces import namespace_user, unique_name
 from slurmbridge_devkit.processes import BRIDGE_NS, BridgeProcess, free_port
-from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory, replace_scheduler
+from slurmbridge_devkit.stack import (
+    DEFAULT_TENANCY,
+    BridgeStack,
+    NamespaceFactory,
+    replace_scheduler,
+)
 from slurmbridge_devkit.stack_objects import WEBHOOK_CONFIG, ValidatingWebhookConfiguration
 from slurmbridge_devkit.waiting import wait_for
 from tests.e2e.test_workloads import create as create_workload
@@ -358,22 +364,23 @@ def _since(path: Path, offset: int, event: str) -> bool:
         return f'"event": "{event}"'.encode() in log.read()
 
 
-async def _forge(stack: BridgeStack, ns: str, pod_uid: str) -> str:
-    """Submit, as the Slurm user ``researcher`` with their own token, a job that looks exactly
-    like the pod's placeholder: same name, same comment marker carrying the pod's UID."""
+async def _forge(stack: BridgeStack, ns: str, owner: Owner, *, user: str = "researcher") -> str:
+    """Submit, as the Slurm user ``user`` with their own token, a job that looks exactly
+    like a placeholder of namespace ``ns``: its name, and the comment marker carrying
+    ``owner`` (a pod's UID, or a group)."""
     slurm = stack.slurm
-    token = slurm.admin("scontrol", "token", "username=researcher", "lifespan=1800")
+    token = slurm.admin("scontrol", "token", f"username={user}", "lifespan=1800")
     forger = slurm.settings(
-        user="researcher", token=token.strip().removeprefix("SLURM_JWT="), token_file=None,
+        user=user, token=token.strip().removeprefix("SLURM_JWT="), token_file=None,
         data_parser="v0.0.42",  # a plain batch job: any Slurm user may submit one
     )
     async with SlurmClient(forger) as client:
         job_id = await client.submit(
-            JobRequest(name=f"k8s:{ns}/target", owner=PodOwner(pod_uid), time_limit_minutes=30)
+            JobRequest(name=f"k8s:{ns}/target", owner=owner, time_limit_minutes=30)
         )
     await wait_for(lambda: _squeue(stack, str(job_id)) == "RUNNING", 30,
                    what=f"forged job {job_id} running")
-    assert _squeue(stack, str(job_id), "%u") == "researcher"
+    assert _squeue(stack, str(job_id), "%u") == user
     return str(job_id)
 
 
@@ -392,10 +399,11 @@ async def test_forged_placeholder_is_ignored_and_untouched(
     manifest = PodBuilder("target").spec(schedulingGates=[{"name": "slurmbridge.test/hold"}])
     pod = await create_pod(kube, ns, manifest.build())
     assert pod.metadata is not None and pod.metadata.uid
+    target = PodOwner(pod.metadata.uid)
     forged = []
     try:
         offset = bridge_stack.extender.log_file.stat().st_size
-        forged.append(await _forge(bridge_stack, ns, pod.metadata.uid))
+        forged.append(await _forge(bridge_stack, ns, target))
         await _resynced_after(bridge_stack, offset)  # the bridge has read the forged job
         # Its own gate lifted, as the controller holding it would; the bridge's stays.
         await kube.patch(Pod, "target", {"spec": {"schedulingGates": [
@@ -404,7 +412,7 @@ async def test_forged_placeholder_is_ignored_and_untouched(
         assert job_id != forged[0], f"pod bound into the forger's job {job_id}"
         assert _squeue(bridge_stack, job_id, "%u") == bridge_stack.slurm.user
         offset = bridge_stack.extender.log_file.stat().st_size
-        forged.append(await _forge(bridge_stack, ns, pod.metadata.uid))  # now a "duplicate"
+        forged.append(await _forge(bridge_stack, ns, target))  # now a "duplicate"
         await _resynced_after(bridge_stack, offset)
         await asyncio.sleep(2)
         states = {j: _squeue(bridge_stack, j) for j in [*forged, job_id]}
@@ -413,6 +421,69 @@ async def test_forged_placeholder_is_ignored_and_untouched(
     finally:
         if forged:
             bridge_stack.slurm.admin("scancel", *forged)
+
+
+@contextlib.contextmanager
+def _two_tenants(stack: BridgeStack, ns_a: str, ns_b: str) -> Iterator[None]:
+    """Namespace ``ns_a`` runs as Slurm user alice (account team-a), ``ns_b`` as bob (team-b):
+    the accounting tree of deploy/slurm/recipe.sh."""
+    tenancy = {**DEFAULT_TENANCY, "namespaces": {
+        ns_a: {"account": "team-a", "user": "alice"}, ns_b: {"account": "team-b", "user": "bob"}}}
+    stack.tenancy_file.write_text(yaml.safe_dump(tenancy))
+    try:
+        yield
+    finally:
+        stack.tenancy_file.write_text(yaml.safe_dump(DEFAULT_TENANCY))
+
+
+async def _forged_by_another_tenant(
+    stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory, group: str | None
+) -> None:
+    """Alice, whom namespace A runs as, names her job in A and writes the owner of B's pod
+    (its group, or its UID) into its comment, before the bridge places the pod and again once
+    it runs: the pod goes into B's own job (bob's), and the bridge cancels no job for it."""
+    ns_a, ns_b = await e2e_namespace("forger-a"), await e2e_namespace("victim-b")
+    manifest = PodBuilder("target").spec(schedulingGates=GATE)
+    if group:
+        manifest = manifest.group(group, 1)
+    forged: list[str] = []
+    with _two_tenants(stack, ns_a, ns_b):
+        pod = await create_pod(kube, ns_b, manifest.build())
+        assert pod.metadata is not None and pod.metadata.uid
+        owner = GroupOwner(ns_b, group) if group else PodOwner(pod.metadata.uid)
+        try:
+            offset = stack.extender.log_file.stat().st_size
+            forged.append(await _forge(stack, ns_a, owner, user="alice"))
+            await _resynced_after(stack, offset)  # the bridge has read the forged job
+            await kube.patch(Pod, "target", {"spec": {"schedulingGates": [
+                {"name": keys.SLURM_GATE}]}}, namespace=ns_b, patch_type=PatchType.MERGE)
+            job_id = _job_of(await wait_bound(kube, ns_b, "target"))
+            assert job_id not in forged, f"B's pod released into alice's job {job_id}"
+            assert _squeue(stack, job_id, "%u") == "bob"
+            offset = stack.extender.log_file.stat().st_size
+            forged.append(await _forge(stack, ns_a, owner, user="alice"))
+            await _resynced_after(stack, offset)  # a "duplicate" of B's running job now
+            await asyncio.sleep(2)
+            states = {j: _squeue(stack, j) for j in [*forged, job_id]}
+            assert states == dict.fromkeys([*forged, job_id], "RUNNING"), states
+            assert _job_of(await kube.get(Pod, "target", namespace=ns_b)) == job_id
+        finally:
+            if forged:
+                stack.slurm.admin("scancel", *forged)
+
+
+async def test_forged_group_placeholder_of_another_namespace_is_ignored_and_untouched(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
+) -> None:
+    """Issue 41, case 3: ``--comment=slurmbridge.io/pod-uid=group:B/train``."""
+    await _forged_by_another_tenant(bridge_stack, kube, e2e_namespace, "train")
+
+
+async def test_forged_pod_uid_placeholder_of_another_namespace_is_ignored_and_untouched(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
+) -> None:
+    """Issue 41, case 3: the UID of B's pod (``squeue -o %k`` shows it) in alice's comment."""
+    await _forged_by_another_tenant(bridge_stack, kube, e2e_namespace, None)
 
 
 async def _ended_event(kube: AsyncClient, ns: str, name: str) -> str:

@@ -25,7 +25,13 @@ def _world(node: str = "node1", gpus: tuple[int, ...] = (4, 5)) -> tuple[Bridge,
     kube, slurm = FakeKube(), FakeSlurm()
     slurm.put(JobBuilder(JOB).owner(PodOwner(UID)).running(node, gpus=gpus).build())
     kube.add(PodBuilder("p", "ns").uid(UID).annotate(keys.JOB_ID, str(JOB)).build())
-    return build_bridge(Settings(), slurm=slurm, kube=kube), kube
+    return _bridge(slurm, kube), kube
+
+
+def _bridge(slurm: FakeSlurm, kube: FakeKube) -> Bridge:
+    """The bridge over the fakes, as the Slurm user the fake shows for the bridge's jobs."""
+    settings = Settings.model_validate({"slurm": {"user": FakeSlurm.BRIDGE_USER}})
+    return build_bridge(settings, slurm=slurm, kube=kube)
 
 
 def _pod(kube: FakeKube) -> Pod:
@@ -100,7 +106,7 @@ async def test_a_released_member_is_bound_with_the_job_its_release_recorded() ->
     member = (PodBuilder("g-1", "ns").uid(UID).group("g", 2)
               .annotate(keys.JOB_ID, "322").annotate(keys.SLURM_NODE, "node2").build())
     kube.add(member)
-    bridge = build_bridge(Settings(), slurm=slurm, kube=kube)
+    bridge = _bridge(slurm, kube)
     for job in (later, released):  # 352 submitted here; 322 found by the resync after
         bridge.index.record(job)
     bridge.pod_cache.apply("ADDED", member)

@@ -12,7 +12,8 @@ from lightkube import AsyncClient, KubeConfig
 from bridge import keys
 from bridge.config import SlurmSettings
 from bridge.placement.reasons import clock
-from bridge.slurm.client import SlurmClient
+from bridge.policy.tenancy import TenancyMap, TenancySource, Tenant, owner_trust, placeholder_trust
+from bridge.slurm.client import PlaceholderTrust, SlurmClient
 from slurmbridge_cli.status_view import as_dicts, collect, render_table
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.slurm_http import HttpxExchange
@@ -63,16 +64,17 @@ PODS = [
 ]
 
 
-def _slurm() -> SlurmClient:
+def _slurm(jobs: list[dict[str, Any]] = JOBS, trust: PlaceholderTrust | None = None
+           ) -> SlurmClient:
     def rest(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/openapi/v3":
             return httpx.Response(200, json={"paths": {"/slurm/v0.0.44/jobs/": {}}})
         assert request.url.path == "/slurm/v0.0.44/jobs/", request.url
-        return httpx.Response(200, json={"jobs": JOBS, "last_update": {"number": 1},
+        return httpx.Response(200, json={"jobs": jobs, "last_update": {"number": 1},
                                          "last_backfill": {"set": True, "number": EXPECTED - 60}})
 
     settings = SlurmSettings(user="slurm", token="t", retries=0)
-    return SlurmClient(settings, exchange=HttpxExchange.mock(rest))
+    return SlurmClient(settings, exchange=HttpxExchange.mock(rest), trust=trust)
 
 
 def _kube() -> AsyncClient:
@@ -130,3 +132,15 @@ async def test_table_has_a_header_and_one_line_per_pod() -> None:
     assert lines[f"{NS}/done"][1:3] == ["3", "COMPLETED"]
     assert lines[f"{NS}/new"][1:4] == ["-", "NO", "JOB"]
     assert "kube-node2" in lines[f"{NS}/worker-1"] and "0" in lines[f"{NS}/worker-1"]
+
+
+async def test_a_job_another_tenant_forged_for_a_pod_is_not_shown_as_its_job() -> None:
+    """Issue 41, case 3: alice, whom namespace ``other`` runs as, copies solo's UID into her
+    running job's comment: ``status`` shows solo's own job, as the bridge decides it."""
+    tenancy = TenancySource(None, fixed=TenancyMap(namespaces={"other": Tenant(user="alice")}))
+    forged = {**_job(7, "uid-solo", "RUNNING", "node2", gres=["gpu:1(IDX:0)"]),
+              "name": "k8s:other/x", "user_name": "alice"}
+    async with _slurm([*JOBS, forged], placeholder_trust(tenancy)) as slurm:
+        rows = as_dicts(await collect(_kube(), slurm, owner_trust(tenancy, "slurm")))
+    solo = next(r for r in rows if r["pod"] == f"{NS}/solo")
+    assert (solo["job_id"], solo["user"], solo["gpus"]) == (1, "slurm", "4,5")

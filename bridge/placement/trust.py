@@ -1,0 +1,55 @@
+"""Whose placeholder a job read from Slurm is, as the job index asks it of every job.
+
+The tenancy decides (``bridge/policy/tenancy.py``, ``owner_trust``: the job's Slurm user must
+be the one the owner's namespace runs as, or the bridge's own); this hands it the namespace of
+the pod a UID owner names, from the pod cache, and tells each forged job once.  A job it does
+not believe is no placeholder to the index: never adopted, kept, released into or cancelled.
+"""
+
+import dataclasses
+from typing import Protocol
+
+import structlog
+
+from bridge.jobs.owner import PodOwner
+from bridge.link.views import PodView
+from bridge.policy.tenancy import OwnerTrust
+from bridge.slurm.types import SlurmJob
+
+log = structlog.get_logger(__name__)
+
+
+class KnownPods(Protocol):
+    """The bridge's pods by UID (the pod cache)."""
+
+    def get(self, key: str) -> PodView | None: ...
+
+
+class JobTrust:
+    def __init__(self, trust: OwnerTrust, pods: KnownPods) -> None:
+        self._trust = trust
+        self._pods = pods
+        self._told: set[int] = set()  # forged jobs already logged
+
+    def screened(self, job: SlurmJob) -> SlurmJob:
+        """``job`` while the owner in its comment is believed, else a job like any native one."""
+        if job.owner is None or self._believed(job):
+            return job
+        return dataclasses.replace(job, owner=None, allocation=None, unreadable="",
+                                   topology=None)
+
+    def _believed(self, job: SlurmJob) -> bool:
+        owner = job.owner
+        assert owner is not None
+        pod = self._pods.get(owner.uid) if isinstance(owner, PodOwner) else None
+        if self._trust(job.user, owner, job.name, pod.namespace if pod else None):
+            return True
+        if job.job_id not in self._told:
+            self._told.add(job.job_id)
+            log.warning(
+                "placement.forged_placeholder_ignored", job_id=job.job_id, job_name=job.name,
+                user=job.user, owner=str(owner), pod=str(pod) if pod else None,
+                hint="its comment names an owner whose namespace the tenancy does not run as "
+                "this Slurm user: the bridge leaves the job alone; an admin asks its user why",
+            )
+        return False
