@@ -44,6 +44,11 @@ CLUSTER_SCOPED = frozenset({"ClusterRole", "ClusterRoleBinding", "MutatingWebhoo
                             "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
                             "ValidatingAdmissionPolicyBinding"})
 
+# `kubectl debug` on a pod (issue 41, case 6): both webhooks see the containers it adds.
+EPHEMERAL_RULE = {"apiGroups": [""], "apiVersions": ["v1"],
+                  "resources": ["pods/ephemeralcontainers"], "operations": ["UPDATE"],
+                  "scope": "Namespaced"}
+
 # (resource, resource name or "", verb) as `kubectl auth can-i --list` shows them.
 Permission = tuple[str, str, str]
 
@@ -135,7 +140,8 @@ def _webhook_checks(docs: list[Manifest], release: str, namespace: str) -> None:
                           f"'{bridge}')",
         }], "the bridge's own pod writes need no webhook call"
         assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
-                                  "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}]
+                                  "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"},
+                                 EPHEMERAL_RULE]
         (expr,) = hook["namespaceSelector"]["matchExpressions"]
         assert expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "NotIn"
         assert set(expr["values"]) == {"kube-system", namespace}
