@@ -78,8 +78,10 @@ async def test_a_pod_slurm_did_not_place_cannot_tolerate_the_managed_taint(
             assert keys.MANAGED_TAINT in message and "managedNodes" in message, message
     # Tolerations may be added to a pod not yet scheduled: not this one.
     await create_pod(kube, unserved, _foreign("later").build())
+    added = [{"op": "add", "path": "/spec/tolerations/-", "value": MANAGED}]
     with pytest.raises(ApiError) as err:
-        await kube.patch(Pod, "later", {"spec": {"tolerations": [MANAGED]}}, namespace=unserved)
+        await kube.patch(Pod, "later", added, namespace=unserved, patch_type=PatchType.JSON)
+    assert err.value.status.code == 403, err.value.status
     assert keys.MANAGED_TAINT in str(err.value.status.message), err.value.status
 
 
