@@ -81,6 +81,9 @@ class PodResourceClaim(_Open):
 class PodSpec(_Open):
     containers: list[Container] = Field(min_length=1)
     init_containers: list[Container] | None = Field(default=None, alias="initContainers")
+    ephemeral_containers: list[Container] | None = Field(
+        default=None, alias="ephemeralContainers"
+    )
     tolerations: list[Toleration] | None = None
     scheduler_name: str | None = Field(default=None, alias="schedulerName")
     node_name: str | None = Field(default=None, alias="nodeName")

@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from admission import mutate, validate, workloads
+from admission import ephemeral, mutate, validate, workloads
 from admission.device_claims import (
     ExtendedResources,
     claimed_gpus,
@@ -169,7 +169,10 @@ async def _decide(
     """One review's answer."""
     if (request.resource.group, request.resource.resource) != ("", "pods"):
         raise BadReview(f"this webhook only reviews pods, got {request.resource.resource!r}")
-    # Sub-resources (binding, status, eviction) and deletions are the bridge's own business.
+    if request.sub_resource == "ephemeralcontainers" and request.operation == "UPDATE":
+        return _ephemeral(endpoint, request)
+    # Other sub-resources (binding, status, eviction: the bridge's own business; resize: CPU
+    # and memory only) and deletions.
     if request.sub_resource or request.operation not in ("CREATE", "UPDATE"):
         return AdmissionResponse.allow(request.uid)
     pod = _pod(request.object, "object")
@@ -193,6 +196,19 @@ async def _decide(
     if old is not None:  # a pod's spec is (nearly) immutable: mutate on creation only
         return AdmissionResponse.allow(request.uid)
     return await _mutation(request, pod, tenancy=tenancy, owners=owners, devices=devices)
+
+
+def _ephemeral(endpoint: Endpoint, request: AdmissionRequest) -> AdmissionResponse:
+    """Containers added to a running pod (`kubectl debug`): the pod's GPUs, never their own."""
+    pod, old = _pod(request.object, "object"), _pod(request.old_object, "oldObject")
+    if not ephemeral.placed_by_bridge(pod):
+        return AdmissionResponse.allow(request.uid)
+    if endpoint == "mutate":
+        return AdmissionResponse.allow(request.uid, patch=ephemeral.patch_for(pod, old))
+    reason = ephemeral.refusal(pod, old, request.namespace)
+    if reason:
+        return AdmissionResponse.deny(request.uid, 403, reason)
+    return AdmissionResponse.allow(request.uid)
 
 
 async def _mutation(

@@ -135,6 +135,10 @@ NAMESPACE_ENROLLED: Final = PREFIX + "enabled"
 
 # Taints.
 MANAGED_TAINT: Final = PREFIX + "managed"
+# Node label (value "true") marking a node whose pods Slurm places: the admission policy refuses
+# other pods naming it in spec.nodeName.  Under node-restriction.kubernetes.io/, which the
+# NodeRestriction admission plugin keeps a kubelet from setting or removing on its own Node.
+MANAGED_NODE_LABEL: Final = "node-restriction.kubernetes.io/slurmbridge-managed"
 UNAVAILABLE_TAINT: Final = PREFIX + "slurm-unavailable"
 
 # Pod / node condition types.

@@ -5,6 +5,7 @@ the stack's processes."""
 
 import base64
 import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ from slurmbridge_devkit.processes import BRIDGE_NS
 BRIDGE_SA = "slurmbridge"
 E2E_LABEL = "slurmbridge.test/e2e"
 NODES = 4
+# A DaemonSet of the bridge's namespace the stack's admission policy lets run on Slurm's nodes,
+# as a site lists its node agents (chart values managedNodes.daemonSets).
+NODE_AGENT = "node-agent"
 WEBHOOK_CONFIG = "slurmbridge-e2e"
 
 MutatingWebhookConfiguration = create_global_resource(
@@ -98,7 +102,7 @@ async def ensure_nodes(kube: AsyncClient) -> dict[str, str]:
                 raise
         await create_node(
             kube, name, cpu="64", memory="256Gi", gpus=8,
-            labels={keys.SLURM_NODE: f"node{k}"},
+            labels={keys.SLURM_NODE: f"node{k}", keys.MANAGED_NODE_LABEL: "true"},
             taints=[{"key": keys.MANAGED_TAINT, "effect": "NoSchedule"}],
         )
         nodes[name] = f"node{k}"
@@ -133,9 +137,12 @@ def webhook_configs(url: str, ca_pem: bytes) -> list[Any]:
 
 
 def admission_policy() -> list[Any]:
-    """The chart's ValidatingAdmissionPolicy (+ binding), as shipped, for the e2e namespace."""
+    """The chart's ValidatingAdmissionPolicies (+ bindings), as shipped, for the e2e namespace,
+    listing the stack's node agent as a site lists its DaemonSets."""
+    agents = json.dumps(["kube-system/kube-proxy", f"{BRIDGE_NS}/{NODE_AGENT}"])
     docs = render("e2e", BRIDGE_NS, "--show-only", "templates/admission-policy.yaml",
-                  "--set", f"serviceAccount.extenderName={BRIDGE_SA}")  # the bridge's identity
+                  "--set", f"serviceAccount.extenderName={BRIDGE_SA}",  # the bridge's identity
+                  "--set-json", f"managedNodes.daemonSets={agents}")
     kinds = {"ValidatingAdmissionPolicy": ValidatingAdmissionPolicy,
              "ValidatingAdmissionPolicyBinding": ValidatingAdmissionPolicyBinding}
     return [kinds[doc["kind"]].from_dict(doc) for doc in docs]

@@ -225,6 +225,9 @@ install_bridge() {
   kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n "$NAMESPACE" create secret generic slurmbridge-slurm-jwt \
     --from-file=token="$STATE/slurm/token/token" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # Slurm's nodes, as docs/install.md has an admin mark them (a kubelet cannot set this label).
+  kubectl label node -l kind.slurmbridge.io/gpus --overwrite \
+    node-restriction.kubernetes.io/slurmbridge-managed=true >/dev/null
   log "helm upgrade --install $RELEASE (slurmrestd http://$(slurm_ip):6820, kube-scheduler v$K8S_VERSION)"
   helm upgrade --install "$RELEASE" "$CHART" \
     --namespace "$NAMESPACE" \
@@ -234,6 +237,7 @@ install_bridge() {
     --set "admission.enrolledNamespaces={$DEMO_NS}" \
     --set-json 'tenancy.default={}' \
     --set-json 'deviceClasses={"gpu.example.com": {}}' \
+    --set-json 'managedNodes.daemonSets=["kube-system/kube-proxy","kube-system/kindnet","slurmbridge-dra/dra-gpu-plugin"]' \
     "$@" --wait --timeout 5m >/dev/null
   kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   wait_admission

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import subprocess
@@ -43,6 +44,11 @@ RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "
 CLUSTER_SCOPED = frozenset({"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
                             "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
                             "ValidatingAdmissionPolicyBinding"})
+
+# `kubectl debug` on a pod (issue 41, case 6): both webhooks see the containers it adds.
+EPHEMERAL_RULE = {"apiGroups": [""], "apiVersions": ["v1"],
+                  "resources": ["pods/ephemeralcontainers"], "operations": ["UPDATE"],
+                  "scope": "Namespaced"}
 
 # (resource, resource name or "", verb) as `kubectl auth can-i --list` shows them.
 Permission = tuple[str, str, str]
@@ -135,7 +141,8 @@ def _webhook_checks(docs: list[Manifest], release: str, namespace: str) -> None:
                           f"'{bridge}')",
         }], "the bridge's own pod writes need no webhook call"
         assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
-                                  "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}]
+                                  "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"},
+                                 EPHEMERAL_RULE]
         (expr,) = hook["namespaceSelector"]["matchExpressions"]
         assert expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "NotIn"
         assert set(expr["values"]) == {"kube-system", namespace}
@@ -243,11 +250,11 @@ def test_render_extender_mutual_tls_and_network_policy() -> None:
                 if d["kind"] == "NetworkPolicy"]
 
     # The policy the API server enforces without the webhook: every namespace it skips.
-    vap = find(docs, "ValidatingAdmissionPolicy")
+    vap = find(docs, "ValidatingAdmissionPolicy", "-pods")
     uncovered = vap["spec"]["validations"][1]["expression"]
     for ns in ("kube-system", namespace, "monitoring"):
         assert f'"{ns}"' in uncovered
-    assert find(docs, "ValidatingAdmissionPolicyBinding")["spec"] == {
+    assert find(docs, "ValidatingAdmissionPolicyBinding", "-pods")["spec"] == {
         "policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
 
 
@@ -341,6 +348,51 @@ def test_render_monitoring() -> None:
          *SLURMCTLD[2:]], capture_output=True, text=True, check=False, timeout=60)
     assert proc.returncode != 0
     assert "static config of docs/operations.md" in proc.stderr, proc.stderr
+
+
+def test_render_managed_node_and_ephemeral_container_policies() -> None:
+    """Issue 41, cases 5 and 6: the policies keeping other pods off Slurm's nodes (the admin's
+    list rendered into them) and GPU choices out of ephemeral containers (the bridge's own
+    GPU variables, as bridge/keys.py spells them)."""
+    release, namespace = release_name(), "sb-render"
+    docs = render(release, namespace,
+                  "--set-json", 'managedNodes.daemonSets=["gpu-operator/nvidia-device-plugin"]',
+                  "--set-json", 'managedNodes.serviceAccounts=["node-debug/default"]',
+                  "--set-json", 'managedNodes.validationActions=["Warn","Audit"]')
+    tolerations = find(docs, "ValidatingAdmissionPolicy", "-managed-nodes")["spec"]
+    names = find(docs, "ValidatingAdmissionPolicy", "-managed-node-names")["spec"]
+    for spec in (tolerations, names):
+        conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+        listed = conditions["not-listed-in-managed-nodes"]
+        assert '"gpu-operator/nvidia-device-plugin"' in listed, listed
+        assert '"node-debug/default"' in listed, listed
+        assert "kube-system/kube-proxy" not in listed, "the admin's list replaces the default"
+        assert "system:serviceaccount:kube-system:daemon-set-controller" in listed, listed
+        assert f"'{keys.SCHEDULER_NAME}'" in conditions["not-placed-by-slurmbridge"]
+    assert keys.MANAGED_TAINT in tolerations["variables"][0]["expression"]
+    assert names["paramKind"] == {"apiVersion": "v1", "kind": "Node"}
+    binding = find(docs, "ValidatingAdmissionPolicyBinding", "-managed-node-names")["spec"]
+    assert binding["paramRef"] == {"selector": {"matchLabels": {keys.MANAGED_NODE_LABEL: "true"}},
+                                   "parameterNotFoundAction": "Allow"}
+    assert binding["validationActions"] == ["Warn", "Audit"]
+
+    ephemeral = find(docs, "ValidatingAdmissionPolicy", "-ephemeral-containers")["spec"]
+    (rule,) = ephemeral["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["pods/ephemeralcontainers"]
+    gpu_env = next(v["expression"] for v in ephemeral["variables"] if v["name"] == "gpuEnv")
+    assert json.loads(gpu_env) == {name: f"metadata.annotations['{source}']"
+                                   for name, source in keys.GPU_ENV_SOURCES.items()}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (hook,) = find(docs, kind)["webhooks"]
+        assert EPHEMERAL_RULE in hook["rules"], hook["rules"]
+
+    # An entry that is not namespace/name: refused, naming it.
+    proc = subprocess.run(
+        [str(helm_bin()), "template", release, str(CHART), "--namespace", namespace,
+         "--set-json", 'managedNodes.daemonSets=["kube-proxy"]'],
+        capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode != 0
+    assert 'managedNodes.daemonSets: "kube-proxy" is not namespace/name' in proc.stderr, proc.stderr
 
 
 def test_rendered_settings_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
