@@ -50,7 +50,9 @@ from slurmbridge_devkit.stack import make_e2e_namespace
 
 PLAIN_NODE = "soak-adversary-plain"
 NO_VICTIM_WAIT = (20.0, 5.0)  # seconds to wait for a victim, and between looks
-AWAY_RETRIES = (3, 10.0)  # tries while the API or Slurm is away, and seconds between
+AWAY_RETRIES = (6, 10.0)  # tries while the API or Slurm is away (an apiserver restart can
+# take 40 s here), and seconds between
+FOREIGN_CANCEL = "a job the bridge does not own was cancelled"
 SLURM_AWAY = ("Unable to contact", "Socket timed out", "Zero Bytes", "Connection refused")
 
 
@@ -119,6 +121,8 @@ class Adversary:
     kube_nodes: dict[str, str]  # Kubernetes node -> Slurm node
     tenancy_file: Path
     last: Callable[[], Snapshot | None]  # the checker's latest snapshot, to pick victims
+    # Tells a violation only the tenant can see (invariant, detail): its own job cancelled.
+    violation: Callable[[str, str], None] = lambda invariant, detail: None
     own: str = ""  # its own namespace (made in start)
     attempts: list[Attempt] = field(default_factory=list)
     kubelet: Kubelet | None = None  # plays the kubelet for its own namespace's pods
@@ -221,6 +225,7 @@ class Adversary:
             return
         if attempt is not None:
             attempt.aftermath = made.describe(self.last())
+            print(f"  attack {name} undone; before: {attempt.aftermath}", flush=True)
         clients = {self.victims: self._tenant, self.own: self._self}
         for ns, pod in made.pods:
             with contextlib.suppress(Exception):
@@ -230,7 +235,17 @@ class Adversary:
                 await (self._self or self.kube).delete(ResourceClaim, claim, namespace=ns)
         for job_id in made.jobs:
             with contextlib.suppress(Exception):
+                await self._still_its_own(job_id, f"k8s:{self.own}/{name}")
                 await asyncio.to_thread(self._as_forger, "scancel", job_id)
+
+    async def _still_its_own(self, job_id: str, job_name: str) -> None:
+        """The forged job ends only when its user cancels it: the harness never touches it
+        (its faults cancel the load's placeholders), so CANCELLED now is the bridge's doing."""
+        state = (await asyncio.to_thread(self.slurm.admin, "squeue", "-h", "-t", "all", "-j",
+                                         job_id, "-o", "%T", check=False)).strip()
+        if state == "CANCELLED":
+            self.violation(FOREIGN_CANCEL, f"job {job_id} ({job_name}, Slurm user {FORGER}) "
+                           "was cancelled before its user cancelled it")
 
     async def cleanup(self) -> None:
         """The end of the run: every attempt's objects undone now."""

@@ -128,8 +128,9 @@ class Made:
 
 def attack_schedule(seed: int, seconds: float) -> list[Attack]:
     """Every attempt of a run of ``seconds`` at ``seed``: rounds of the six cases in a seeded
-    order, variants taking turns round by round."""
+    order, variants taking turns round by round from a seeded first one."""
     rng = random.Random(f"soak-attacks-{seed}")
+    first = {case: rng.randrange(len(variants)) for case, (_, variants) in CASES.items()}
     found: list[Attack] = []
     at, rounds = rng.uniform(*FIRST_SECONDS), 0
     while at < seconds:
@@ -138,7 +139,7 @@ def attack_schedule(seed: int, seconds: float) -> list[Attack]:
         for case in order:
             if at >= seconds:
                 break
-            variant = rounds % len(CASES[case][1])
+            variant = (first[case] + rounds) % len(CASES[case][1])
             found.append(Attack(round(at, 1), case, variant, round(rng.uniform(*HOLD_SECONDS), 1),
                                 rng.random(), len(found) + 1))
             at += rng.uniform(*GAP_SECONDS)

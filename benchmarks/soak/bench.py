@@ -115,7 +115,8 @@ async def _with_stack(
                 soak = Soak(cfg, slurm, kube, stack=stack, second=second, ns=ns, relay=relay)
                 if cfg.adversarial:
                     adversary = Adversary(slurm, kube, cp, ns, cfg.seed, dict(stack.kube_nodes),
-                                          stack.tenancy_file, lambda: soak.latest)
+                                          stack.tenancy_file, lambda: soak.latest,
+                                          soak.final_violation)
                     await adversary.start()
                     soak.adversary = adversary
                 return await soak.run()
@@ -219,6 +220,10 @@ class Soak:
         suspects = check_all(snap, frozenset(self.injector.faulted_jobs))
         for violation in self.tracker.observe(suspects, snap.at):
             print("  " + violation.describe(), flush=True)
+
+    def final_violation(self, invariant: str, detail: str) -> None:
+        """A violation seen outside the snapshots (the adversary's own job cancelled)."""
+        print("  " + self.tracker.final(invariant, detail).describe(), flush=True)
 
     async def _faults(self, schedule: list[Fault]) -> None:
         for fault in schedule:
