@@ -130,6 +130,7 @@ class Adversary:
     _self: AsyncClient | None = None  # as a user of its own namespace
     _made: dict[str, Made] = field(default_factory=dict)  # attack name -> what it made
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)  # attempts and their holds
+    _ending: asyncio.Event = field(default_factory=asyncio.Event)  # the run is over
     _tenancy_before: str = ""
     _driver: list[Any] = field(default_factory=list)
 
@@ -209,7 +210,9 @@ class Adversary:
             self._spawn(self._hold(attack, attempt))
 
     async def _hold(self, attack: Attack, attempt: Attempt) -> None:
-        await asyncio.sleep(attack.hold)
+        """Keep what the attempt made for its hold, or until the run ends, then undo it."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ending.wait(), attack.hold)
         await self._undo(attack.name, attempt)
 
     async def _try(self, attack: Attack) -> tuple[Result, str]:
@@ -248,9 +251,8 @@ class Adversary:
                            "was cancelled before its user cancelled it")
 
     async def cleanup(self) -> None:
-        """The end of the run: every attempt's objects undone now."""
-        for task in list(self._tasks):
-            task.cancel()
+        """The end of the run: every attempt's objects undone now (holds end at once)."""
+        self._ending.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         by_name = {a.attack.name: a for a in self.attempts}
         for name in list(self._made):

@@ -365,3 +365,41 @@ def test_the_adversarial_rows_join_the_soak_section_beside_the_earlier_ones() ->
     assert "--adversarial" in merged.notes[1] and merged.notes[-1] == added.notes[0]
     assert merged.command == f"{before.command}; and {added.command}"
     assert beside(None, added) is added
+
+
+# --- what only the tenant sees: its own job cancelled ------------------------------------------
+
+
+class ForgersSlurm:
+    """Slurm as the tenant meets it: sbatch answers a job id; squeue says the job was
+    cancelled (by someone: the forger has not cancelled it yet)."""
+
+    user = "slurm"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def admin(self, *args: str, check: bool = True, timeout: float = 60) -> str:
+        self.calls.append(args)
+        return {"sbatch": "501\n", "squeue": "CANCELLED\n"}.get(
+            next((a for a in args if a in ("sbatch", "squeue", "scancel")), ""), "")
+
+
+async def test_the_tenant_reports_its_forged_job_cancelled_before_it_cancels_it(
+    tmp_path: Any,
+) -> None:
+    slurm = ForgersSlurm()
+    told: list[tuple[str, str]] = []
+    snap = plus(clean(), (pod("w-0", group="w", node="", slurm_node="", phase="Pending"),))
+    tenant = adversary.Adversary(
+        cast(Any, slurm), cast(Any, None), cast(Any, None), NS, 1, {}, tmp_path / "tenancy",
+        lambda: snap, lambda invariant, detail: told.append((invariant, detail)))
+    attack = attacks.Attack(at=0.0, case=3, variant=0, hold=0.0, pick=0.0, n=1)
+    await tenant.run([attack], load_start=NOW)
+    await tenant.cleanup()
+    [done] = tenant.attempts
+    assert done.result is Result.ADMITTED and "job 501" in done.detail
+    assert "group:soak/w" in done.detail  # the waiting group's owner, forged
+    assert told == [(adversary.FOREIGN_CANCEL, "job 501 (k8s:/adv3-1, Slurm user researcher) "
+                     "was cancelled before its user cancelled it")]
+    assert slurm.calls[-1] == ("runuser", "-u", "researcher", "--", "scancel", "501")
