@@ -3,12 +3,14 @@
 Prints a table and writes benchmarks/RESULTS.md.  B3, B4 and B7 run in-process (no Slurm, no
 Kubernetes); B1, B5 and B6 use the project's local Slurm (B1 and B6 also the control plane), as
 does SOAK (``--only SOAK --minutes M --seed S[,S...]``: faults, not timings; never in the
-default set).
+default set; ``--adversarial``: a tenant tries issue 41's attacks beside the faults, its rows
+``[adversarial seed S] ...`` added to the SOAK section's earlier ones).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 import time
@@ -48,7 +50,8 @@ TITLES = {
             "load (pods, GPU pods, 2- and 4-pod groups, pods that exit, random deletions, "
             "native GPU jobs) with a fault every 20-40 s from a seeded schedule; invariants "
             "checked from outside the bridge every few seconds and at the end; target: 0 "
-            "violations. Run alone: --only SOAK --minutes M --seed S",
+            "violations. Run alone: --only SOAK --minutes M --seed S (--adversarial: a tenant "
+            "also tries issue 41's attacks)",
 }
 
 
@@ -117,6 +120,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--seed", default="1",
                    help="SOAK: the seed of the faults and the load; several (1,2,3) run one "
                         "after the other, each reported as [seed N]")
+    g.add_argument("--adversarial", action="store_true",
+                   help="SOAK: an adversarial tenant tries issue 41's cases 1-6 on the seed's "
+                        "schedule beside the faults; reported as [adversarial seed N], kept "
+                        "beside the SOAK rows already in RESULTS.md")
     args = p.parse_args(argv)
     args.only = [b.strip().upper() for b in args.only.split(",") if b.strip()]
     unknown = set(args.only) - set(TITLES)
@@ -190,10 +197,26 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
         from benchmarks.soak import bench as m  # noqa: PLC0415
 
         seeds = [int(s) for s in args.seed.split(",") if s.strip()]
-        return m.run_seeds(m.Config(minutes=args.minutes, slurm_version=args.slurm_version),
-                           seeds)
+        return m.run_seeds(m.Config(minutes=args.minutes, slurm_version=args.slurm_version,
+                                    adversarial=args.adversarial), seeds)
 
     return {"B1": b1, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "SOAK": soak}
+
+
+def beside(before: Outcome | None, added: Outcome) -> Outcome:
+    """``added``'s rows (the adversarial soak's) after ``before``'s, those of the same name
+    replaced: one SOAK section keeps every seed's rows, each run's command in its notes."""
+    if before is None or before.status != MEASURED:
+        return added
+    names = {f.name for f in added.figures}
+    kept = [f for f in before.figures if f.name not in names]
+    return dataclasses.replace(
+        added, figures=kept + added.figures,
+        notes=[*before.notes, f"Rows [adversarial ...]: `{added.command}` ({added.date}).",
+               *added.notes],
+        command=before.command if added.command in before.command else "; and ".join(
+            filter(None, (before.command, added.command))),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         outcome.command, outcome.date, outcome.machine = command, now_iso(), machine
         print(f"{bench}: {outcome.status} in {time.monotonic() - started:.0f} s", flush=True)
         ran.append(outcome)
+        if bench == "SOAK" and args.adversarial and outcome.status == MEASURED:
+            outcome = beside(stored.get(bench), outcome)
         if outcome.status == MEASURED or bench not in stored:
             stored[bench] = outcome
         elif outcome.status == FAILED:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from lightkube.resources.core_v1 import Pod
 from benchmarks import live
 from benchmarks.common import FAILED, Figure, Outcome, at_most
 from benchmarks.soak import observe
+from benchmarks.soak.adversary import Adversary
+from benchmarks.soak.attacks import attack_schedule
 from benchmarks.soak.cut import Relay
 from benchmarks.soak.faults import Injector
 from benchmarks.soak.invariants import BOUND_SECONDS, Bound, Snapshot, check_all
@@ -49,18 +52,25 @@ class Config:
     slurm_version: str = "26.05"
     check_seconds: float = 5.0
     end_timeout: float = 180.0
+    adversarial: bool = False  # a tenant tries issue 41's cases 1-6 beside the faults
+
+    @property
+    def label(self) -> str:
+        return f"{'adversarial ' if self.adversarial else ''}seed {self.seed}"
 
 
 def run_seeds(cfg: Config, seeds: list[int]) -> Outcome:
-    """One run per seed, in turn, in one outcome: each figure and note as ``[seed N] ...``."""
-    if len(seeds) == 1:
+    """One run per seed, in turn, in one outcome: each figure and note as ``[seed N] ...``
+    (``[adversarial seed N] ...`` with the adversary, even for one seed)."""
+    if len(seeds) == 1 and not cfg.adversarial:
         return run(dataclasses.replace(cfg, seed=seeds[0]))
     merged = Outcome(bench="SOAK", title=TITLE, repeats=1)
     for seed in seeds:
-        one = run(dataclasses.replace(cfg, seed=seed))
-        merged.figures += [dataclasses.replace(f, name=f"[seed {seed}] {f.name}")
+        one_cfg = dataclasses.replace(cfg, seed=seed)
+        one = run(one_cfg)
+        merged.figures += [dataclasses.replace(f, name=f"[{one_cfg.label}] {f.name}")
                            for f in one.figures]
-        merged.notes += [f"[seed {seed}] {note}" for note in one.notes]
+        merged.notes += [f"[{one_cfg.label}] {note}" for note in one.notes]
         if one.status == FAILED:
             merged.status, merged.error = FAILED, f"seed {seed}: {one.error}"
     return merged
@@ -73,15 +83,15 @@ def run(cfg: Config) -> Outcome:
         try:
             outcome = asyncio.run(_with_stack(cfg, slurm, cp, kube, Path(tmp)))
         finally:
-            kept = keep_logs(cfg.seed)
+            kept = keep_logs(cfg.label.replace(" ", "-"))
         outcome.notes.append(f"The bridge's logs of this run: {kept}")
         return outcome
 
 
-def keep_logs(seed: int) -> Path:
+def keep_logs(label: str) -> Path:
     """Copy the bridge's logs (extender, second replica, webhook) out of the control plane's
     run folder, which the next stack on it overwrites: a violation is explained by them."""
-    kept = cache_dir() / "soak-logs" / f"seed-{seed}-{time.strftime('%Y%m%dT%H%M%S')}"
+    kept = cache_dir() / "soak-logs" / f"{label}-{time.strftime('%Y%m%dT%H%M%S')}"
     kept.mkdir(parents=True, exist_ok=True)
     for log in (run_dir() / "logs").glob("bridge-*.log"):
         shutil.copy2(log, kept / log.name)
@@ -100,11 +110,20 @@ async def _with_stack(
             second = another_replica(stack.extender)
             await asyncio.to_thread(second.start)
             ns = await make_e2e_namespace(kube, f"soak-{cfg.seed}")
+            adversary = None
             try:
                 soak = Soak(cfg, slurm, kube, stack=stack, second=second, ns=ns, relay=relay)
+                if cfg.adversarial:
+                    adversary = Adversary(slurm, kube, cp, ns, cfg.seed, dict(stack.kube_nodes),
+                                          stack.tenancy_file, lambda: soak.latest,
+                                          soak.final_violation)
+                    await adversary.start()
+                    soak.adversary = adversary
                 return await soak.run()
             finally:
                 second.kill(signal.SIGTERM)
+                if adversary is not None:
+                    await adversary.stop()
                 await live.drop_namespace(kube, ns)
                 slurm.admin("scancel", "-u", NATIVE_USER, check=False)
     finally:
@@ -131,6 +150,8 @@ class Soak:
         self.load = Load(kube, slurm, ns, self.kubelet, cfg.seed)
         self.latest: Snapshot | None = None
         self.skipped = 0
+        self.adversary: Adversary | None = None  # set before run() in adversarial mode
+        self.node_gpus = observe.node_gpus(slurm)
         self.lock = asyncio.Lock()  # the kubelet never writes in the middle of a snapshot
         self.injector = Injector(
             slurm, kube, [stack.extender, second], stack.webhook, self.node_map, self.tracker,
@@ -144,16 +165,21 @@ class Soak:
     async def run(self) -> Outcome:
         seconds = self.cfg.minutes * 60
         schedule = fault_schedule(self.cfg.seed, seconds)
-        print(f"  SOAK seed {self.cfg.seed}: {len(schedule)} faults in {seconds:.0f} s, "
-              f"namespace {self.ns}", flush=True)
+        attacks = attack_schedule(self.cfg.seed, seconds) if self.adversary else []
+        print(f"  SOAK {self.cfg.label}: {len(schedule)} faults and {len(attacks)} attacks in "
+              f"{seconds:.0f} s, namespace {self.ns}", flush=True)
         self.tracker.load_start = time.time()
         background = [asyncio.create_task(self._every(1.0, self._kubelet_step)),
                       asyncio.create_task(self._every(self.cfg.check_seconds, self._check))]
+        adversary = [self.adversary.run(attacks, self.tracker.load_start)] if (
+            self.adversary) else []
         try:
             try:
-                await asyncio.gather(self.load.run(seconds), self._faults(schedule))
+                await asyncio.gather(self.load.run(seconds), self._faults(schedule), *adversary)
             finally:  # never leave a node drained or a daemon down behind, whatever happened
                 await self.injector.restore()
+                if self.adversary is not None:
+                    await self.adversary.cleanup()
             await self._delete_everything()
             await self._no_placeholder_left()
         finally:
@@ -173,11 +199,20 @@ class Soak:
     async def _kubelet_step(self) -> None:
         async with self.lock:
             await self.kubelet.step()
+            if self.adversary is not None and self.adversary.kubelet is not None:
+                await self.adversary.kubelet.step()
+
+    def _scope(self) -> observe.Scope:
+        """The adversary's namespace and tenancy besides the soak's own."""
+        if self.adversary is None:
+            return observe.Scope(node_gpus=self.node_gpus, tenants={self.ns: self.slurm.user})
+        return observe.Scope([self.adversary.own], self.node_gpus, self.adversary.tenants())
 
     async def _check(self) -> None:
         async with self.lock:
             try:
-                snap = await observe.snapshot(self.slurm, self.kube, self.ns, self.node_map, 20)
+                snap = await observe.snapshot(self.slurm, self.kube, self.ns, self.node_map,
+                                              timeout=20, scope=self._scope())
             except Exception:
                 self.skipped += 1
                 raise
@@ -185,6 +220,10 @@ class Soak:
         suspects = check_all(snap, frozenset(self.injector.faulted_jobs))
         for violation in self.tracker.observe(suspects, snap.at):
             print("  " + violation.describe(), flush=True)
+
+    def final_violation(self, invariant: str, detail: str) -> None:
+        """A violation seen outside the snapshots (the adversary's own job cancelled)."""
+        print("  " + self.tracker.final(invariant, detail).describe(), flush=True)
 
     async def _faults(self, schedule: list[Fault]) -> None:
         for fault in schedule:
@@ -250,6 +289,11 @@ class Soak:
                             [float(len(self.tracker.violations))])
         at_most(violations, 0, "0")
         figures.append(violations)
+        by_invariant = Counter(v.invariant for v in self.tracker.violations)
+        figures += [Figure(f"invariant violations: {name}", "violations", [float(n)])
+                    for name, n in sorted(by_invariant.items())]
+        if self.adversary is not None:
+            figures += self.adversary.figures(self.tracker.violations)
         bounds = ", ".join(f"{b.value} {s:.0f} s" for b, s in BOUND_SECONDS.items())
         notes = [
             f"seed {self.cfg.seed}, {self.cfg.minutes:g} minutes of load and faults, then every "
@@ -263,6 +307,7 @@ class Soak:
             "slurm.url points at it), not yet a network namespace with a drop rule on its veth.",
             *(v.describe() for v in self.tracker.violations[:40]),
             "Faults in order: " + " | ".join(self.tracker.faults),
+            *(self.adversary.notes() if self.adversary is not None else []),
         ]
         outcome = Outcome(bench="SOAK", title=TITLE, figures=figures, notes=notes, repeats=1)
         if not self.kubelet.placed:

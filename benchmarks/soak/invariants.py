@@ -1,4 +1,8 @@
-"""What must hold (issue 25 item 2), judged on one snapshot read from outside the bridge.
+"""What must hold (issue 25 item 2; issue 41 item 9 for what a hostile tenant may try: no
+two running things on one GPU index, a foreign pod's or an ephemeral container's own
+NVIDIA_VISIBLE_DEVICES included; no pod running in a job its namespace does not own; no
+allocation cleared under a running pod; one pod a seat; the GPUs a pod asked for), judged on
+one snapshot read from outside the bridge.
 
 Each check returns suspects, not verdicts: a snapshot is two reads (Slurm, then the pods) that
 are not one instant, and the bridge needs time to act on what a fault did.  ``tracker`` turns
@@ -15,6 +19,7 @@ a suspect that lasts past its bound into a violation.  Bounds, by class:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -85,6 +90,13 @@ class PodObs:
     group: str = ""
     deleting: bool = False
     told_why: bool = False  # a SlurmPending event or a SlurmJobAllocated condition
+    namespace: str = ""  # "": the snapshot's own
+    # NVIDIA_VISIBLE_DEVICES as a container (ephemeral ones included) sets it itself, not from
+    # the bridge's annotation: (container, value).  "all" names every GPU of the node.
+    visible: tuple[tuple[str, str], ...] = ()
+    gpus_asked: int = 0  # slurmbridge.io/gpus: the whole GPUs the webhook moved out of it
+    claims: tuple[str, ...] = ()  # the ResourceClaims it uses, in its namespace
+    workload: str = ""  # its batch Job (batch.kubernetes.io/job-name), if any
 
     @property
     def running(self) -> bool:
@@ -96,15 +108,37 @@ class PodObs:
 
 
 @dataclass(frozen=True)
+class ClaimObs:
+    """One DRA ResourceClaim as the apiserver shows it."""
+
+    namespace: str
+    name: str
+    devices: tuple[str, ...] = ()  # "pool/device" allocated; empty: no allocation
+    job_label: str = ""  # slurmbridge.io/job-id, the label the bridge frees by
+
+
+@dataclass(frozen=True)
 class Snapshot:
     at: float  # epoch seconds
     namespace: str
     pods: tuple[PodObs, ...]
     jobs: tuple[JobObs, ...]
+    # Pods of other namespaces looked at (a tenant's who is not the bridge's): judged only by
+    # what they may take from the bridge's (GPUs, claims, jobs).
+    others: tuple[PodObs, ...] = ()
+    claims: tuple[ClaimObs, ...] = ()
+    node_gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # Slurm node's GPUs
+    tenants: Mapping[str, str] = field(default_factory=dict)  # namespace -> its Slurm user
 
     def placeholders(self) -> list[JobObs]:
         prefix = f"k8s:{self.namespace}/"
         return [j for j in self.jobs if j.owner and j.name.startswith(prefix)]
+
+    def every_pod(self) -> tuple[PodObs, ...]:
+        return self.pods + self.others
+
+    def namespace_of(self, pod: PodObs) -> str:
+        return pod.namespace or self.namespace
 
 
 @dataclass(frozen=True)
@@ -126,6 +160,10 @@ def check_all(snap: Snapshot, faulted_jobs: frozenset[str]) -> list[Suspect]:
         *no_orphan_placeholder(snap),
         *one_job_per_owner(snap),
         *placed_or_told(snap),
+        *job_of_its_tenant(snap),
+        *allocation_kept(snap),
+        *one_pod_per_seat(snap),
+        *gpus_as_asked(snap),
     ]
 
 
@@ -177,54 +215,100 @@ def running_with_live_job(snap: Snapshot, faulted: frozenset[str]) -> list[Suspe
     return out
 
 
+@dataclass
+class _Holdings:
+    """Who holds each GPU index of each node: whole, or by shards (held, of the GPU's)."""
+
+    whole: dict[tuple[str, int], set[str]] = field(default_factory=lambda: defaultdict(set))
+    shared: dict[tuple[str, int], dict[str, tuple[int, int]]] = field(
+        default_factory=lambda: defaultdict(dict))
+    excused: set[str] = field(default_factory=set)
+
+    def job(self, job: JobObs) -> None:
+        who = f"job {job.job_id} ({job.name}, {job.user})"
+        for node, indices in job.gpus.items():
+            for idx in indices:
+                self.whole[(node, idx)].add(who)
+        for node, counts in job.shards.items():
+            for idx, share in counts.items():
+                self.shared[(node, idx)][who] = share
+
+    def stale_pod(self, pod: PodObs, excused: bool) -> None:
+        """A running pod whose job no longer holds the GPUs it was told."""
+        who = f"pod {pod.name} (job {pod.job_id}, no longer holding them)"
+        if excused:
+            self.excused.add(who)
+        for idx in pod.gpu_ids:
+            if pod.shards:
+                self.shared[(pod.slurm_node, idx)][who] = (pod.shards, 0)  # total unknown
+            else:
+                self.whole[(pod.slurm_node, idx)].add(who)
+
+    def suspects(self) -> list[Suspect]:
+        out = []
+        for (node, idx) in sorted(self.whole.keys() | self.shared.keys()):
+            shares = self.shared.get((node, idx), {})
+            totals = [total for _, total in shares.values() if total]
+            over = bool(totals) and sum(held for held, _ in shares.values()) > min(totals)
+            names = self.whole.get((node, idx), set()) | set(shares)
+            if len(self.whole.get((node, idx), ())) + (1 if shares else 0) <= 1 and not over:
+                continue
+            held = "".join(f"; {who}: {n} shards" for who, (n, _) in sorted(shares.items()))
+            out.append(Suspect(
+                "two running things on one GPU", f"gpu:{node}:{idx}:{'|'.join(sorted(names))}",
+                Bound.EVICT if names & self.excused else Bound.STRICT,
+                f"{node} GPU {idx} held by {sorted(names)}"
+                + (f" (of {min(totals)} shards{held})" if totals else held),
+            ))
+        return out
+
+
+def visible_gpus(pod: PodObs, node_gpus: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
+    """The GPUs of its node a pod's own NVIDIA_VISIBLE_DEVICES names: ``all`` (or names the
+    runtime resolves, such as UUIDs) every one of them, ``none``/``void``/empty none."""
+    every = node_gpus.get(pod.slurm_node, ())
+    found: set[int] = set()
+    for _, value in pod.visible:
+        for token in filter(None, (t.strip() for t in value.split(","))):
+            if token in ("none", "void"):
+                continue
+            if token.isdigit():
+                found.add(int(token))
+            else:
+                return every
+    return tuple(sorted(found))
+
+
 def gpu_held_once(snap: Snapshot, faulted: frozenset[str]) -> list[Suspect]:
     """No GPU index of a node held beyond what Slurm allows at once: whole by two running
     things (pods or jobs), whole by one and by shards of another, or by more shards than it
     has.  A running pod holds its GPUs as its job did when it was bound, whatever Slurm says
-    now."""
-    jobs = _by_id(snap)
-    whole: dict[tuple[str, int], set[str]] = defaultdict(set)
-    shared: dict[tuple[str, int], dict[str, tuple[int, int]]] = defaultdict(dict)
-    excused: set[str] = set()
+    now; two pods of one job on one index are two things; a pod whose containers (ephemeral
+    ones too) set NVIDIA_VISIBLE_DEVICES themselves on a Slurm node hold what it names
+    (``all``: every GPU of the node), whoever's pod it is."""
+    jobs, held = _by_id(snap), _Holdings()
     for job in snap.jobs:
         if job.state == "RUNNING":
-            who = f"job {job.job_id} ({job.name}, {job.user})"
-            for node, indices in job.gpus.items():
-                for idx in indices:
-                    whole[(node, idx)].add(who)
-            for node, counts in job.shards.items():
-                for idx, share in counts.items():
-                    shared[(node, idx)][who] = share
-    for pod in snap.pods:
-        if not pod.running or not pod.gpu_ids:
+            held.job(job)
+    seats: dict[tuple[str, int, str], list[str]] = defaultdict(list)
+    for pod in snap.every_pod():
+        if not pod.running:
             continue
         own = jobs.get(pod.job_id)
-        if own is not None and own.state == "RUNNING" and (
+        if pod.gpu_ids and own is not None and own.state == "RUNNING" and (
                 own.gpus_on(pod.slurm_node) == sorted(pod.gpu_ids)):
-            continue  # its job's own entry stands for it
-        who = f"pod {pod.name} (job {pod.job_id}, no longer holding them)"
-        if pod.job_id in faulted:
-            excused.add(who)
-        for idx in pod.gpu_ids:
-            if pod.shards:
-                shared[(pod.slurm_node, idx)][who] = (pod.shards, 0)  # its GPU's total unknown
-            else:
-                whole[(pod.slurm_node, idx)].add(who)
-    out = []
-    for (node, idx) in sorted(whole.keys() | shared.keys()):
-        shares = shared.get((node, idx), {})
-        totals = [total for _, total in shares.values() if total]
-        over = bool(totals) and sum(held for held, _ in shares.values()) > min(totals)
-        names = whole.get((node, idx), set()) | set(shares)
-        if len(whole.get((node, idx), ())) + (1 if shares else 0) > 1 or over:
-            held = "".join(f"; {who}: {n} shards" for who, (n, _) in sorted(shares.items()))
-            out.append(Suspect(
-                "two running things on one GPU", f"gpu:{node}:{idx}:{'|'.join(sorted(names))}",
-                Bound.EVICT if names & excused else Bound.STRICT,
-                f"{node} GPU {idx} held by {sorted(names)}"
-                + (f" (of {min(totals)} shards{held})" if totals else held),
-            ))
-    return out
+            for idx in pod.gpu_ids:  # its job's own entry stands for it, once
+                seats[(pod.slurm_node, idx, own.job_id)].append(pod.name)
+        elif pod.gpu_ids:
+            held.stale_pod(pod, excused=pod.job_id in faulted)
+        if pod.slurm_node and pod.visible:
+            setters = ", ".join(f"{c}: NVIDIA_VISIBLE_DEVICES={v}" for c, v in pod.visible)
+            for idx in sorted(set(visible_gpus(pod, snap.node_gpus)) - set(pod.gpu_ids)):
+                held.whole[(pod.slurm_node, idx)].add(f"pod {pod.name} ({setters})")
+    for (node, idx, job_id), names in seats.items():
+        if len(names) > 1:
+            held.whole[(node, idx)].update(f"pod {n} (of job {job_id})" for n in names)
+    return held.suspects()
 
 
 def no_orphan_placeholder(snap: Snapshot) -> list[Suspect]:
@@ -259,4 +343,75 @@ def placed_or_told(snap: Snapshot) -> list[Suspect]:
         for pod in snap.pods
         if not pod.node and not pod.deleting and not pod.told_why
         and pod.phase not in TERMINAL_PHASES
+    ]
+
+
+def job_of_its_tenant(snap: Snapshot) -> list[Suspect]:
+    """No pod running in a job its namespace does not own: the job's Slurm user is the one
+    the tenancy maps the pod's namespace to (``tenants``; a namespace not listed is not
+    judged)."""
+    jobs, out = _by_id(snap), []
+    for pod in snap.every_pod():
+        want = snap.tenants.get(snap.namespace_of(pod))
+        job = jobs.get(pod.job_id)
+        if not pod.running or want is None or job is None or job.user == want:
+            continue
+        out.append(Suspect(
+            "pod running in a job its namespace does not own", f"tenant:{pod.uid}:{job.job_id}",
+            Bound.STRICT,
+            f"pod {snap.namespace_of(pod)}/{pod.name} (its namespace runs as Slurm user {want}) "
+            f"runs in job {job.job_id} ({job.name}, user {job.user}, owner {job.owner or '-'})",
+        ))
+    return out
+
+
+def allocation_kept(snap: Snapshot) -> list[Suspect]:
+    """No allocation cleared under a running pod: every ResourceClaim a running pod uses is
+    there and allocated (kube-scheduler, or the bridge, allocated it before the pod bound)."""
+    claims = {(c.namespace, c.name): c for c in snap.claims}
+    out = []
+    for pod in snap.every_pod():
+        if not pod.running:
+            continue
+        ns = snap.namespace_of(pod)
+        for name in pod.claims:
+            claim = claims.get((ns, name))
+            if claim is not None and claim.devices:
+                continue
+            state = "gone" if claim is None else "without an allocation" + (
+                f" (labelled job-id {claim.job_label})" if claim.job_label else "")
+            out.append(Suspect(
+                "allocation cleared under a running pod", f"claim:{ns}/{name}:{pod.uid}",
+                Bound.STRICT, f"pod {ns}/{pod.name} Running on {pod.node}; its claim "
+                f"{ns}/{name} {state}",
+            ))
+    return out
+
+
+def one_pod_per_seat(snap: Snapshot) -> list[Suspect]:
+    """No two running pods in one seat of a job: each pod of a job has a node of the job's
+    to itself (a group's members one per node, by rank); a pod being deleted is not
+    counted (its containers are stopping)."""
+    seats: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for pod in snap.every_pod():
+        if pod.running and pod.job_id and pod.slurm_node and not pod.deleting:
+            seats[(pod.job_id, pod.slurm_node)].append(pod.name)
+    return [
+        Suspect("two running pods in one seat of a job", f"seat:{job}:{node}:{'|'.join(names)}",
+                Bound.STRICT, f"job {job} on {node}: pods {sorted(names)}")
+        for (job, node), names in sorted(seats.items()) if len(names) > 1
+    ]
+
+
+def gpus_as_asked(snap: Snapshot) -> list[Suspect]:
+    """Every running pod was told as many whole GPUs as it asked for (the webhook's
+    ``slurmbridge.io/gpus``): never fewer, or none, because its group's job was built from
+    another member's ask."""
+    return [
+        Suspect("pod running without the GPUs it asked for", f"asked:{pod.uid}", Bound.STRICT,
+                f"pod {pod.name} on {pod.node} asked for {pod.gpus_asked} GPUs, was told "
+                f"{list(pod.gpu_ids)} (job {pod.job_id or '(none recorded)'})")
+        for pod in snap.pods
+        if pod.running and pod.gpus_asked and not pod.shards
+        and len(pod.gpu_ids) != pod.gpus_asked
     ]
