@@ -7,7 +7,7 @@ import contextlib
 import structlog
 from lightkube.models.core_v1 import Pod as PodModel
 
-from bridge import keys
+from bridge import keys, metrics
 from bridge.binding.binder import Binder
 from bridge.config import Settings
 from bridge.controllers.external import ExternalNodes
@@ -114,6 +114,7 @@ class Bridge:
 
     async def start(self) -> None:
         """Serve once the Nodes are known: until then no Slurm node maps to its Node."""
+        metrics.OLDEST_GATED_POD.set_function(self.pod_cache.oldest_gated_seconds)
         self._tasks = [
             asyncio.create_task(self.nodes.run(), name="nodes"),
             asyncio.create_task(self.pod_cache.run(), name="pods"),
