@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from admission import ephemeral, mutate, validate, workloads
+from admission import ephemeral, mutate, telemetry, validate, workloads
 from admission.device_claims import (
     ExtendedResources,
     claimed_gpus,
@@ -84,7 +84,7 @@ def create_app(
         namespace_lookup or kube_namespace_labels(), settings.namespace_cache_ttl_seconds
     )
     scope = Scope(settings, labels)
-    app = FastAPI(title="slurmbridge admission", docs_url=None, redoc_url=None, openapi_url=None)
+    app = telemetry.webhook_app()  # /metrics, and each review timed
 
     async def review(endpoint: Endpoint, http: Request) -> JSONResponse:
         try:
@@ -127,6 +127,7 @@ def _log_review(endpoint: Endpoint, request: AdmissionRequest, response: Admissi
         reason=response.status.message if response.status else None,
         patched=response.patch is not None,
     )
+    telemetry.answered(endpoint, request.operation, response)
 
 
 def _parse(body: bytes) -> AdmissionRequest:

@@ -1,6 +1,9 @@
 """Prometheus metrics, served at the extender's ``/metrics``."""
 
-from prometheus_client import Counter, Gauge, Histogram
+import platform
+from importlib import metadata
+
+from prometheus_client import Counter, Gauge, Histogram, Info
 
 SLURM_REQUEST_SECONDS = Histogram(
     "slurmbridge_slurm_request_seconds",
@@ -62,3 +65,34 @@ CONTROLLER_ACTIONS = Counter(
 )
 for _action in ("cancel", "evict", "drain", "resume", "taint"):  # at 0 from the start: the
     CONTROLLER_ACTIONS.labels(_action)  # dashboard's increase() then counts the first one too
+LEADER = Gauge(
+    "slurmbridge_leader", "1 on the replica holding the controllers' Lease, else 0"
+)
+SLURM_TOKEN_EXPIRY = Gauge(
+    "slurmbridge_slurm_token_expiry_seconds",
+    "seconds until the Slurm JWT in use expires: a token's exp claim (credential=token: mint "
+    "the next one before it lapses), or the lifespan of the tokens minted with the JWT key "
+    "(credential=jwt_key: renewed by the bridge)",
+    ["credential"],
+)
+OLDEST_GATED_POD = Gauge(
+    "slurmbridge_oldest_gated_pod_seconds",
+    "how long the bridge's longest-gated pod has waited since its creation (0: none gated)",
+)
+BUILD_INFO = Info(
+    "slurmbridge_build",
+    "the running build: version, Python, the slurmrestd data parser (once negotiated)",
+)
+
+
+def build_info(data_parser: str = "") -> None:
+    """Label ``slurmbridge_build_info`` with this build, and the data parser once known."""
+    try:
+        version = metadata.version("slurmbridge-k8s")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        version = "unknown"
+    BUILD_INFO.info({"version": version, "python": platform.python_version(),
+                     "data_parser": data_parser})
+
+
+build_info()

@@ -7,7 +7,7 @@ import contextlib
 import structlog
 from lightkube.models.core_v1 import Pod as PodModel
 
-from bridge import keys
+from bridge import keys, metrics
 from bridge.binding.binder import Binder
 from bridge.config import Settings
 from bridge.controllers.external import ExternalNodes
@@ -122,6 +122,7 @@ class Bridge:
         """Serve once the Nodes are known: until then no Slurm node maps to its Node.  Read
         Slurm once the pods are: the namespace of the pod a job's comment names says whose
         job it is (placement/trust.py)."""
+        metrics.OLDEST_GATED_POD.set_function(self.pod_cache.oldest_gated_seconds)
         self._tasks = [
             asyncio.create_task(self.nodes.run(), name="nodes"),
             asyncio.create_task(self.pod_cache.run(), name="pods"),

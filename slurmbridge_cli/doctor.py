@@ -1,7 +1,9 @@
 """``slurmbridge doctor``: one pass/fail line per prerequisite, each failure with a hint."""
 
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from lightkube import AsyncClient
 from lightkube.generic_resource import create_global_resource
@@ -15,6 +17,7 @@ from bridge.controllers.nodesync import topology_labels
 from bridge.kube.nodecache import node_view
 from bridge.placement.grace import grace_warning
 from bridge.policy.tenancy import TenancyError, TenancySource, Tenant
+from bridge.slurm.auth import token_expiry
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
 from bridge.slurm.types import Accounting, SlurmNode
@@ -78,6 +81,36 @@ async def slurm_checks(settings: Settings,
                     "slurm.jwt_key_file to the key of AuthAltParameters=jwt_key=")
     except SlurmError as exc:
         yield Check(False, f"slurmrestd at {url}: {exc}", "see docs/operations.md")
+
+
+TOKEN_WARN_DAYS = 7
+
+
+def token_check(settings: Settings) -> Check:
+    """When the Slurm token the bridge sends expires: a warning within a week, so the next one
+    is minted before slurmrestd starts refusing (tokens minted with the JWT key renew)."""
+    slurm = settings.slurm
+    if slurm.jwt_key_file is not None:
+        return Check(True, f"Slurm tokens minted with the JWT key {slurm.jwt_key_file} expire "
+                           f"after {slurm.token_lifespan_seconds} s and are renewed")
+    where = f"Slurm token file {slurm.token_file}" if slurm.token_file else "slurm.token"
+    hint = (f"mint the next one with `scontrol token username={slurm.user} lifespan=<seconds>` "
+            f"into {where}, or give the bridge the JWT key (slurm.jwt_key_file)")
+    try:
+        token = (slurm.token_file.read_text().strip() if slurm.token_file
+                 else slurm.token.get_secret_value() if slurm.token else "")
+    except OSError as exc:
+        return Check(False, f"{where}: cannot be read to see when it expires: {exc}", hint)
+    expires = token_expiry(token) if token else None
+    if expires is None:
+        return Check(True, f"{where}: no expiry readable (not a JWT with exp)", hint, warning=True)
+    left = expires - time.time()
+    when = datetime.fromtimestamp(expires, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    if left <= 0:
+        return Check(False, f"{where} expired at {when}", hint)
+    span = f"{left / 86400:.1f} days" if left >= 86400 else f"{left / 3600:.1f} hours"
+    return Check(True, f"{where} expires in {span} ({when})", hint,
+                 warning=left < TOKEN_WARN_DAYS * 86400)
 
 
 async def kube_checks(kube: AsyncClient) -> AsyncIterator[Check]:
@@ -194,7 +227,8 @@ async def topology_checks(nodes: list[SlurmNode], kube: AsyncClient) -> AsyncIte
 async def run(settings: Settings, kube: AsyncClient) -> list[Check]:
     nodes: list[SlurmNode] = []
     return (
-        [c async for c in slurm_checks(settings, nodes)] + [c async for c in kube_checks(kube)]
+        [c async for c in slurm_checks(settings, nodes)] + [token_check(settings)]
+        + [c async for c in kube_checks(kube)]
         + [c async for c in tenancy_checks(settings, kube)]
         + [c async for c in topology_checks(nodes, kube)]
     )

@@ -19,6 +19,7 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
+from bridge import metrics
 from bridge.kube.apierrors import is_conflict, is_not_found
 from bridge.ports import KubeCreate, KubeGet, KubeReplace
 
@@ -101,6 +102,7 @@ class LeaderElector:
                 except Exception as exc:  # apiserver away: lead on only while our lease holds
                     leading = loop.time() - last_renewed < self._lease_seconds - renew
                     log.warning("leader.renew_failed", error=repr(exc), still_leading=leading)
+                metrics.LEADER.set(1 if leading else 0)
                 if task is not None and task.done():  # they must never stop while we lead
                     log.error("leader.controllers_failed", identity=self.identity,
                               error=repr(task.exception()) if not task.cancelled() else None)
@@ -114,6 +116,7 @@ class LeaderElector:
                     task = None
                 await asyncio.sleep(renew)
         finally:
+            metrics.LEADER.set(0)
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

@@ -9,6 +9,7 @@ as it passes, and a word before each relisting, so no reader needs a watch of it
 """
 
 import time
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
 import structlog
@@ -54,6 +55,15 @@ class PodCache(WatchCache[PodView]):
     def deleted(self, uid: str) -> bool:
         """The watch reported this pod deleted (within the last ``DELETED_MEMORY_SECONDS``)."""
         return uid in self._deleted
+
+    def oldest_gated_seconds(self) -> float:
+        """How long the longest-waiting pod held by the bridge's gate alone (another gate's
+        holder, Kueue say, is not Slurm's wait) has existed; 0 when none."""
+        created = [v.created for v in self.views()
+                   if v.gated and not v.held and not v.deleting and v.created is not None]
+        if not created:
+            return 0.0
+        return max(0.0, (datetime.now(UTC) - min(created)).total_seconds())
 
     def follow(self, follower: PodFollower) -> None:
         self._followers.append(follower)

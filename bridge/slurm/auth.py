@@ -11,12 +11,14 @@ Two credentials, both re-read when their file changes on disk (rotation needs no
 """
 
 import asyncio
+import contextlib
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 
 import jwt
 
+from bridge import metrics
 from bridge.filestamp import FileStamp, file_stamp
 from bridge.slurm.errors import SlurmAuthError
 
@@ -86,12 +88,19 @@ class StaticToken(Credentials):
         self._own = own_user
         self._fixed = token
         self._file = WatchedFile(token_file, "Slurm token file") if token_file else None
+        self._shown: FileStamp | None = None  # the token file whose expiry the gauge shows
+        if token is not None:
+            _show_expiry(token)
 
     async def headers(self, user: str) -> dict[str, str]:
         if self._file is None:
             assert self._fixed is not None
             return _headers(user, self._fixed)
-        return _headers(user, (await self._file.read()).decode().strip())
+        token = (await self._file.read()).decode().strip()
+        if self._file.stamp != self._shown:  # a new token: decoded once, not per request
+            self._shown = self._file.stamp
+            _show_expiry(token)
+        return _headers(user, token)
 
     def invalidate(self) -> None:
         if self._file is not None:
@@ -125,6 +134,7 @@ class SigningKey(Credentials):
         cached = self._tokens.get(user)
         if cached is None or now >= cached[1]:
             token = mint(key, user, self._lifespan, now=now)
+            metrics.SLURM_TOKEN_EXPIRY.labels("jwt_key").set(self._lifespan)
             cached = (token, now + self._lifespan / 2)
             self._tokens[user] = cached
         return _headers(user, cached[0])
@@ -145,6 +155,27 @@ def mint(key: bytes, user: str, lifespan_seconds: int, *, now: float | None = No
     issued = int(now if now is not None else time.time())
     claims = {"iat": issued, "exp": issued + lifespan_seconds, "sun": user}
     return jwt.encode(claims, key, algorithm="HS256")
+
+
+def token_expiry(token: str) -> float | None:
+    """The JWT's ``exp`` claim (epoch seconds), read without verifying: the bridge holds no
+    key for a token it was given.  None when it is no JWT or has no expiry."""
+    try:
+        expires = jwt.decode(token, options={"verify_signature": False}).get("exp")
+    except jwt.InvalidTokenError:
+        return None
+    return float(expires) if isinstance(expires, int | float) else None
+
+
+def _show_expiry(token: str) -> None:
+    """``slurmbridge_slurm_token_expiry_seconds{credential="token"}``, counted down at each
+    scrape; no series when the token says no expiry."""
+    expires = token_expiry(token)
+    if expires is None:
+        with contextlib.suppress(KeyError):
+            metrics.SLURM_TOKEN_EXPIRY.remove("token")
+        return
+    metrics.SLURM_TOKEN_EXPIRY.labels("token").set_function(lambda: expires - time.time())
 
 
 def credentials(

@@ -83,6 +83,7 @@ class SlurmRest:
                 raise SlurmProtocolError(f"slurmrestd /openapi/v3 is not JSON: {exc}") from exc
             self._parser = negotiate.choose(offered, set(FAMILIES), self.settings.data_parser)
             log.info("slurm.negotiated", data_parser=self._parser, offered=sorted(offered))
+            metrics.build_info(data_parser=self._parser)
         return self._parser
 
     @property

@@ -3,7 +3,8 @@
 # the virtualenv's bin directory (callers put it first on PATH):
 #   export PATH="$(bash deploy/dev/install.sh):$PATH"
 # - Debian packages: debootstrap (Slurm chroots), openssl (certificates), curl, shellcheck
-#   (the test command's lint), and python3-venv when Python cannot create a virtualenv
+#   (the test command's lint), prometheus (its promtool checks the chart's alert rules; its
+#   service is not left running), and python3-venv when Python cannot create a virtualenv
 #   (stock Debian 12);
 # - Go new enough for Kubernetes (deploy/dev/go.sh: Go's toolchain mechanism);
 # - the package with its test extras, editable, into a virtualenv
@@ -17,7 +18,7 @@ VENV="${SLURMBRIDGE_VENV:-$PWD/.venv}"
 PYTHON="${SLURMBRIDGE_PYTHON:-python3}"
 
 need=()
-for cmd in debootstrap:debootstrap openssl:openssl curl:curl shellcheck:shellcheck "$PYTHON":python3; do
+for cmd in debootstrap:debootstrap openssl:openssl curl:curl shellcheck:shellcheck promtool:prometheus "$PYTHON":python3; do
   command -v "${cmd%%:*}" >/dev/null || need+=("${cmd##*:}")
 done
 if [[ ! -x "$VENV/bin/python" ]] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
@@ -27,6 +28,9 @@ if (( ${#need[@]} )); then
   log "apt-get install ${need[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  if [[ " ${need[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
+    systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
+  fi
 fi
 
 # shellcheck source=go.sh

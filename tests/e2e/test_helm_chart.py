@@ -320,7 +320,7 @@ def test_render_monitoring() -> None:
     docs = render(release, namespace, "--api-versions", SERVICE_MONITOR,
                   "--set-json", 'monitoring.serviceMonitor.labels={"release":"kps"}')
     assert _scrape_annotations(docs) == {}
-    monitor, service = find(docs, "ServiceMonitor"), find(docs, "Service", "-extender")
+    monitor, service = find(docs, "ServiceMonitor", "-extender"), find(docs, "Service", "-extender")
     assert monitor["metadata"]["labels"]["release"] == "kps"  # what a Prometheus selects
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
@@ -569,18 +569,23 @@ def test_server_side_dry_run(control_plane: ControlPlane, namespace: str) -> Non
 
 def test_monitoring_objects_accepted(control_plane: ControlPlane, namespace: str,
                                     applied: list[list[Manifest]]) -> None:
-    """The ServiceMonitors, slurmctld's Service and Endpoints pass the API server's validation
-    against the Prometheus Operator's own CRD (installed for real, removed after)."""
-    crd = yaml.safe_load(service_monitor_crd().read_text())
-    applied.append([crd])
+    """The ServiceMonitors (the extender's, the webhook's, slurmctld's), the PrometheusRule,
+    slurmctld's Service and Endpoints pass the API server's validation against the Prometheus
+    Operator's own CRDs (installed for real, removed after)."""
+    crds = [yaml.safe_load(service_monitor_crd(plural).read_text())
+            for plural in ("servicemonitors", "prometheusrules")]
+    applied.append(crds)
     kubectl(control_plane, "apply", "--server-side", "--field-manager=slurmbridge-helm-test",
-            "-f", "-", stdin=dump([crd]))
-    kubectl(control_plane, "wait", "--for=condition=Established", "--timeout=60s",
-            f"crd/{crd['metadata']['name']}")
-    docs = [d for d in render(release_name(), namespace, *SLURMCTLD)
-            if d["kind"] in ("ServiceMonitor", "Service", "Endpoints")]
+            "-f", "-", stdin=dump(crds))
+    for crd in crds:
+        kubectl(control_plane, "wait", "--for=condition=Established", "--timeout=60s",
+                f"crd/{crd['metadata']['name']}")
+    docs = [d for d in render(release_name(), namespace, *SLURMCTLD, "--api-versions",
+                              "monitoring.coreos.com/v1/PrometheusRule")
+            if d["kind"] in ("ServiceMonitor", "Service", "Endpoints", "PrometheusRule")]
     assert sorted(d["kind"] for d in docs) == [
-        "Endpoints", "Service", "Service", "Service", "ServiceMonitor", "ServiceMonitor"]
+        "Endpoints", "PrometheusRule", "Service", "Service", "Service", "ServiceMonitor",
+        "ServiceMonitor", "ServiceMonitor"]
     proc = kubectl(control_plane, "apply", "--server-side", "--dry-run=server",
                    "--field-manager=slurmbridge-helm-test", "-f", "-", stdin=dump(docs),
                    check=False)

@@ -1,5 +1,7 @@
 """/metrics tells an operator what happened: counts and histograms match the pods."""
 
+import re
+
 import httpx
 import pytest
 from lightkube import AsyncClient
@@ -46,3 +48,28 @@ async def test_metrics_count_the_pods_of_a_run(
     )
     assert submits == 3
     assert after.get('slurmbridge_placeholder_jobs{state="RUNNING"}', 0) >= 3
+
+
+async def test_build_leader_token_and_webhook_series_on_a_running_stack(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
+) -> None:
+    """What the chart's alerts read, from the processes an operator runs: the build with the
+    data parser slurmrestd and the bridge agreed on, the one replica leading, the Slurm
+    token's remaining life, and the webhook's reviews on its own /metrics (HTTPS)."""
+    ns = await e2e_namespace("opsmetrics")
+    await create_pod(kube, ns, pod_manifest("ops0", gpus=1))
+    await wait_bound(kube, ns, "ops0")
+    values = _scrape(bridge_stack)
+    builds = [k for k in values if k.startswith("slurmbridge_build_info{")]
+    assert len(builds) == 1 and re.search(r'data_parser="v0\.0\.\d+"', builds[0]), builds
+    assert values["slurmbridge_leader"] == 1
+    assert values['slurmbridge_slurm_token_expiry_seconds{credential="token"}'] > 0
+
+    webhook = bridge_stack.webhook
+    async with httpx.AsyncClient(verify=webhook.verify, timeout=5) as client:
+        text = (await client.get(webhook.health_url.replace("/healthz", "/metrics"))).text
+    patched = [line for line in text.splitlines()
+               if line.startswith("slurmbridge_webhook_requests_total{")
+               and 'webhook="mutate"' in line and 'outcome="patched"' in line]
+    assert patched and float(patched[0].rsplit(" ", 1)[1]) >= 1, text
+    assert "slurmbridge_slurm_reachable" not in text

@@ -67,17 +67,22 @@ def dashboard_queries() -> list[PanelQuery]:
     after it, or, collapsed, its own ``panels``)."""
     found: list[PanelQuery] = []
     row = ""
+    dashboard = json.loads(DASHBOARD.read_text())
+    # The dashboard's own variables ($namespace, $instance) as "All" fills them in.
+    variables = {**GRAFANA_VARIABLES, **{
+        f"${v['name']}": v["allValue"] for v in dashboard["templating"]["list"]
+        if v.get("includeAll")}}
 
     def add(panel: dict[str, Any], row: str) -> None:
         for target in panel.get("targets", []):
             expr = target.get("expr", "")
-            for name, value in GRAFANA_VARIABLES.items():
+            for name, value in variables.items():
                 expr = expr.replace(name, value)
             assert "$__" not in expr and "${" not in expr, \
                 f"panel {panel['title']!r}: a Grafana variable the test does not fill in: {expr}"
             found.append(PanelQuery(row, panel["title"], target["refId"], expr))
 
-    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+    for panel in dashboard["panels"]:
         if panel["type"] == "row":
             row = panel["title"]
             for inner in panel.get("panels", []):
@@ -123,7 +128,10 @@ def slurmctld(bridge_stack: BridgeStack) -> Slurmctld:
 @pytest.fixture
 def prometheus(bridge_stack: BridgeStack, slurmctld: Slurmctld,
                tmp_path: Path) -> Iterator[Prometheus]:
-    jobs = [scrape_job("slurmbridge", [f"127.0.0.1:{bridge_stack.health_port}"], "/metrics/")]
+    jobs = [scrape_job("slurmbridge", [f"127.0.0.1:{bridge_stack.health_port}"], "/metrics/"),
+            {**scrape_job("slurmbridge-webhook", [urlsplit(bridge_stack.webhook.health_url).netloc],
+                          "/metrics"),
+             "scheme": "https", "tls_config": {"ca_file": str(bridge_stack.work / "ca.crt")}}]
     if slurmctld.has_metrics:
         jobs.append(slurmctld_scrape_job(slurmctld.target))
     with run_prometheus(jobs, tmp_path) as server:
@@ -145,8 +153,9 @@ async def test_every_dashboard_panel_returns_data(
     def scraped(job: str, targets: int) -> bool:
         return prometheus.values(f'up{{job="{job}"}}') == [1.0] * targets
 
-    await wait_for(lambda: scraped("slurmbridge", 1), 30,
-                   what=f"Prometheus scraping the bridge (log: {prometheus.log_file})")
+    await wait_for(lambda: scraped("slurmbridge", 1) and scraped("slurmbridge-webhook", 1), 30,
+                   what=f"Prometheus scraping the bridge and its webhook "
+                        f"(log: {prometheus.log_file})")
     if slurmctld.has_metrics:
         await wait_for(lambda: scraped("slurmctld", 4), 30,
                        what=f"Prometheus scraping slurmctld's /metrics/{{jobs,nodes,partitions,"

@@ -1,7 +1,9 @@
 """`slurmbridge doctor` against a stopped slurmrestd: one clear line, non-zero exit."""
 
+import time
 from pathlib import Path
 
+import jwt
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -30,3 +32,34 @@ def test_stopped_slurmrestd_is_one_line_with_a_hint(
     assert slurm_lines[0].startswith("FAIL")
     assert "127.0.0.1:9 unreachable" in slurm_lines[0]
     assert "hint: is slurmrestd running" in slurm_lines[0]
+
+
+def _kubeconfig(tmp_path: Path) -> Path:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9",
+                                                "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "x", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+    }))
+    return kubeconfig
+
+
+@pytest.mark.parametrize(("days", "label"), [(3, "WARN"), (30, "PASS"), (-1, "FAIL")])
+def test_the_slurm_tokens_expiry_is_a_line_warning_within_seven_days(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, days: int, label: str
+) -> None:
+    token = tmp_path / "token"
+    token.write_text(jwt.encode({"sun": "slurm", "exp": int(time.time()) + days * 86400 + 60},
+                                b"k" * 32, algorithm="HS256"))
+    monkeypatch.setenv("SLURMBRIDGE_SLURM__URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("SLURMBRIDGE_SLURM__TOKEN_FILE", str(token))
+    monkeypatch.setenv("SLURMBRIDGE_KUBE__KUBECONFIG", str(_kubeconfig(tmp_path)))
+    result = CliRunner().invoke(main, ["doctor"])
+    lines = [line for line in result.output.splitlines() if "token" in line and "expire" in line]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith(label), lines[0]
+    assert str(token) in lines[0]
+    if label != "PASS":
+        assert "scontrol token" in lines[0]  # the hint: how to mint the next one
