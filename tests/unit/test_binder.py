@@ -8,13 +8,12 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from bridge import keys
 from bridge.binding.binder import BindError
-from bridge.config import Settings
 from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.runtime import Bridge
 from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
-from slurmbridge_devkit.fakes import FakeSlurm
+from slurmbridge_devkit.fakes import FakeSlurm, fake_settings
 
 UID = "0000-pod-uid"
 JOB = 7
@@ -25,7 +24,7 @@ def _world(node: str = "node1", gpus: tuple[int, ...] = (4, 5)) -> tuple[Bridge,
     kube, slurm = FakeKube(), FakeSlurm()
     slurm.put(JobBuilder(JOB).owner(PodOwner(UID)).running(node, gpus=gpus).build())
     kube.add(PodBuilder("p", "ns").uid(UID).annotate(keys.JOB_ID, str(JOB)).build())
-    return build_bridge(Settings(), slurm=slurm, kube=kube), kube
+    return build_bridge(fake_settings(), slurm=slurm, kube=kube), kube
 
 
 def _pod(kube: FakeKube) -> Pod:
@@ -100,7 +99,7 @@ async def test_a_released_member_is_bound_with_the_job_its_release_recorded() ->
     member = (PodBuilder("g-1", "ns").uid(UID).group("g", 2)
               .annotate(keys.JOB_ID, "322").annotate(keys.SLURM_NODE, "node2").build())
     kube.add(member)
-    bridge = build_bridge(Settings(), slurm=slurm, kube=kube)
+    bridge = build_bridge(fake_settings(), slurm=slurm, kube=kube)
     for job in (later, released):  # 352 submitted here; 322 found by the resync after
         bridge.index.record(job)
     bridge.pod_cache.apply("ADDED", member)

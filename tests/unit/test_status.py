@@ -15,7 +15,7 @@ from bridge.placement.reasons import clock
 from bridge.slurm.client import SlurmClient
 from slurmbridge_cli.status_view import as_dicts, collect, render_table
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.slurm_http import HttpxExchange
+from slurmbridge_devkit.slurm_http import MOCK_SLURM_URL, HttpxExchange
 
 NS = "lab"
 
@@ -71,7 +71,7 @@ def _slurm() -> SlurmClient:
         return httpx.Response(200, json={"jobs": JOBS, "last_update": {"number": 1},
                                          "last_backfill": {"set": True, "number": EXPECTED - 60}})
 
-    settings = SlurmSettings(user="slurm", token="t", retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", token="t", retries=0)
     return SlurmClient(settings, exchange=HttpxExchange.mock(rest))
 
 
