@@ -6,10 +6,16 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
+import click
 import pytest
 import yaml
+from click.testing import CliRunner
+
+from slurmbridge_cli.cli import main as slurmbridge
+from slurmbridge_cli.kubectl import main as plugin
 
 SLURMBRIDGE = [sys.executable, "-m", "slurmbridge_cli"]
 KUBECTL_PLUGIN = [sys.executable, "-m", "slurmbridge_cli.kubectl"]
@@ -109,29 +115,25 @@ def test_a_bad_input_is_one_line_naming_the_fix(case: Case, tmp_path: Path) -> N
         assert words in errors[0], f"{words!r} not in {errors[0]!r}"
 
 
-@pytest.mark.parametrize("command", [
-    [], ["extender"], ["webhook"], ["status"], ["doctor"], ["config-reference"],
-], ids=lambda c: " ".join(c) or "slurmbridge")
-def test_every_slurmbridge_command_has_short_help(command: list[str], tmp_path: Path) -> None:
-    done = _run([*SLURMBRIDGE, *command, "-h"], tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("Usage: "), done.stdout
+@pytest.mark.parametrize(("command", "args"), [
+    (slurmbridge, []), (slurmbridge, ["extender"]), (slurmbridge, ["webhook"]),
+    (slurmbridge, ["status"]), (slurmbridge, ["doctor"]), (slurmbridge, ["config-reference"]),
+    (plugin, []), (plugin, ["status"]), (plugin, ["why"]), (plugin, ["nodes"]),
+    (plugin, ["version"]),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v.name)
+def test_every_command_has_short_help(command: click.Group, args: list[str]) -> None:
+    done = CliRunner().invoke(command, [*args, "-h"])
+    assert done.exit_code == 0, done.output
+    assert done.output.startswith("Usage: "), done.output
 
 
-@pytest.mark.parametrize("command", [[], ["status"], ["why"], ["nodes"], ["version"]],
-                         ids=lambda c: " ".join(c) or "kubectl-slurmbridge")
-def test_every_plugin_command_has_short_help(command: list[str], tmp_path: Path) -> None:
-    done = _run([*KUBECTL_PLUGIN, *command, "-h"], tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("Usage: "), done.stdout
-
-
-@pytest.mark.parametrize("argv", [[*SLURMBRIDGE, "--version"], [*KUBECTL_PLUGIN, "--version"],
-                                  [*KUBECTL_PLUGIN, "version"]],
-                         ids=["slurmbridge --version", "plugin --version", "plugin version"])
-def test_both_commands_say_their_version(argv: list[str], tmp_path: Path) -> None:
-    from importlib.metadata import version  # noqa: PLC0415
-
-    done = _run(argv, tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().endswith(version("slurmbridge-k8s")), done.stdout
+@pytest.mark.parametrize(("command", "args", "says"), [
+    (slurmbridge, ["--version"], "slurmbridge, version "),
+    (plugin, ["--version"], "kubectl-slurmbridge, version "),
+    (plugin, ["version"], "kubectl-slurmbridge "),
+], ids=["slurmbridge --version", "plugin --version", "plugin version"])
+def test_both_commands_say_their_version(command: click.Group, args: list[str],
+                                         says: str) -> None:
+    done = CliRunner().invoke(command, args)
+    assert done.exit_code == 0, done.output
+    assert done.output == f"{says}{version('slurmbridge-k8s')}\n"
