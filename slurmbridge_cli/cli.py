@@ -46,6 +46,8 @@ def _as_failures() -> Iterator[None]:
 
 
 class _Commands(click.Group):
+    """Every command's input errors, one line each (click's own: usage errors)."""
+
     def invoke(self, ctx: click.Context) -> Any:
         with _as_failures():
             return super().invoke(ctx)
