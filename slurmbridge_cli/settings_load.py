@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
+from pydantic_settings import SettingsError
 
 from bridge.config import CONFIG_FILE_ENV, Settings
 from slurmbridge_cli.failures import Failure
@@ -27,7 +28,10 @@ def load_settings(config: Path | None) -> Settings:
         return Settings()
     except ValidationError as exc:
         raise Failure("invalid settings: " + "; ".join(map(describe, exc.errors()))) from exc
-    except ValueError as exc:  # pydantic-settings: an environment variable that is not JSON
+    except SettingsError as exc:  # a list or mapping in the environment that is not JSON
+        raise Failure(f"invalid settings: {exc}: a list or mapping in SLURMBRIDGE_* is JSON, "
+                      """e.g. SLURMBRIDGE_ADMISSION__ENROLLED_NAMESPACES='["ml"]'""") from exc
+    except ValueError as exc:  # bridge/config.py: the settings file gone since _check_file
         raise Failure(f"invalid settings: {exc}") from exc
 
 

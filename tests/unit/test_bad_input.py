@@ -41,6 +41,7 @@ def _settings(path: Path, **sections: object) -> Path:
 class Case:
     argv: Callable[[Path], list[str]]  # given the test's directory
     fix: tuple[str, ...]  # what the error line must name
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def _with(settings: dict[str, object], *args: str) -> Callable[[Path], list[str]]:
@@ -78,6 +79,9 @@ CASES = {
                          "kube": {"kubeconfig": str(_kubeconfig(d / "kubeconfig"))}},
                         "extender")(d),
         ("SLURMBRIDGE_SLURM__TOKEN_FILE", "SLURMBRIDGE_SLURM__JWT_KEY_FILE")),
+    "environment not JSON": Case(
+        _with({"slurm": SLURM}, "doctor"), ("admission", "JSON", "SLURMBRIDGE_ADMISSION__"),
+        env=(("SLURMBRIDGE_ADMISSION__ENROLLED_NAMESPACES", "ml"),)),
     "unknown command": Case(lambda d: [*SLURMBRIDGE, "statsu"], ("statsu",)),
     "plugin output format": Case(lambda d: [*KUBECTL_PLUGIN, "status", "-o", "xml"],
                                  ("--output", "'xml'", "json")),
@@ -91,17 +95,19 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _run(argv: list[str], home: Path) -> subprocess.CompletedProcess[str]:
-    """As a user without a cluster runs it: no kubeconfig anywhere, no SLURMBRIDGE_* set."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SLURMBRIDGE_") and k != "KUBECONFIG"}
-    return subprocess.run(argv, env={**env, "HOME": str(home)}, cwd=home, capture_output=True,
-                          text=True, timeout=60, check=False)
+def _run(argv: list[str], home: Path, env: tuple[tuple[str, str], ...] = ()
+         ) -> subprocess.CompletedProcess[str]:
+    """As a user without a cluster runs it: no kubeconfig anywhere, no SLURMBRIDGE_* but
+    ``env`` set."""
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("SLURMBRIDGE_") and k != "KUBECONFIG"}
+    return subprocess.run(argv, env={**clean, **dict(env), "HOME": str(home)}, cwd=home,
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_a_bad_input_is_one_line_naming_the_fix(case: Case, tmp_path: Path) -> None:
-    done = _run(case.argv(tmp_path), tmp_path)
+    done = _run(case.argv(tmp_path), tmp_path, case.env)
     assert "Traceback" not in done.stdout + done.stderr, done.stderr
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert done.stdout == ""
