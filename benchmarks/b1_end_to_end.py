@@ -46,7 +46,7 @@ from benchmarks.b1_measure import (
 )
 from benchmarks.common import Outcome
 from bridge import keys
-from bridge.config import Settings
+from bridge.config import ControllerSettings, PlacementSettings
 from slurmbridge_devkit.kube import ControlPlane, stop_scheduler
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import BridgeStack
@@ -57,12 +57,12 @@ POD_MEMORY_MB = 512
 _APISERVER_PROFILE_SECONDS = 8
 # The bridge as shipped (timings, log level info): start_stack's fast test timings (1 s polls,
 # a resync every 30 s) would put extra full listings of Slurm's queue into the measured window.
-SHIPPED = Settings()
+SHIPPED_PLACEMENT, SHIPPED_CONTROLLERS = PlacementSettings(), ControllerSettings()
 SHIPPED_TIMINGS = {
-    "SLURMBRIDGE_PLACEMENT__POLL_INTERVAL_SECONDS": str(SHIPPED.placement.poll_interval_seconds),
+    "SLURMBRIDGE_PLACEMENT__POLL_INTERVAL_SECONDS": str(SHIPPED_PLACEMENT.poll_interval_seconds),
     "SLURMBRIDGE_PLACEMENT__RESYNC_INTERVAL_SECONDS":
-        str(SHIPPED.placement.resync_interval_seconds),
-    "SLURMBRIDGE_CONTROLLERS__INTERVAL_SECONDS": str(SHIPPED.controllers.interval_seconds),
+        str(SHIPPED_PLACEMENT.resync_interval_seconds),
+    "SLURMBRIDGE_CONTROLLERS__INTERVAL_SECONDS": str(SHIPPED_CONTROLLERS.interval_seconds),
 }
 
 

@@ -15,7 +15,7 @@ per profile, with every feasible node's name (``nodeCacheCapable: true``).  So B
 Two servers, each in its own process and served exactly as ``slurmbridge extender`` serves
 (``logs.configure("info")``, uvicorn with ``bridge.draining.SERVING``: no access log):
 
-- ``bridge``: the real app (``create_app(bridge, manage_lifecycle=False)``) over the dev
+- ``bridge``: the real app (``create_app(bridge)``) over the dev
   kit's in-memory fakes (``benchmarks/synthetic.py``), its index holding ``jobs`` running
   placeholder jobs, one per pod, the fake apiserver holding the pods it reads;
 - ``bare``: a FastAPI ``/filter`` that reads the body and returns pre-encoded bytes of
@@ -169,7 +169,7 @@ def bridge_app(
 
     bridge, kube = offline_bridge()
     load(bridge, kube, jobs, nodes, pods=True, released=released)
-    app = create_app(bridge, manage_lifecycle=False)
+    app = create_app(bridge)
 
     def extra() -> dict[str, Any]:
         return {"indexed_jobs": len(bridge.index.jobs()), "apiserver_writes": kube.writes}

@@ -61,7 +61,7 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
     logs.configure("info")  # as `slurmbridge extender` does
 
     bridge, kube = synthetic.offline_bridge()
-    app = create_app(bridge, manage_lifecycle=False)
+    app = create_app(bridge)
     for i in range(app_filters):  # the (fake) apiserver's pods the app filters read
         kube.add(cast(PodResource, PodResource.from_dict(synthetic.pod(i))))
     gc.collect()

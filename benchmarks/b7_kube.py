@@ -556,7 +556,7 @@ def serve_extender(side: str, port: int) -> None:
 
         bridge, kube = offline_bridge()
         load(bridge, kube, EXTENDER_JOBS, CANDIDATES, pods=True)
-        app = create_app(bridge, manage_lifecycle=False)
+        app = create_app(bridge)
     else:
         app = _bare_extender()
     uvicorn.run(_cpu_wrapped(app), host="127.0.0.1", port=port, **SERVING)

@@ -17,12 +17,13 @@ from pydantic_settings import (
 )
 
 from bridge import keys
+from bridge.urls import HttpURL
 
 CONFIG_FILE_ENV: Final = "SLURMBRIDGE_CONFIG_FILE"
 
 
 class SlurmSettings(BaseModel):
-    url: str = Field("http://127.0.0.1:6820", description="slurmrestd base URL")
+    url: HttpURL = Field(description="slurmrestd base URL, e.g. https://slurmctl.example.org:6820")
     user: str = Field("slurm", description="Slurm user the JWT belongs to (X-SLURM-USER-NAME)")
     token: SecretStr | None = Field(None, description="JWT; prefer token_file for rotation")
     token_file: Path | None = Field(None, description="file holding the JWT, re-read on change")
@@ -260,7 +261,7 @@ class Settings(BaseSettings):
         env_prefix="SLURMBRIDGE_", env_nested_delimiter="__", extra="forbid"
     )
 
-    slurm: SlurmSettings = SlurmSettings()
+    slurm: SlurmSettings
     kube: KubeSettings = KubeSettings()
     placement: PlacementSettings = PlacementSettings()
     controllers: ControllerSettings = ControllerSettings()

@@ -10,13 +10,21 @@ saying ``Connection: close`` (the client drops that connection once the response
 its next request opens one the Service routes to a live replica); then it stops as uvicorn
 does.  The same race, between uvicorn's idle timeout and a client reusing the connection, is
 why the servers keep idle connections longer than those clients do.
+
+Before it serves, a server stops on the first signal: uvicorn heeds one only once it serves,
+and the parts a face serves from may take long to start (the extender waits for the
+apiserver's Nodes), so their start is cancelled instead of making SIGTERM wait for it.
 """
 
+import asyncio
+import contextlib
 import functools
 import signal
+import socket
 import time
+from collections.abc import Awaitable
 from types import FrameType
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import structlog
 import uvicorn
@@ -33,24 +41,63 @@ _CLOSE = (b"connection", b"close")
 SERVING: dict[str, Any] = {
     "log_config": None, "access_log": False, "timeout_keep_alive": KEEP_ALIVE_SECONDS,
 }
+TICK_SECONDS = 0.1  # uvicorn's: how often its main loop looks for a signal
+
+
+class Parts(Protocol):
+    """What a face serves from, started before it listens and stopped after its last answer
+    (the extender's ``Bridge``)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class DrainingServer(uvicorn.Server):
-    """``uvicorn.Server`` whose first SIGTERM/SIGINT starts a drain; a second stops at once."""
+    """``uvicorn.Server`` whose first SIGTERM/SIGINT starts a drain once serving (before, it
+    stops); a second stops at once."""
 
-    def __init__(self, config: uvicorn.Config, drain_seconds: float) -> None:
+    def __init__(
+        self, config: uvicorn.Config, drain_seconds: float, *, parts: Parts | None = None
+    ) -> None:
         config.app = self._close_when_draining(cast(ASGIApp, config.app))  # an ASGI 3 app
         super().__init__(config)
         self.drain_seconds = drain_seconds
+        self.parts = parts
         self._drain: tuple[float, int] | None = None  # (since, the signal that started it)
         self._drain_logged = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        # Runs as a signal handler: set state only; on_tick logs and acts on it.
-        if self.drain_seconds <= 0 or self._drain is not None:
+        # Runs as a signal handler: set state only; on_tick and startup act on it.
+        if self.drain_seconds <= 0 or self._drain is not None or not self.started:
             super().handle_exit(sig, frame)
         else:
             self._drain = (time.monotonic(), sig)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.parts is not None and not await self._unless_stopped(self.parts.start()):
+            log.info("stopped while starting: never served")
+            await self.parts.stop()
+            return  # not started: uvicorn neither serves nor shuts down
+        await super().startup(sockets)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        if self.parts is not None and not self.force_exit:  # as uvicorn skips the lifespan's
+            await self.parts.stop()
+
+    async def _unless_stopped(self, work: Awaitable[None]) -> bool:
+        """``work`` done (True), or cancelled by a signal that came first (False)."""
+        task = asyncio.ensure_future(work)
+        while not task.done():
+            await asyncio.wait({task}, timeout=TICK_SECONDS)
+            if self.should_exit and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return False
+        task.result()
+        return True
 
     async def on_tick(self, counter: int) -> bool:
         if self._drain is not None and not self.should_exit:

@@ -7,8 +7,6 @@ metrics) over plain HTTP on its own port.
 """
 
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import structlog
@@ -68,18 +66,10 @@ def _name(node: dict[str, Any]) -> str:
     return str((node.get("metadata") or {}).get("name", ""))
 
 
-def create_app(bridge: Bridge, *, manage_lifecycle: bool = True) -> FastAPI:
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if manage_lifecycle:
-            await bridge.start()
-        try:
-            yield
-        finally:
-            if manage_lifecycle:
-                await bridge.stop()
-
-    app = FastAPI(title="slurmbridge scheduler extender", lifespan=lifespan)
+def create_app(bridge: Bridge) -> FastAPI:
+    """filter, prioritize and bind over ``bridge``, which its server starts and stops
+    (extender/server.py: a signal while it starts stops it)."""
+    app = FastAPI(title="slurmbridge scheduler extender")
 
     @app.exception_handler(RequestValidationError)
     async def bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -55,8 +55,8 @@ def api_config(bridge: Bridge, settings: ExtenderSettings) -> uvicorn.Config:
 
 
 def serve(bridge: Bridge, settings: ExtenderSettings) -> None:
-    """Run both servers until SIGTERM/SIGINT; the protocol server owns the bridge's lifecycle."""
-    api = DrainingServer(api_config(bridge, settings), settings.drain_seconds)
+    """Run both servers until SIGTERM/SIGINT; the protocol server starts and stops the bridge."""
+    api = DrainingServer(api_config(bridge, settings), settings.drain_seconds, parts=bridge)
     health = _Companion(uvicorn.Config(
         create_health_app(bridge), host=settings.host, port=settings.health_port,
         log_config=None, lifespan="off", access_log=False,  # a line per probe and scrape

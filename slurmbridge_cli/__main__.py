@@ -1,5 +1,5 @@
 """``python -m slurmbridge_cli``: the ``slurmbridge`` command."""
 
-from slurmbridge_cli.cli import main
+from slurmbridge_cli.launch import main
 
 main()

@@ -1,17 +1,18 @@
 """``slurmbridge``: run the parts of the bridge and look at what it is doing."""
 
 import asyncio
+import contextlib
 import json
-import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
-from pydantic import ValidationError
+from lightkube import ConfigError
 
 from admission.scope import kube_namespace_labels
 from admission.webhook import TLSConfigError, serve
 from bridge import logs
-from bridge.config import CONFIG_FILE_ENV, Settings
 from bridge.kube.connection import kube_client, opened_kube
 from bridge.policy.tenancy import TenancyError, TenancySource, owner_trust, placeholder_trust
 from bridge.slurm.client import SlurmClient
@@ -23,26 +24,49 @@ from slurmbridge_cli.compose import build_bridge
 from slurmbridge_cli.config_reference import markdown
 from slurmbridge_cli.doctor import Check
 from slurmbridge_cli.doctor import run as run_doctor
+from slurmbridge_cli.failures import Failure
+from slurmbridge_cli.settings_load import load_settings
+
+LOG_LEVELS = click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False)
 
 
-def load_settings(config: Path | None) -> Settings:
-    if config is not None:
-        os.environ[CONFIG_FILE_ENV] = str(config)
+@contextlib.contextmanager
+def _as_failures() -> Iterator[None]:
+    """What a command's inputs can get wrong (TLS files, tenancy, the Slurm credential, the
+    kubeconfig), each one line naming the fix."""
     try:
-        return Settings()
-    except (ValidationError, ValueError) as exc:
-        raise click.ClickException(f"invalid settings: {exc}") from exc
+        yield
+    except ConfigError as exc:
+        raise Failure(
+            f"kubeconfig: {exc}. Set kube.kubeconfig (SLURMBRIDGE_KUBE__KUBECONFIG) or KUBECONFIG "
+            "to a kubeconfig file, or run in a pod with a service account."
+        ) from exc
+    except (TLSConfigError, ExtenderTLSError, TenancyError, SlurmError) as exc:
+        raise Failure(str(exc)) from exc
 
 
-@click.group()
+class _Commands(click.Group):
+    """Every command's input errors, one line each (click's own: usage errors)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _as_failures():
+            return super().invoke(ctx)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="slurmbridge-k8s", prog_name="slurmbridge")
 @click.option(
     "--config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="YAML settings file (environment variables SLURMBRIDGE_* override it).",
 )
-@click.option("--log-level", default="info", show_default=True)
+@click.option("--log-level", type=LOG_LEVELS, default="info", show_default=True)
 @click.pass_context
 def main(ctx: click.Context, config: Path | None, log_level: str) -> None:
-    """Let a Slurm controller place selected Kubernetes pods."""
+    """Let a Slurm controller place selected Kubernetes pods.
+
+    Exit codes: 0 done; 1 doctor: a check failed; 2 usage, settings, kubeconfig, TLS or
+    credential errors (one line naming the fix).
+    """
     logs.configure(log_level)
     ctx.obj = config
 
@@ -52,10 +76,7 @@ def main(ctx: click.Context, config: Path | None, log_level: str) -> None:
 def extender(config: Path | None) -> None:
     """Serve the kube-scheduler extender (mutual TLS), the Slurm poller and the controllers."""
     settings = load_settings(config)
-    try:
-        serve_extender(build_bridge(settings), settings.extender)
-    except ExtenderTLSError as exc:
-        raise click.ClickException(str(exc)) from exc
+    serve_extender(build_bridge(settings), settings.extender)
 
 
 @main.command()
@@ -63,11 +84,8 @@ def extender(config: Path | None) -> None:
 def webhook(config: Path | None) -> None:
     """Serve the mutating and validating admission webhooks (HTTPS)."""
     settings = load_settings(config)
-    try:
-        labels = kube_namespace_labels(kube_client(settings.kube.kubeconfig))
-        serve(settings.admission, namespace_lookup=labels, device_classes=settings.device_classes)
-    except TLSConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
+    labels = kube_namespace_labels(kube_client(settings.kube.kubeconfig))
+    serve(settings.admission, namespace_lookup=labels, device_classes=settings.device_classes)
 
 
 @main.command()
@@ -77,10 +95,7 @@ def status(config: Path | None, output: str) -> None:
     """Bridged pods and their Slurm jobs: state, reason, expected start, account, user, QOS,
     node, GPUs, age."""
     settings = load_settings(config)
-    try:  # placeholders run as the namespaces' users: the tenancy says which jobs are ours
-        tenancy = TenancySource(settings.admission.tenancy_file)
-    except TenancyError as exc:
-        raise click.ClickException(str(exc)) from exc
+    tenancy = TenancySource(settings.admission.tenancy_file)
     believe = owner_trust(tenancy, settings.slurm.user)
 
     async def run() -> list[status_view.Row]:
@@ -88,10 +103,7 @@ def status(config: Path | None, output: str) -> None:
                     opened_kube(settings.kube.kubeconfig) as kube):
             return await status_view.collect(kube, slurm, believe)
 
-    try:
-        rows = asyncio.run(run())
-    except SlurmError as exc:
-        raise click.ClickException(str(exc)) from exc
+    rows = asyncio.run(run())
     if output == "json":
         click.echo(json.dumps(status_view.as_dicts(rows), indent=2))
     else:

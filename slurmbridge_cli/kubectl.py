@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.exceptions import ApiError
 
 from bridge.ports import KubePort
+from slurmbridge_cli.failures import Failure
 from slurmbridge_cli.kubeviews import nodes as node_views
 from slurmbridge_cli.kubeviews import pods as pod_views
 from slurmbridge_cli.kubeviews import text as render
@@ -38,8 +40,9 @@ from slurmbridge_cli.kubeviews import why as why_views
 
 T = TypeVar("T")
 OUTPUTS = click.Choice(["table", "json", "yaml"])
-EXIT_OK, EXIT_WAITING, EXIT_ERROR = 0, 1, 2
+EXIT_OK, EXIT_WAITING = 0, 1
 ALL_NAMESPACES = "*"
+DISTRIBUTION = "slurmbridge-k8s"
 
 
 @dataclass(frozen=True)
@@ -61,12 +64,6 @@ class Target:
 
 
 Connect = Callable[[Target], AbstractAsyncContextManager[Session]]
-
-
-class Failure(click.ClickException):
-    """A usage, configuration, connection or permission error: exit code 2."""
-
-    exit_code = EXIT_ERROR
 
 
 def _merged(files: list[Path]) -> KubeConfig:
@@ -190,6 +187,7 @@ _namespace = click.option("-n", "--namespace",
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name=DISTRIBUTION, prog_name="kubectl-slurmbridge")
 @_kubeconfig
 @_context
 def main() -> None:
@@ -266,3 +264,13 @@ def nodes(ctx: click.Context, output: str) -> None:
 
     rows = _run(ctx, _target(ctx), work)
     _emit(output, [asdict(r) for r in rows], lambda: render.nodes_table(rows))
+
+
+@main.command()
+def version() -> None:
+    """The plugin's version (the slurmbridge-k8s release it came with)."""
+    click.echo(f"kubectl-slurmbridge {installed_version(DISTRIBUTION)}")
+
+
+if __name__ == "__main__":  # python -m slurmbridge_cli.kubectl, as kubectl runs the plugin
+    main()

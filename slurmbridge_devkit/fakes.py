@@ -25,6 +25,8 @@ from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, Slurm
 from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.fake_kube import FakeKube
 
+FAKE_SLURM_URL = "http://slurmrestd.fake:6820"  # named in fake_settings; no fake calls it
+
 
 class InFlight:
     """Stands in for an async method: each call held ``hold`` seconds, then passed on, and
@@ -215,11 +217,17 @@ def bridge_over_fakes(
     is mapped to Slurm account research and user alice; a job's status is shown on its pod
     after 0.1 s (not 10: a test drains the notifier when it ends)."""
     (workdir / "tenancy.yaml").write_text(tenancy)
-    settings = Settings.model_validate({
-        "admission": {"tenancy_file": workdir / "tenancy.yaml"},
-        "controllers": {"identity": identity},
-        "slurm": {"user": FakeSlurm.BRIDGE_USER},
-        "placement": {"notify_quiet_seconds": 0.1, **(placement or {})},
-        "device_classes": device_classes or {},
-    })
+    settings = fake_settings(
+        admission={"tenancy_file": workdir / "tenancy.yaml"},
+        controllers={"identity": identity},
+        placement={"notify_quiet_seconds": 0.1, **(placement or {})},
+        device_classes=device_classes or {},
+    )
     return build_bridge(settings, slurm=slurm, kube=kube)
+
+
+def fake_settings(**sections: Any) -> Settings:
+    """Settings of a bridge over the fakes: ``sections`` as in a settings file, the required
+    slurm.url, which no fake calls, and the Slurm user the fake shows for the bridge's jobs."""
+    return Settings.model_validate(
+        {"slurm": {"url": FAKE_SLURM_URL, "user": FakeSlurm.BRIDGE_USER}, **sections})

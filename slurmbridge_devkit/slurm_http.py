@@ -8,10 +8,13 @@ import httpx
 
 from bridge.slurm.http import Answer, Broken, Query, Unreached
 
+# What the Slurm settings of a test answered by a mock name (slurm.url is required).
+MOCK_SLURM_URL = "http://slurmrestd"
+
 
 class HttpxExchange:
     def __init__(
-        self, transport: httpx.AsyncBaseTransport, base_url: str = "http://slurmrestd"
+        self, transport: httpx.AsyncBaseTransport, base_url: str = MOCK_SLURM_URL
     ) -> None:
         self._http = httpx.AsyncClient(base_url=base_url, transport=transport)
 

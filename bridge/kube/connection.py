@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from lightkube import AsyncClient, KubeConfig
+from lightkube import AsyncClient, ConfigError, KubeConfig
 from lightkube.config.client_adapter import verify_cluster
 
 from bridge.kube.transport import AiohttpTransport
@@ -31,7 +31,7 @@ async def opened_kube(kubeconfig: Path | None) -> AsyncIterator[AsyncClient]:
 def client_for(kubeconfig: KubeConfig) -> AsyncClient:
     config = kubeconfig.get()
     if config is None or config.user is None:
-        raise ValueError("the kubeconfig names no current context with a user: set one "
+        raise ConfigError("the kubeconfig names no current context with a user: set one "
                          "(kubectl config use-context)")
     # The same TLS lightkube would set up: the cluster's CA (or none), the user's certificate.
     tls = verify_cluster(config.cluster, config.user, config.abs_file)

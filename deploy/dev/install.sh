@@ -7,7 +7,7 @@
 #   service is not left running), and python3-venv when Python cannot create a virtualenv
 #   (stock Debian 12);
 # - Go new enough for Kubernetes (deploy/dev/go.sh: Go's toolchain mechanism);
-# - the package with its test extras, editable, into a virtualenv
+# - the package with its server and test extras, editable, into a virtualenv
 #   (${SLURMBRIDGE_VENV:-.venv}): Debian's python3 refuses system-wide pip (PEP 668).
 # Safe to run again: the virtualenv is only re-synced when pyproject.toml changed.
 set -euo pipefail
@@ -40,8 +40,8 @@ log "$(go version)"
 stamp="$(cat pyproject.toml "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
 if [[ ! -x "$VENV/bin/slurmbridge" || "$(cat "$VENV/.slurmbridge-stamp" 2>/dev/null)" != "$stamp" ]]; then
   [[ -x "$VENV/bin/python" ]] || { log "creating virtualenv $VENV"; "$PYTHON" -m venv "$VENV"; }
-  log "installing the package and its test extras into $VENV"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]' >&2
+  log "installing the package and its server and test extras into $VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[server,test]' >&2
   echo "$stamp" > "$VENV/.slurmbridge-stamp"
 fi
 echo "$VENV/bin"

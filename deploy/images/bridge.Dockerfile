@@ -10,9 +10,10 @@ FROM ${BASE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
-# The dependencies first, from pyproject.toml alone: this layer survives code changes.
+# The dependencies first, from pyproject.toml alone: this layer survives code changes.  The base
+# ones and the [server] extra's (the base alone is kubectl slurmbridge's).
 RUN python3 -m venv /opt/slurmbridge \
- && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > /tmp/requirements.txt \
+ && python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["server"]))' > /tmp/requirements.txt \
  && /opt/slurmbridge/bin/pip install -r /tmp/requirements.txt
 COPY bridge ./bridge
 COPY extender ./extender

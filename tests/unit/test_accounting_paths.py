@@ -10,7 +10,7 @@ from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
-from bridge.config import AdmissionSettings, Settings, SlurmSettings
+from bridge.config import AdmissionSettings, SlurmSettings
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.controllers.poller import Poller
 from bridge.jobs.request import JobRequest
@@ -33,7 +33,7 @@ from slurmbridge_cli.doctor import Check, tenancy_checks
 from slurmbridge_cli.status_view import Row, collect, render_table
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
-from slurmbridge_devkit.fakes import FakeSlurm
+from slurmbridge_devkit.fakes import FakeSlurm, fake_settings
 from slurmbridge_devkit.recorded_events import RecordedEvents
 
 
@@ -280,7 +280,7 @@ async def test_doctor_names_what_the_tenancy_maps_but_slurmdbd_lacks(
                        "  b: {account: team-b, user: bob, qos: [vip]}\n"
                        "default: {account: team-a, user: eve}\n")
     monkeypatch.setattr(doctor, "SlurmClient", SlurmdbdOnly)
-    settings = Settings(admission=AdmissionSettings(tenancy_file=tenancy))
+    settings = fake_settings(admission=AdmissionSettings(tenancy_file=tenancy))
     checks = [c async for c in tenancy_checks(settings, cast(AsyncClient, FakeKube()))]
     good, bad, stranger = checks
     assert good.ok and "in slurmdbd" in good.line()

@@ -8,13 +8,12 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from bridge import keys
 from bridge.binding.binder import BindError
-from bridge.config import Settings
 from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.runtime import Bridge
 from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
-from slurmbridge_devkit.fakes import FakeSlurm
+from slurmbridge_devkit.fakes import FakeSlurm, fake_settings
 
 UID = "0000-pod-uid"
 JOB = 7
@@ -30,8 +29,7 @@ def _world(node: str = "node1", gpus: tuple[int, ...] = (4, 5)) -> tuple[Bridge,
 
 def _bridge(slurm: FakeSlurm, kube: FakeKube) -> Bridge:
     """The bridge over the fakes, as the Slurm user the fake shows for the bridge's jobs."""
-    settings = Settings.model_validate({"slurm": {"user": FakeSlurm.BRIDGE_USER}})
-    return build_bridge(settings, slurm=slurm, kube=kube)
+    return build_bridge(fake_settings(), slurm=slurm, kube=kube)
 
 
 def _pod(kube: FakeKube) -> Pod:

@@ -42,7 +42,7 @@ class Replicas:
         return found
 
     async def filter(self, replica: str, name: str) -> dict[str, Any]:
-        app = create_app(self.bridges[replica], manage_lifecycle=False)
+        app = create_app(self.bridges[replica])
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://extender") as http:
             resp = await http.post("/filter", json={"Pod": self.pod(name), "NodeNames": NODES})

@@ -36,7 +36,7 @@ def unreachable(cfg: Settings) -> Bridge:
 @pytest.fixture(scope="module")
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     cfg = Settings(slurm=SlurmSettings(url="http://127.0.0.1:9", token="t"))
-    app = create_app(unreachable(cfg), manage_lifecycle=False)
+    app = create_app(unreachable(cfg))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://extender") as c:
         yield c

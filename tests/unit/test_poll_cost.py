@@ -18,7 +18,7 @@ from bridge.slurm.wire.base import PingResponse
 from slurmbridge_devkit.builders import JobBuilder
 from slurmbridge_devkit.fakes import FakeSlurm
 from slurmbridge_devkit.recorded_events import RecordedEvents
-from slurmbridge_devkit.slurm_http import HttpxExchange
+from slurmbridge_devkit.slurm_http import MOCK_SLURM_URL, HttpxExchange
 
 OWN = 10
 
@@ -84,7 +84,7 @@ class StateRest:
 
 async def test_the_client_names_the_jobs_it_wants_in_chunks_and_never_lists_all() -> None:
     rest = StateRest(range(1, 1_001))
-    settings = SlurmSettings(user="slurm", token="t", retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", token="t", retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(rest)) as client:
         assert await client.job_states([]) == {}
         assert rest.queries == []  # no ids, no request: Slurm would answer every job
@@ -135,7 +135,7 @@ async def test_every_job_state_reads_text_ids_and_leaves_array_records_out() -> 
             {"job_id": "4_[1-3]", "state": ["PENDING"]}, {"job_id": "9", "state": ["ODD"]},
         ]})
 
-    settings = SlurmSettings(user="slurm", token="t", retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", token="t", retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(answer)) as client:
         states = await client.every_job_state()
         assert await client.job_states([7, 8]) == {7: JobState.RUNNING, 8: JobState.PENDING}

@@ -217,7 +217,7 @@ async def test_a_released_pod_passes_filter_and_bind_without_a_read(world: World
             return await real_get(res, name, **kw)
 
         world.kube.get = counting_get  # type: ignore[method-assign]
-        app = create_app(world.bridge, manage_lifecycle=False)
+        app = create_app(world.bridge)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://extender") as http:
             body = {"Pod": {"metadata": {k: pod["metadata"][k] for k in (

@@ -28,7 +28,7 @@ from bridge.slurm.types import JobState
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
-from slurmbridge_devkit.slurm_http import HttpxExchange
+from slurmbridge_devkit.slurm_http import MOCK_SLURM_URL, HttpxExchange
 
 BRIDGE_USER = "slurm"
 
@@ -78,7 +78,7 @@ class FakeRest:
 
 
 def _client(rest: FakeRest) -> SlurmClient:
-    settings = SlurmSettings(user=BRIDGE_USER, token="t", retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user=BRIDGE_USER, token="t", retries=0)
     return SlurmClient(settings, exchange=HttpxExchange.mock(rest))
 
 
@@ -187,7 +187,7 @@ def _resources(request: httpx.Request, version: str = "v0.0.45") -> httpx.Respon
 
 
 async def test_a_started_jobs_allocation_is_the_small_answer_where_slurm_has_it() -> None:
-    settings = SlurmSettings(user=BRIDGE_USER, token="t", retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user=BRIDGE_USER, token="t", retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(_resources)) as client:
         allocation = await client.job_allocation(1)
         pending = await client.job_allocation(2)
@@ -212,7 +212,7 @@ async def test_an_allocation_the_bridge_cannot_read_names_the_job() -> None:
                 {"name": "gpu", "count": 1, "index": "0-"}]}], "errors": []})
         return _resources(request)
 
-    settings = SlurmSettings(user=BRIDGE_USER, token="t", retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user=BRIDGE_USER, token="t", retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(garbled)) as client:
         with pytest.raises(SlurmProtocolError, match="job 1"):
             await client.job_allocation(1)

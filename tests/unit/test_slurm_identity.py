@@ -19,7 +19,7 @@ from bridge.jobs.request import JobRequest, SlurmPlacement
 from bridge.slurm import auth
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmAuthError
-from slurmbridge_devkit.slurm_http import HttpxExchange
+from slurmbridge_devkit.slurm_http import MOCK_SLURM_URL, HttpxExchange
 
 
 class VerifyingRest:
@@ -83,7 +83,7 @@ def test_minted_token_carries_the_claims_slurm_documents() -> None:
 
 async def test_placeholder_runs_as_the_request_user_with_a_key(key_file: Path) -> None:
     rest = VerifyingRest(KEY)
-    settings = SlurmSettings(user="slurm", jwt_key_file=key_file, retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", jwt_key_file=key_file, retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(rest)) as client:
         await client.submit(_req("alice"))
         await client.submit(_req(None))
@@ -94,7 +94,7 @@ async def test_placeholder_runs_as_the_request_user_with_a_key(key_file: Path) -
 
 async def test_key_rotated_on_disk_is_used_without_a_restart(key_file: Path) -> None:
     rest = VerifyingRest(KEY)
-    settings = SlurmSettings(user="slurm", jwt_key_file=key_file, retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", jwt_key_file=key_file, retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(rest)) as client:
         await client.submit(_req("alice"))
         rest.key = b"n" * 64  # slurmctld now verifies with a new key ...
@@ -108,7 +108,7 @@ async def test_token_file_rotated_on_disk_is_used_without_a_restart(tmp_path: Pa
     rest = VerifyingRest(key)
     token_file = tmp_path / "token"
     _write(token_file, auth.mint(b"old" * 22, "slurm", 600).encode())  # not valid any more
-    settings = SlurmSettings(user="slurm", token_file=token_file, retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", token_file=token_file, retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(rest)) as client:
         with pytest.raises(SlurmAuthError, match="scontrol token username=slurm"):
             await client.list_jobs()
@@ -121,7 +121,7 @@ async def test_single_token_acts_as_another_user_only_if_slurm_lets_it(tmp_path:
     token_file = tmp_path / "token"
     _write(token_file, auth.mint(key, "svc", 600).encode())
     rest = VerifyingRest(key, slurm_user="slurm")  # svc is not SlurmUser
-    settings = SlurmSettings(user="svc", token_file=token_file, retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="svc", token_file=token_file, retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(rest)) as client:
         await client.submit(_req(None))
         with pytest.raises(SlurmAuthError, match="jwt_key_file"):
@@ -130,7 +130,7 @@ async def test_single_token_acts_as_another_user_only_if_slurm_lets_it(tmp_path:
 
 def test_no_credential_names_both_settings() -> None:
     with pytest.raises(SlurmAuthError, match=r"JWT_KEY_FILE.*TOKEN_FILE"):
-        SlurmClient(SlurmSettings(user="slurm"))
+        SlurmClient(SlurmSettings(url=MOCK_SLURM_URL, user="slurm"))
 
 
 def _job(user: str, name: str) -> dict[str, Any]:
@@ -155,7 +155,7 @@ async def test_placeholders_are_the_bridges_and_its_mapped_users_jobs(
         namespace = job_name.removeprefix("k8s:").split("/", 1)[0]
         return mapped.get(namespace) == job_user
 
-    settings = SlurmSettings(user="slurm", jwt_key_file=key_file, retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", jwt_key_file=key_file, retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(rest), trust=trust) as c:
         job = (await c.list_jobs())[0]
     assert (job.owner == PodOwner("uid-7")) is placeholder

@@ -16,7 +16,7 @@ from bridge.policy.tenancy import TenancyMap, TenancySource, Tenant, owner_trust
 from bridge.slurm.client import PlaceholderTrust, SlurmClient
 from slurmbridge_cli.status_view import as_dicts, collect, render_table
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.slurm_http import HttpxExchange
+from slurmbridge_devkit.slurm_http import MOCK_SLURM_URL, HttpxExchange
 
 NS = "lab"
 
@@ -73,7 +73,7 @@ def _slurm(jobs: list[dict[str, Any]] = JOBS, trust: PlaceholderTrust | None = N
         return httpx.Response(200, json={"jobs": jobs, "last_update": {"number": 1},
                                          "last_backfill": {"set": True, "number": EXPECTED - 60}})
 
-    settings = SlurmSettings(user="slurm", token="t", retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", token="t", retries=0)
     return SlurmClient(settings, exchange=HttpxExchange.mock(rest), trust=trust)
 
 
