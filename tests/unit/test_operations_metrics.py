@@ -23,7 +23,7 @@ from extender.protocol import create_health_app
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm, bridge_over_fakes
-from slurmbridge_devkit.slurm_http import HttpxExchange
+from slurmbridge_devkit.slurm_http import MOCK_SLURM_URL, HttpxExchange
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -64,7 +64,7 @@ async def test_build_info_names_version_python_and_the_negotiated_data_parser(
 ) -> None:
     token = tmp_path / "token"
     token.write_text("t")
-    settings = SlurmSettings(user="slurm", token_file=token, retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", token_file=token, retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(openapi)) as client:
         await client.connect()
     samples = await scrape(bridge)
@@ -99,7 +99,7 @@ async def test_token_file_expiry_is_the_seconds_until_its_exp_claim(
     token = tmp_path / "token"
     token.write_text(jwt.encode({"sun": "slurm", "exp": int(time.time()) + 3 * 86400},
                                 b"k" * 32, algorithm="HS256"))
-    settings = SlurmSettings(user="slurm", token_file=token, retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", token_file=token, retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(openapi)) as client:
         await client.connect()  # the token is read when it is first sent
     left = sample(await scrape(bridge), "slurmbridge_slurm_token_expiry_seconds",
@@ -110,8 +110,8 @@ async def test_token_file_expiry_is_the_seconds_until_its_exp_claim(
 async def test_minted_tokens_expiry_is_their_lifespan(bridge: Bridge, tmp_path: Path) -> None:
     key = tmp_path / "jwt.key"
     key.write_bytes(b"k" * 64)
-    settings = SlurmSettings(user="slurm", jwt_key_file=key, token_lifespan_seconds=600,
-                             retries=0)
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", jwt_key_file=key,
+                             token_lifespan_seconds=600, retries=0)
     async with SlurmClient(settings, exchange=HttpxExchange.mock(openapi)) as client:
         await client.connect()
     assert sample(await scrape(bridge), "slurmbridge_slurm_token_expiry_seconds",
