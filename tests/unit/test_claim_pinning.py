@@ -3,6 +3,7 @@
 Over the in-memory fakes; the same against a real apiserver, kube-scheduler and DRA driver is
 tests/kind/test_dra_claims.py."""
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -187,6 +188,9 @@ async def test_a_users_job_label_never_frees_an_allocation_kube_scheduler_made(
         assert mine.metadata is not None
         mine.metadata.finalizers = [keys.CLAIM_FINALIZER]
     world.kube.add(mine)
+    record = json.loads(world.claim("c")["metadata"]["annotations"][keys.CLAIM_PINNED])
+    pod_uid = world.pod("p")["metadata"]["uid"]
+    assert record == {"job": job_id, "pod": pod_uid, "devices": [[DRIVER, "node1", "gpu-2"]]}
     await _ended_and_gone(world, job_id, "p")
     assert devices(world.claim("c")) == [], "the bridge's own claim is freed"
     kept = world.claim("mine")
