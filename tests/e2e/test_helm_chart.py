@@ -243,11 +243,11 @@ def test_render_extender_mutual_tls_and_network_policy() -> None:
                 if d["kind"] == "NetworkPolicy"]
 
     # The policy the API server enforces without the webhook: every namespace it skips.
-    vap = find(docs, "ValidatingAdmissionPolicy")
+    vap = find(docs, "ValidatingAdmissionPolicy", "-pods")
     uncovered = vap["spec"]["validations"][1]["expression"]
     for ns in ("kube-system", namespace, "monitoring"):
         assert f'"{ns}"' in uncovered
-    assert find(docs, "ValidatingAdmissionPolicyBinding")["spec"] == {
+    assert find(docs, "ValidatingAdmissionPolicyBinding", "-pods")["spec"] == {
         "policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
 
 
