@@ -187,6 +187,11 @@ NODE_CONDITION_SLURM: Final = "SlurmNodeAvailable"
 # the job, so the lifecycle controller finds them with one list.
 CLAIM_FINALIZER: Final = PREFIX + "slurm-allocation"
 CLAIM_JOB_LABEL: Final = PREFIX + "job-id"
+# The bridge's record on such a claim, written with the finalizer: the job, the pod and the
+# devices it wrote (JSON).  A claim is the bridge's to free only with both (the chart's
+# admission policy lets no one else write either) and while its allocation is the one recorded;
+# the label, which anyone may set, only narrows the listing (bridge/devices/marks.py).
+CLAIM_PINNED: Final = PREFIX + "pinned-allocation"
 
 # Extended resource names of GPUs that Slurm allocates instead of the device plugin.
 GPU_RESOURCE: Final = "nvidia.com/gpu"

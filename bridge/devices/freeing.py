@@ -7,12 +7,14 @@ let it go, which can be after the pod went (a job still completing).  So a claim
 here once its job no longer holds GPUs and no pod that may still run uses it, and at once
 when Slurm gives one of its devices to another job (Slurm never gives a GPU twice, so the
 old job has let it go: a requeued or preempted job never leaves a second claim on a device).
-Freeing clears the allocation and reservations, then lifts the finalizer and label, so a
-generated claim whose pod is gone is deleted then.
+Only a claim whose allocation the bridge wrote is freed, as its record proves (``marks.py``):
+a label anyone can set never clears an allocation kube-scheduler made.  Freeing clears the
+allocation and reservations, then lifts the marks, so a generated claim whose pod is gone is
+deleted then.
 """
 
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any, NamedTuple, Protocol, cast
+from typing import NamedTuple, Protocol, cast
 
 import structlog
 from lightkube import operators
@@ -22,27 +24,16 @@ from lightkube.resources.resource_v1 import ResourceClaimStatus as ClaimStatus
 from lightkube.types import PatchType
 
 from bridge import keys
+from bridge.devices.marks import DeviceId, PinRecord, holds_recorded, record_of, unmarks, version
 from bridge.kube.apierrors import is_not_found
 from bridge.ports import KubeList, KubePatch
 
 log = structlog.get_logger(__name__)
 
 
-class DeviceId(NamedTuple):
-    driver: str
-    pool: str
-    device: str
-
-
-def allocated_devices(claim: ResourceClaim) -> set[DeviceId]:
-    allocation = claim.status.allocation if claim.status else None
-    results = (allocation.devices.results if allocation and allocation.devices else None) or []
-    return {DeviceId(r.driver, r.pool, r.device) for r in results}
-
-
-def _job_of(claim: ResourceClaim) -> int | None:
-    text = ((claim.metadata.labels if claim.metadata else None) or {}).get(keys.CLAIM_JOB_LABEL)
-    return int(text) if text and text.isdigit() else None
+class Pinned(NamedTuple):
+    claim: ResourceClaim
+    record: PinRecord
 
 
 class FreeingKube(KubeList, KubePatch, Protocol):
@@ -56,23 +47,36 @@ class ClaimReleaser:
     def __init__(self, kube: FreeingKube) -> None:
         self._kube = kube
         self._maybe_pinned = True  # until a listing finds none (another leader's may exist)
+        self._told: set[str] = set()  # UIDs of labelled claims without the bridge's record
 
     def pinning(self) -> None:
         """A claim is about to be written: the loop looks again."""
         self._maybe_pinned = True
 
-    async def pinned(self) -> list[ResourceClaim]:
-        """Every claim the bridge allocated and has not freed (one list, by its label)."""
-        return [c async for c in self._kube.list(
-            ResourceClaim, namespace="*", labels={keys.CLAIM_JOB_LABEL: operators.exists()})]
+    async def pinned(self) -> list[Pinned]:
+        """Every claim the bridge allocated and has not freed: one list, by the job label,
+        kept where the bridge's record is (a label alone is anyone's)."""
+        found, unproven = [], set()
+        async for claim in self._kube.list(
+                ResourceClaim, namespace="*", labels={keys.CLAIM_JOB_LABEL: operators.exists()}):
+            if (record := record_of(claim)) is not None:
+                found.append(Pinned(claim, record))
+            elif claim.metadata and claim.metadata.uid:
+                unproven.add(claim.metadata.uid)
+                if claim.metadata.uid not in self._told:
+                    log.info("claim.not_pinned", claim=_ref(claim), why=(
+                        f"labelled {keys.CLAIM_JOB_LABEL} without the bridge's finalizer and "
+                        f"record ({keys.CLAIM_PINNED}): not the bridge's, never freed by it"))
+        self._told = unproven
+        return found
 
     async def free_stale(self, devices: Collection[DeviceId], job_id: int) -> None:
         """Free the claims of other jobs on ``devices``, which Slurm now gave ``job_id``."""
-        for claim in await self.pinned():
-            if _job_of(claim) != job_id and allocated_devices(claim) & set(devices):
-                log.warning("claim.stale", claim=_ref(claim), job_id=_job_of(claim),
+        for claim, record in await self.pinned():
+            if record.job != job_id and record.devices & set(devices):
+                log.warning("claim.stale", claim=_ref(claim), job_id=record.job,
                             now_job_id=job_id, why="Slurm gave its devices to another job")
-                await self.free(claim)
+                await self.free(claim, record)
 
     async def free_finished(
         self, job_holds: Callable[[int], Awaitable[bool]], pod_runs: Callable[[str], bool]
@@ -82,49 +86,34 @@ class ClaimReleaser:
             return
         pinned = await self.pinned()
         self._maybe_pinned = bool(pinned)
-        for claim in pinned:
-            job_id = _job_of(claim)
+        for claim, record in pinned:
             users = [r.uid for r in (claim.status.reservedFor if claim.status else None) or []]
-            if any(pod_runs(uid) for uid in users):
+            if any(pod_runs(uid) for uid in users) or await job_holds(record.job):
                 continue
-            if job_id is not None and await job_holds(job_id):
-                continue
-            await self.free(claim)
+            await self.free(claim, record)
 
-    async def free(self, claim: ResourceClaim) -> None:
-        """Clear the allocation, then the bridge's finalizer and label (each under the
-        resourceVersion it read: a claim changed meanwhile is looked at next round)."""
+    async def free(self, claim: ResourceClaim, record: PinRecord) -> None:
+        """Clear the allocation if it is still the one recorded, then lift the bridge's marks
+        (each under the resourceVersion it read: a claim changed meanwhile is looked at next
+        round)."""
         meta = claim.metadata
         assert meta is not None and meta.name and meta.namespace
         try:
-            if claim.status and (claim.status.allocation or claim.status.reservedFor):
+            if holds_recorded(claim, record):
                 cleared = await self._kube.patch(ClaimStatus, meta.name, [
-                    _version(claim), {"op": "add", "path": "/status", "value": {}},
+                    version(claim), {"op": "add", "path": "/status", "value": {}},
                 ], namespace=meta.namespace, patch_type=PatchType.JSON)
                 claim = cast(ResourceClaim, cleared)  # the status subresource: the whole claim
-            await self._kube.patch(ResourceClaim, meta.name, _unmarks(claim),
+            elif claim.status and claim.status.allocation:
+                log.warning("claim.allocated_by_another", claim=_ref(claim), job_id=record.job,
+                            why="its allocation is not the one the bridge wrote: left as is")
+            await self._kube.patch(ResourceClaim, meta.name, unmarks(claim),
                                    namespace=meta.namespace, patch_type=PatchType.JSON)
         except ApiError as err:
             if is_not_found(err):
                 return
             raise
         log.info("claim.freed", claim=_ref(claim))
-
-
-def _version(claim: ResourceClaim) -> dict[str, Any]:
-    assert claim.metadata is not None
-    return {"op": "test", "path": "/metadata/resourceVersion",
-            "value": claim.metadata.resourceVersion}
-
-
-def _unmarks(claim: ResourceClaim) -> list[dict[str, Any]]:
-    meta = claim.metadata
-    assert meta is not None
-    finalizers = [f for f in meta.finalizers or [] if f != keys.CLAIM_FINALIZER]
-    labels = {k: v for k, v in (meta.labels or {}).items() if k != keys.CLAIM_JOB_LABEL}
-    return [_version(claim),
-            {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
-            {"op": "add", "path": "/metadata/labels", "value": labels}]
 
 
 def _ref(claim: ResourceClaim) -> str:

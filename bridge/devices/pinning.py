@@ -5,8 +5,9 @@ ResourceSlices whose index attribute is Slurm's index (gres.conf order), one per
 order of the pod's claims and their requests.  The write is what kube-scheduler's allocator
 would write (results, class and claim configs, the node), with ``reservedFor`` the pod, so its
 DRA plugin finds the claim allocated for that node, and the kubelet prepares those devices.
-The claim carries the bridge's finalizer and the job's label: the bridge, not the resource
-claim controller, frees it, once the job ended and no pod uses it (``freeing.py``).  Anything
+The claim carries the bridge's finalizer, the job's label and the record of what it wrote
+(``marks.py``): the bridge, not the resource claim controller, frees it, once the job ended
+and no pod uses it (``freeing.py``).  Anything
 that would need a guess (a GPU without an index, a device the driver does not publish, a
 count that does not add up) is an error naming it, and the pod is not released.
 """
@@ -23,12 +24,11 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 from lightkube.resources.resource_v1 import ResourceClaimStatus as ClaimStatus
 from lightkube.types import PatchType
 
-from bridge import keys
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import DeviceAsk, UnmappableClaim, claim_asks
-from bridge.devices.freeing import ClaimReleaser, DeviceId, allocated_devices
+from bridge.devices.freeing import ClaimReleaser
+from bridge.devices.marks import DeviceId, PinRecord, allocated_devices, marks
 from bridge.kube.apierrors import is_not_found
-from bridge.link.gate import escaped
 from bridge.ports import KubeGet, KubeList, KubePatch
 
 log = structlog.get_logger(__name__)
@@ -171,8 +171,9 @@ class ClaimPinner:
                 return  # written by an earlier attempt
             raise ClaimPinError(f"{claim.label} is allocated already (to other devices or "
                                 "another pod): give the pod a claim of its own")
+        record = PinRecord(job=job_id, pod=pod.metadata.uid or "", devices=frozenset(wanted))
         marked = await self._kube.patch(
-            ResourceClaim, meta.name, _marks(claim.claim, job_id), namespace=meta.namespace,
+            ResourceClaim, meta.name, marks(claim.claim, record), namespace=meta.namespace,
             patch_type=PatchType.JSON)
         status = {"allocation": {
             "devices": {"results": results,
@@ -206,26 +207,6 @@ class ClaimPinner:
                 configs.append({"source": "FromClaim", "requests": c.requests or [],
                                 "opaque": c.opaque.to_dict()})
         return configs
-
-
-def _marks(claim: ResourceClaim, job_id: int) -> list[dict[str, Any]]:
-    """Finalizer and job label, under the claim's resourceVersion."""
-    meta = claim.metadata
-    assert meta is not None
-    ops: list[dict[str, Any]] = [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.resourceVersion}]
-    if keys.CLAIM_FINALIZER not in (meta.finalizers or []):
-        ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": keys.CLAIM_FINALIZER}
-                   if meta.finalizers else
-                   {"op": "add", "path": "/metadata/finalizers", "value": [keys.CLAIM_FINALIZER]})
-    label = str(job_id)
-    if meta.labels is None:
-        ops.append({"op": "add", "path": "/metadata/labels",
-                    "value": {keys.CLAIM_JOB_LABEL: label}})
-    else:
-        ops.append({"op": "add", "path": f"/metadata/labels/{escaped(keys.CLAIM_JOB_LABEL)}",
-                    "value": label})
-    return ops
 
 
 def _generated(pod: Pod, pod_claim: str) -> str | None:

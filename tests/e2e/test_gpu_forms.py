@@ -36,6 +36,8 @@ from slurmbridge_devkit.e2e import (
     wait_bound,
     wait_job_id,
 )
+from slurmbridge_devkit.kubelet import NodeFactory
+from slurmbridge_devkit.namespaces import unique_name
 from slurmbridge_devkit.scontrol import gpu_overlaps, show_job, show_jobs
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import (
@@ -452,3 +454,118 @@ def _free_of(slurm: SlurmTarget, node: str) -> tuple[int, ...]:
     held = {i for j in show_jobs(slurm) if j.state == "RUNNING" and not j.name.startswith("k8s:")
             for i in j.gpus.get(node, ())}
     return tuple(i for i in range(_gpus_of(_node_gres(slurm)[node])) if i not in held)
+
+
+PLAIN_CLASS = "plain.e2e.slurmbridge.io"  # a DRA class the bridge maps to nothing
+
+
+@asynccontextmanager
+async def _plain_devices(kube: AsyncClient, node: str) -> AsyncIterator[None]:
+    """A DRA driver's class and one device on ``node``, which kube-scheduler allocates."""
+    objects: list[Any] = [
+        DeviceClass.from_dict({"metadata": {"name": PLAIN_CLASS}, "spec": {"selectors": [
+            {"cel": {"expression": f"device.driver == '{PLAIN_CLASS}'"}}]}}),
+        ResourceSlice.from_dict({"metadata": {"name": f"{node}-{PLAIN_CLASS}"}, "spec": {
+            "driver": PLAIN_CLASS, "nodeName": node, "devices": [{"name": "gpu-0"}],
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}}}),
+    ]
+    for obj in objects:
+        with contextlib.suppress(ApiError):  # left by an earlier run
+            await kube.delete(type(obj), obj.metadata.name)
+        await kube.create(obj)
+    try:
+        yield
+    finally:
+        for obj in objects:
+            with contextlib.suppress(ApiError):
+                await kube.delete(type(obj), obj.metadata.name)
+
+
+def _plain_claim(ns: str, name: str, **metadata: Any) -> ResourceClaim:
+    return cast(ResourceClaim, ResourceClaim.from_dict({
+        "metadata": {"name": name, "namespace": ns, **metadata},
+        "spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": PLAIN_CLASS}}]}}}))
+
+
+async def _freed(kube: AsyncClient, ns: str, name: str) -> bool:
+    """The claim's allocation cleared, or the claim gone (a generated one whose pod went)."""
+    try:
+        return not _devices(await kube.get(ResourceClaim, name, namespace=ns))
+    except ApiError as exc:
+        return exc.status.code == 404
+
+
+async def test_a_users_job_label_never_frees_a_claim_kube_scheduler_allocated(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
+    make_node: NodeFactory,
+) -> None:
+    """Issue 41, case 4: an ordinary pod's claim, allocated by kube-scheduler, labelled by
+    its user with an ended job's id: the bridge's freeing round, seen freeing the bridge's
+    own claim of another job, leaves the ordinary pod's device allocated."""
+    slurm = bridge_stack.slurm
+    ns = await e2e_namespace("dra-label")
+    plain = unique_name("plain")
+    await make_node(plain)  # no taint: the default scheduler's
+    async with _published(bridge_stack, kube) as published, _plain_devices(kube, plain):
+        ended = _sbatch(slurm, "ended")
+        slurm.admin("scancel", ended)
+        await kube.create(_plain_claim(ns, "mine"))
+        ordinary = PodBuilder("ordinary").scheduler(None).cpu(None).memory(None)
+        await create_pod(kube, ns, ordinary.claim("gpu", resourceClaimName="mine").build())
+        pod = await wait_bound(kube, ns, "ordinary")
+        await wait_for(lambda: _allocated(kube, ns, "mine"), 30, interval=0.5,
+                       what="kube-scheduler allocated mine")
+        await kube.patch(ResourceClaim, "mine", {"metadata": {"labels": {
+            keys.CLAIM_JOB_LABEL: ended}}}, namespace=ns)
+
+        # The bridge's own claim, pinned and then freed: the freeing round the test waits on.
+        await _hold(slurm, published, 1)
+        await kube.create(cast(ResourceClaimTemplate, ResourceClaimTemplate.from_dict({
+            "metadata": {"name": "one", "namespace": ns}, "spec": {"spec": {"devices": {
+                "requests": [{"name": "gpus", "exactly": {
+                    "deviceClassName": E2E_DEVICE_CLASS, "count": 1}}]}}}})))
+        await _claimed_pod(kube, ns, "pinned", "one")
+        await wait_bound(kube, ns, "pinned")
+        job_id = await wait_job_id(kube, ns, "pinned")
+        pinned = (await _claim_of(kube, ns, "pinned")).metadata
+        assert pinned is not None and pinned.name
+        slurm.admin("scancel", job_id)
+        with contextlib.suppress(ApiError):  # evicted and gone already
+            await kube.delete(Pod, "pinned", namespace=ns, grace_period=0)
+        await wait_for(lambda: _freed(kube, ns, pinned.name or ""), 60, interval=0.5,
+                       what=f"the bridge freed its claim {pinned.name}")
+
+        kept = await kube.get(ResourceClaim, "mine", namespace=ns)
+        assert _devices(kept) == [(plain, "gpu-0")], "the ordinary pod's device was freed"
+        assert kept.status is not None and pod.metadata is not None
+        assert [r.uid for r in kept.status.reservedFor or []] == [pod.metadata.uid]
+
+
+async def _allocated(kube: AsyncClient, ns: str, name: str) -> bool:
+    return bool(_devices(await kube.get(ResourceClaim, name, namespace=ns)))
+
+
+async def test_only_the_bridge_writes_its_record_on_a_claim(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
+) -> None:
+    """The record the bridge frees a claim by (its finalizer and annotation) is refused to
+    everyone else by the chart's admission policy, cluster admins included: at create and
+    on an update."""
+    ns = await e2e_namespace("dra-forge")
+    record = '{"job": 1, "pod": "u", "devices": []}'
+    forged: list[dict[str, Any]] = [{"annotations": {keys.CLAIM_PINNED: record}},
+                                    {"finalizers": [keys.CLAIM_FINALIZER]}]
+    for i, metadata in enumerate(forged):
+        with pytest.raises(ApiError) as refused:
+            await kube.create(_plain_claim(ns, f"forged-{i}", **metadata))
+        assert "only slurmbridge" in str(refused.value.status.message), refused.value.status
+    await kube.create(_plain_claim(ns, "mine"))
+    for metadata in forged:
+        with pytest.raises(ApiError) as refused:
+            await kube.patch(ResourceClaim, "mine", {"metadata": metadata}, namespace=ns)
+        assert "only slurmbridge" in str(refused.value.status.message), refused.value.status
+    stored = await kube.get(ResourceClaim, "mine", namespace=ns)
+    assert stored.metadata is not None
+    assert keys.CLAIM_PINNED not in (stored.metadata.annotations or {})
+    assert keys.CLAIM_FINALIZER not in (stored.metadata.finalizers or [])

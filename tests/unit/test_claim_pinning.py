@@ -3,6 +3,7 @@
 Over the in-memory fakes; the same against a real apiserver, kube-scheduler and DRA driver is
 tests/kind/test_dra_claims.py."""
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -10,6 +11,8 @@ from typing import Any, cast
 import pytest
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
+from lightkube.resources.resource_v1 import ResourceClaimStatus as ClaimStatus
+from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.slurm.types import JobState
@@ -149,3 +152,78 @@ async def test_the_lifecycle_lists_claims_only_while_some_may_be_pinned(world: W
     listed = world.kube.lists["ResourceClaim"]
     await world.bridge.lifecycle.reconcile_once()
     assert world.kube.lists["ResourceClaim"] == listed + 1
+
+
+def scheduled_claim(name: str, pod: str, device: str, labels: dict[str, str]) -> ResourceClaim:
+    """A claim as kube-scheduler leaves it for an ordinary pod (node2's ``device``), with
+    ``labels`` its user set."""
+    return cast(ResourceClaim, ResourceClaim.from_dict({
+        "metadata": {"name": name, "namespace": "ns", "labels": labels},
+        "spec": claim(name).spec.to_dict(),  # type: ignore[union-attr]
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": "node2", "device": device}]}},
+            "reservedFor": [{"resource": "pods", "name": pod, "uid": f"uid-{pod}"}]},
+    }))
+
+
+async def _ended_and_gone(world: World, job_id: int, pod: str) -> None:
+    """The job ended, its pod deleted, and the lifecycle's freeing round run."""
+    await world.kube.delete(Pod, pod, namespace="ns")
+    world.slurm.end(job_id, JobState.CANCELLED)
+    await world.bridge.poller.poll_once()
+    await world.bridge.lifecycle.reconcile_once()
+
+
+@pytest.mark.parametrize("finalized", [False, True], ids=["label", "label+finalizer"])
+async def test_a_users_job_label_never_frees_an_allocation_kube_scheduler_made(
+    world: World, finalized: bool
+) -> None:
+    """Issue 41, case 4: a user labels their own claim, which kube-scheduler allocated for
+    an ordinary pod, with an ended job's id (and the bridge's finalizer): the round that
+    frees the bridge's claim of that job leaves the user's allocation as it is."""
+    job_id = await world.pod_with_claim("p", "c", 1)
+    await world.allocate(job_id, "node1", gpus=(2,))
+    mine = scheduled_claim("mine", "ordinary", "gpu-0", {keys.CLAIM_JOB_LABEL: str(job_id)})
+    if finalized:
+        assert mine.metadata is not None
+        mine.metadata.finalizers = [keys.CLAIM_FINALIZER]
+    world.kube.add(mine)
+    record = json.loads(world.claim("c")["metadata"]["annotations"][keys.CLAIM_PINNED])
+    pod_uid = world.pod("p")["metadata"]["uid"]
+    assert record == {"job": job_id, "pod": pod_uid, "devices": [[DRIVER, "node1", "gpu-2"]]}
+    await _ended_and_gone(world, job_id, "p")
+    assert devices(world.claim("c")) == [], "the bridge's own claim is freed"
+    kept = world.claim("mine")
+    assert devices(kept) == ["gpu-0"], "the ordinary pod's device must stay allocated"
+    assert kept["status"]["reservedFor"] == [
+        {"resource": "pods", "name": "ordinary", "uid": "uid-ordinary"}]
+
+
+async def test_slurm_giving_a_device_never_frees_a_claim_the_bridge_did_not_pin(
+    world: World,
+) -> None:
+    """A user-labelled claim kube-scheduler allocated on node2's GPU 0, which Slurm now
+    gives a job: the bridge writes its own claim and leaves the user's allocation alone."""
+    world.kube.add(scheduled_claim("mine", "ordinary", "gpu-0", {keys.CLAIM_JOB_LABEL: "1"}))
+    job_id = await world.pod_with_claim("p", "c", 1)
+    await world.allocate(job_id, "node2", gpus=(0,))
+    assert devices(world.claim("c")) == ["gpu-0"]
+    assert devices(world.claim("mine")) == ["gpu-0"]
+
+
+async def test_a_claim_allocated_again_by_someone_else_is_unmarked_never_cleared(
+    world: World,
+) -> None:
+    """The bridge's record stays on a claim whose allocation is now another's (kube-scheduler
+    allocated it for an ordinary pod after a free cut short): the record no longer proves the
+    allocation, so the bridge lifts its marks and leaves the allocation."""
+    job_id = await world.pod_with_claim("p", "c", 1)
+    await world.allocate(job_id, "node1", gpus=(2,))
+    other = scheduled_claim("c", "ordinary", "gpu-1", {}).to_dict()["status"]
+    await world.kube.patch(ClaimStatus, "c", {"status": other}, namespace="ns",
+                           patch_type=PatchType.MERGE)
+    await _ended_and_gone(world, job_id, "p")
+    kept = world.claim("c")
+    assert devices(kept) == ["gpu-1"], "kube-scheduler's allocation must stay"
+    assert keys.CLAIM_FINALIZER not in (kept["metadata"].get("finalizers") or [])
+    assert keys.CLAIM_JOB_LABEL not in (kept["metadata"].get("labels") or {})
