@@ -98,7 +98,7 @@ async def ensure_nodes(kube: AsyncClient) -> dict[str, str]:
                 raise
         await create_node(
             kube, name, cpu="64", memory="256Gi", gpus=8,
-            labels={keys.SLURM_NODE: f"node{k}"},
+            labels={keys.NODE_SLURM_NODE: f"node{k}"},
             taints=[{"key": keys.MANAGED_TAINT, "effect": "NoSchedule"}],
         )
         nodes[name] = f"node{k}"
