@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import click
+import yaml
 from pydantic import ValidationError
 
 from admission.scope import kube_namespace_labels
@@ -23,6 +24,7 @@ from slurmbridge_cli.compose import build_bridge
 from slurmbridge_cli.config_reference import markdown
 from slurmbridge_cli.doctor import Check
 from slurmbridge_cli.doctor import run as run_doctor
+from slurmbridge_cli.settings_errors import settings_problem
 
 
 def load_settings(config: Path | None) -> Settings:
@@ -30,8 +32,10 @@ def load_settings(config: Path | None) -> Settings:
         os.environ[CONFIG_FILE_ENV] = str(config)
     try:
         return Settings()
-    except (ValidationError, ValueError) as exc:
-        raise click.ClickException(f"invalid settings: {exc}") from exc
+    except ValidationError as exc:
+        raise click.ClickException(settings_problem(Settings, exc)) from exc
+    except (ValueError, yaml.YAMLError) as exc:  # no such file, or not YAML
+        raise click.ClickException(f"invalid settings: {' '.join(str(exc).split())}") from exc
 
 
 @click.group()
