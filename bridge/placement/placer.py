@@ -187,10 +187,15 @@ class Placer:
             allocated = allocated_nodes(job)
         except PlacementError:  # not running: nowhere to bind yet
             return None
+        node: str | None = allocated[0]
         if isinstance(owner, GroupOwner):  # only a node recorded on the group's claim
             node = self._pods.reserved(owner, pod_uid)
-            return self.placement_at(owner, job, node) if node in allocated else None
-        return self.placement_at(owner, job, allocated[0])
+        if node is None or node not in allocated:
+            return None
+        try:
+            return self.placement_at(owner, job, node)
+        except PlacementError:  # no one Node is Slurm's node: a read says why
+            return None
 
     async def _placement(self, pod: Pod, linked: LinkedPod, job: SlurmJob) -> Placement:
         owner = linked.owner

@@ -95,6 +95,7 @@ async def test_two_nodes_claiming_one_slurm_node_are_neither_used_and_both_told(
     verdict = await bridge.placer.filter(pod, ["kube-node1", "kube-node5"])
     assert verdict.outcome is Outcome.PENDING and not verdict.keep
     assert "kube-node1" in verdict.reason and "kube-node5" in verdict.reason
+    assert bridge.placer.known_placement(UID) is None  # prioritize prefers neither
     for node in ("kube-node1", "kube-node5"):
         with pytest.raises((BindError, PlacementError)):
             await bridge.binder.bind("ns", "p", UID, node)
