@@ -1,18 +1,18 @@
 """Kubernetes Nodes without slurmd that Slurm schedules all the same: EXTERNAL Slurm nodes.
 
-A Node labelled ``node-restriction.kubernetes.io/slurmbridge-external-node=true`` (a label
-its kubelet cannot set on itself) is registered in Slurm (``POST /new/node/``, Slurm 25.11+,
-slurm.conf ``MaxNodeCount``) under its Slurm name, with its allocatable CPUs, memory and
-GPUs and the feature ``controllers.external_node_feature`` (a NodeSet by that feature puts
-such nodes in partitions), ``State=EXTERNAL``: slurmctld
-expects no slurmd there, and the bridge's placeholders (EXTERNAL_JOB since v0.0.43) run
-nothing.  From then on node sync treats it as any other node (drained on cordon or NotReady,
-tainted when Slurm takes it out).  A Node whose size changed is registered again once no job
-holds it.  When the Node is deleted, its Slurm node is drained and then deleted once its jobs
-are gone.  Only nodes carrying the feature are ever deleted: an admin's own dynamic nodes are
-left alone.  What Slurm will not take (a Slurm before 25.11, GPUs without a gres.conf line)
-is said on the Node's ``SlurmNodeAvailable`` condition, naming what to do.  A Slurm name
-several Nodes claim is registered for none of them (node sync tells them).
+A Node labelled ``node-restriction.kubernetes.io/slurmbridge-external-node=true`` (a label its
+kubelet cannot set on itself) is registered in Slurm (``POST /new/node/``, Slurm 25.11+,
+slurm.conf ``MaxNodeCount``) under its Slurm name, with its allocatable CPUs, memory and GPUs
+and the feature ``controllers.external_node_feature`` (a NodeSet by that feature puts such
+nodes in partitions), ``State=EXTERNAL``: slurmctld expects no slurmd there, and the bridge's
+placeholders (EXTERNAL_JOB since v0.0.43) run nothing. From then on node sync treats it as any
+other node (drained on cordon or NotReady, tainted when Slurm takes it out). A Node whose size
+changed is registered again once no job holds it. When the Node is deleted, its Slurm node is
+drained and then deleted once its jobs are gone. Only nodes carrying the feature are ever
+deleted: an admin's own dynamic nodes are left alone. What Slurm will not take (a Slurm before
+25.11, GPUs without a gres.conf line) is said on the Node's ``SlurmNodeAvailable`` condition,
+naming what to do. A Slurm name several Nodes claim is registered for none of them (node sync
+tells them).
 """
 
 import re
