@@ -4,8 +4,8 @@
   NODES/CPUS/GPUS: one ``slurmd -N node<k>`` per node in the same chroot); the default
   4-node shape is put back afterwards, because the test suite expects it.
 * ``mirror_nodes``: ``kube-node<k>`` for every Slurm ``node<k>`` (label
-  ``slurmbridge.io/slurm-node``, the managed taint, the same CPUs and GPUs), as
-  ``start_stack`` makes its four; the extra ones are deleted afterwards.
+  ``node-restriction.kubernetes.io/slurmbridge-slurm-node``, the managed taint, the same CPUs
+  and GPUs), as ``start_stack`` makes its four; the extra ones are deleted afterwards.
 * ``native_queue``: plain batch jobs with no bridge marker from site users (alice runs, bob
   waits), submitted through slurmrestd before the bridge starts, so its first resync reads
   each once as at a site it joins.  They are not user ``slurm``, whose jobs the benchmarks
@@ -102,7 +102,7 @@ async def _mirror_one(kube: AsyncClient, k: int, shape: Shape, pods: str) -> Non
             raise
         await create_node(
             kube, name, cpu=str(shape.cpus), memory="256Gi", gpus=shape.gpus,
-            labels={keys.SLURM_NODE: f"node{k}"},
+            labels={keys.NODE_SLURM_NODE: f"node{k}"},
             taints=[{"key": keys.MANAGED_TAINT, "effect": "NoSchedule"}],
         )
         await kube.patch(Node.Status, name, {"status": status}, patch_type=PatchType.MERGE)

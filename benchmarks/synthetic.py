@@ -168,7 +168,7 @@ def load(
     watch would (filter decides from memory, as for every gated pod)."""
     for k in range(1, nodes + 1):
         bridge.nodes.apply("ADDED", Node(metadata=ObjectMeta(
-            name=kube_node(k), labels={keys.SLURM_NODE: slurm_node(k)}
+            name=kube_node(k), labels={keys.NODE_SLURM_NODE: slurm_node(k)}
         )))
 
     async def seed() -> None:

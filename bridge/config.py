@@ -1,7 +1,7 @@
 """Settings from a YAML file and the environment (``SLURMBRIDGE_<SECTION>__<FIELD>``).
 
-pydantic-settings does the parsing and validation, so a typo in a value fails at
-start-up with the setting's name instead of at the first pod.
+pydantic-settings does the parsing and validation, so a typo in a value or a key, at any
+depth, fails at start-up with the setting's name instead of at the first pod.
 """
 
 import os
@@ -22,7 +22,13 @@ from bridge.urls import HttpURL
 CONFIG_FILE_ENV: Final = "SLURMBRIDGE_CONFIG_FILE"
 
 
-class SlurmSettings(BaseModel):
+class Section(BaseModel):
+    """A part of the settings: an unknown key is a typo, refused at start, never a default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class SlurmSettings(Section):
     url: HttpURL = Field(description="slurmrestd base URL, e.g. https://slurmctl.example.org:6820")
     user: str = Field("slurm", description="Slurm user the JWT belongs to (X-SLURM-USER-NAME)")
     token: SecretStr | None = Field(None, description="JWT; prefer token_file for rotation")
@@ -45,13 +51,13 @@ class SlurmSettings(BaseModel):
     max_connections: int = Field(16, ge=1)
 
 
-class KubeSettings(BaseModel):
+class KubeSettings(Section):
     kubeconfig: Path | None = Field(
         None, description="kubeconfig file; default: in-cluster config or $KUBECONFIG"
     )
 
 
-class PlacementSettings(BaseModel):
+class PlacementSettings(Section):
     poll_interval_seconds: float = Field(2.0, gt=0, description="cheap Slurm state poll")
     fast_poll_interval_seconds: float = Field(
         0.5, gt=0, description="the poll's period for fast_poll_window_seconds after a submit"
@@ -102,7 +108,7 @@ class PlacementSettings(BaseModel):
     )
 
 
-class ControllerSettings(BaseModel):
+class ControllerSettings(Section):
     enabled: bool = Field(True, description="run the lifecycle and node controllers (leader only)")
     interval_seconds: float = Field(2.0, gt=0, description="reconcile period")
     orphan_grace_seconds: float = Field(
@@ -115,11 +121,11 @@ class ControllerSettings(BaseModel):
     external_node_feature: str = Field(
         "slurmbridge-external", pattern=r"^[A-Za-z0-9_.-]{1,64}$",
         description="Slurm feature of every node registered for a Node labelled "
-        "slurmbridge.io/external-node=true (a NodeSet by it puts them in partitions)",
+        f"{keys.EXTERNAL_NODE}=true (a NodeSet by it puts them in partitions)",
     )
 
 
-class ExtenderSettings(BaseModel):
+class ExtenderSettings(Section):
     """kube-scheduler reaches the extender over mutual TLS only; probes and metrics do not."""
 
     host: str = "0.0.0.0"
@@ -142,7 +148,7 @@ class ExtenderSettings(BaseModel):
     )
 
 
-class NamespacePolicy(BaseModel):
+class NamespacePolicy(Section):
     """What a namespace's pods may ask Slurm for.
 
     Accounts, partitions and QOS: an empty list allows any value.  Everything else is
@@ -178,7 +184,7 @@ class NamespacePolicy(BaseModel):
         return by_key.get(annotation, [])
 
 
-class AdmissionSettings(BaseModel):
+class AdmissionSettings(Section):
     """What the webhooks need to decide scope and policy, and where their TLS material is."""
 
     enrolled_namespaces: list[str] = Field(default_factory=list)
@@ -235,12 +241,10 @@ class AdmissionSettings(BaseModel):
         return "admission.default_policy"
 
 
-class DeviceClassGres(BaseModel):
+class DeviceClassGres(Section):
     """What one DRA DeviceClass is in Slurm: a claim's request of the class is a request of
     this many GRES, and the devices the bridge writes into the claim are the ones whose
     ``index_attribute`` equals the indices Slurm allocated."""
-
-    model_config = ConfigDict(extra="forbid")
 
     # gres: whole GPUs, or shards of one (through the class's extended resource only: a
     # claim names devices, and one GPU's shards go to several pods).

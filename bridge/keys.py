@@ -66,7 +66,7 @@ GPUS: Final = PREFIX + "gpus"
 
 # Annotations only the bridge writes (at bind time); users may not set them.
 JOB_ID: Final = PREFIX + "job-id"
-# Also the Node label naming the Slurm node behind a Kubernetes node (else: equal names).
+# The Slurm node the pod's job runs on (a Node's own label is NODE_SLURM_NODE).
 SLURM_NODE: Final = PREFIX + "slurm-node"
 # Node labels node sync keeps equal to the Slurm node's topology units, one per topology:
 # slurmbridge.io/topology-<topology>=<unit>, e.g. topology-tree=leaf1, topology-block=b1 (the
@@ -123,9 +123,19 @@ GROUP_NODES: Final = PREFIX + "group-nodes"
 # (bridge/link/gate.py).  Only the bridge may remove it.
 SLURM_GATE: Final = PREFIX + "slurm"
 
-# Node label: a Kubernetes node without slurmd that Slurm schedules all the same, registered
-# as an EXTERNAL Slurm node (Slurm 25.11+; bridge/controllers/external.py).
-EXTERNAL_NODE: Final = PREFIX + "external-node"
+# Node labels that say which Slurm node a Node is: only under node-restriction.kubernetes.io/,
+# which NodeRestriction keeps a kubelet from setting on its own Node (it may set any
+# slurmbridge.io/ label there), so a compromised node cannot pass itself off as another
+# (bridge/kube/nodecache.py).  An admin sets them: docs/install.md.
+NODE_RESTRICTED_PREFIX: Final = "node-restriction.kubernetes.io/"
+# The Slurm node behind a Kubernetes node (else: the Node's name).
+NODE_SLURM_NODE: Final = NODE_RESTRICTED_PREFIX + "slurmbridge-slurm-node"
+# "true": a Kubernetes node without slurmd that Slurm schedules all the same, registered as an
+# EXTERNAL Slurm node (Slurm 25.11+; bridge/controllers/external.py).
+EXTERNAL_NODE: Final = NODE_RESTRICTED_PREFIX + "slurmbridge-external-node"
+# What an older bridge read on Nodes, which a Node's kubelet may set on itself: ignored, and
+# a Node carrying one is told so (an event) in case an admin still uses them.
+KUBELET_WRITABLE_NODE_LABELS: Final = (PREFIX + "slurm-node", PREFIX + "external-node")
 # Condition reason (on NODE_CONDITION_SLURM) of a Node labelled external that Slurm has not
 # taken (a Slurm too old, a refusal): the message says why and what to do.
 REASON_EXTERNAL_NOT_REGISTERED: Final = "ExternalNodeNotRegistered"
@@ -148,9 +158,9 @@ REASON_PREEMPTED: Final = "PreemptedBySlurm"
 
 
 class EventReason(StrEnum):
-    """Every reason of the Events the bridge records on pods: a closed set, so operators can
-    select them (``kubectl get events --field-selector reason=SlurmPreempted``) and no other
-    string reaches ``record_event``."""
+    """Every reason of the Events the bridge records on pods and Nodes: a closed set, so
+    operators can select them (``kubectl get events --field-selector reason=SlurmPreempted``)
+    and no other string reaches ``record_event``."""
 
     PREEMPTED = "SlurmPreempted"  # Slurm preempted the pod's job
     SUBMIT_REFUSED = "SlurmSubmitRefused"  # Slurm refused to submit the pod's job
@@ -160,6 +170,10 @@ class EventReason(StrEnum):
     JOB_ENDED = "SlurmJobEnded"  # a bound pod's job ended (lifecycle)
     CLAIMS_UNALLOCATED = "SlurmClaimsUnallocated"  # the pod's DRA claims cannot name its GPUs
     RELEASE_REFUSED = "SlurmReleaseRefused"  # a group's job runs, but not for this member
+    # On each Node of several claiming one Slurm node: none of them is used until one is left.
+    NODE_CONTESTED = "SlurmNodeContested"
+    # On a Node carrying a KUBELET_WRITABLE_NODE_LABELS label the bridge does not read.
+    NODE_LABEL_IGNORED = "SlurmNodeLabelIgnored"
 
 
 # Condition reasons on POD_CONDITION_SLURM besides Slurm's own pending reasons.

@@ -15,6 +15,7 @@ from pydantic_settings import SettingsError
 
 from bridge.config import CONFIG_FILE_ENV, Settings
 from slurmbridge_cli.failures import Failure
+from slurmbridge_cli.unknown_keys import unknown_key
 
 
 def load_settings(config: Path | None) -> Settings:
@@ -64,6 +65,8 @@ def _env(path: Sequence[int | str]) -> str:
 def describe(error: ErrorDetails) -> str:
     """One settings error: the setting's dotted name, its environment variable, the fix."""
     loc = error["loc"]
+    if error["type"] == "extra_forbidden":
+        return unknown_key(Settings, loc)
     if error["type"] == "missing":
         return "; ".join(_required(path) for path in _required_paths(Settings, list(loc)))
     message = error["msg"].removeprefix("Value error, ")

@@ -102,7 +102,7 @@ async def ensure_nodes(kube: AsyncClient) -> dict[str, str]:
                 raise
         await create_node(
             kube, name, cpu="64", memory="256Gi", gpus=8,
-            labels={keys.SLURM_NODE: f"node{k}", keys.MANAGED_NODE_LABEL: "true"},
+            labels={keys.NODE_SLURM_NODE: f"node{k}", keys.MANAGED_NODE_LABEL: "true"},
             taints=[{"key": keys.MANAGED_TAINT, "effect": "NoSchedule"}],
         )
         nodes[name] = f"node{k}"

@@ -1,16 +1,18 @@
 """Kubernetes Nodes without slurmd that Slurm schedules all the same: EXTERNAL Slurm nodes.
 
-A Node labelled ``slurmbridge.io/external-node=true`` is registered in Slurm (``POST
-/new/node/``, Slurm 25.11+, slurm.conf ``MaxNodeCount``) under its Slurm name, with its
-allocatable CPUs, memory and GPUs and the feature ``controllers.external_node_feature``
-(a NodeSet by that feature puts such nodes in partitions), ``State=EXTERNAL``: slurmctld
-expects no slurmd there, and the bridge's placeholders (EXTERNAL_JOB since v0.0.43) run
-nothing.  From then on node sync treats it as any other node (drained on cordon or NotReady,
-tainted when Slurm takes it out).  A Node whose size changed is registered again once no job
-holds it.  When the Node is deleted, its Slurm node is drained and then deleted once its jobs
-are gone.  Only nodes carrying the feature are ever deleted: an admin's own dynamic nodes are
-left alone.  What Slurm will not take (a Slurm before 25.11, GPUs without a gres.conf line)
-is said on the Node's ``SlurmNodeAvailable`` condition, naming what to do.
+A Node labelled ``node-restriction.kubernetes.io/slurmbridge-external-node=true`` (a label its
+kubelet cannot set on itself) is registered in Slurm (``POST /new/node/``, Slurm 25.11+,
+slurm.conf ``MaxNodeCount``) under its Slurm name, with its allocatable CPUs, memory and GPUs
+and the feature ``controllers.external_node_feature`` (a NodeSet by that feature puts such
+nodes in partitions), ``State=EXTERNAL``: slurmctld expects no slurmd there, and the bridge's
+placeholders (EXTERNAL_JOB since v0.0.43) run nothing. From then on node sync treats it as any
+other node (drained on cordon or NotReady, tainted when Slurm takes it out). A Node whose size
+changed is registered again once no job holds it. When the Node is deleted, its Slurm node is
+drained and then deleted once its jobs are gone. Only nodes carrying the feature are ever
+deleted: an admin's own dynamic nodes are left alone. What Slurm will not take (a Slurm before
+25.11, GPUs without a gres.conf line) is said on the Node's ``SlurmNodeAvailable`` condition,
+naming what to do. A Slurm name several Nodes claim is registered for none of them (node sync
+tells them).
 """
 
 import re
@@ -23,7 +25,7 @@ from lightkube.types import PatchType
 
 from bridge import keys, metrics
 from bridge.controllers import drains
-from bridge.kube.nodecache import Allocatable, NodeCache, NodeView
+from bridge.kube.nodecache import Allocatable, NodeCache, NodeView, claims
 from bridge.ports import KubePatch, SlurmNodes
 from bridge.slurm.errors import SlurmRejected, SlurmUnsupported
 from bridge.slurm.types import SlurmNode
@@ -71,16 +73,17 @@ class ExternalNodes:
 
     async def reconcile_once(self) -> None:
         kube_nodes = await self._nodes.current()
-        external = {n.slurm_name: n for n in kube_nodes if n.external is not None}
+        claimed = claims(kube_nodes)
+        external = {name: nodes[0] for name, nodes in claimed.items()
+                    if len(nodes) == 1 and nodes[0].external is not None}
         if self._known is not None and not self._known and not external:
             return  # nothing registered, nothing to register: no listing per round
         slurm_nodes = {n.name: n for n in await self._slurm.list_nodes()}
         self._known = {name for name, sn in slurm_nodes.items() if self._ours(sn)}
         for name, node in external.items():
             await self._register(name, node, slurm_nodes.get(name))
-        mapped = {n.slurm_name for n in kube_nodes}
         for sn in slurm_nodes.values():
-            if sn.name not in mapped and self._ours(sn):
+            if sn.name not in claimed and self._ours(sn):
                 await self._retire(sn)
         self._said = {k: v for k, v in self._said.items() if k in {n.name for n in kube_nodes}}
 

@@ -7,7 +7,8 @@ NotReady node's names the pods that may still run there); a deleted Node's drain
 saying so.  The bridge only ever resumes drains whose reason carries its prefix, and only
 on a Node that is back: an admin's own drain is never undone.  Nodes mapped to Slurm carry
 ``slurmbridge.io/managed``, and one ``slurmbridge.io/topology-<topology>=<unit>`` label per
-topology unit Slurm gives their node (Slurm 25.05+); no other label is touched.
+topology unit Slurm gives their node (Slurm 25.05+); no other label is touched.  Nodes
+claiming one Slurm node together are none of them managed as it, and told (nodeclaims.py).
 """
 
 import re
@@ -21,9 +22,10 @@ from lightkube.types import PatchType
 from bridge import keys, metrics
 from bridge.controllers import drains
 from bridge.controllers.drains import ours
-from bridge.kube.nodecache import NodeCache, NodeView, Taint
+from bridge.controllers.nodeclaims import NodeClaims
+from bridge.kube.nodecache import NodeCache, NodeView, Taint, claims
 from bridge.link.podcache import PodCache
-from bridge.ports import KubePatch, SlurmNodes
+from bridge.ports import KubeCreate, KubePatch, SlurmNodes
 from bridge.slurm.types import SlurmNode
 
 log = structlog.get_logger(__name__)
@@ -45,28 +47,35 @@ class NodeSyncSlurm(SlurmNodes, Protocol):
     async def resume(self, node: str) -> None: ...
 
 
+class NodeSyncKube(KubePatch, KubeCreate, Protocol):
+    """Taints, labels and conditions patched; events on Nodes created."""
+
+
 class NodeSync:
-    def __init__(self, kube: KubePatch, slurm: NodeSyncSlurm, nodes: NodeCache,
+    def __init__(self, kube: NodeSyncKube, slurm: NodeSyncSlurm, nodes: NodeCache,
                  pods: PodCache) -> None:
         self._kube = kube
         self._slurm = slurm
         self._nodes = nodes
         self._pods = pods
+        self._claims = NodeClaims(kube)
 
     async def reconcile_once(self) -> None:
         slurm_nodes = {n.name: n for n in await self._slurm.list_nodes()}
         kube_nodes = await self._nodes.current()
+        claimed = claims(kube_nodes)
+        await self._claims.tell(claimed)
         # Only a NotReady node's drain names pods: no walk over every pod on a healthy round.
         running = await self._running() if any(not n.ready for n in kube_nodes) else {}
-        for node in kube_nodes:
-            slurm_node = slurm_nodes.get(node.slurm_name)
-            if slurm_node is None:
-                continue  # not a Slurm node: not ours to manage
+        for name, nodes in claimed.items():
+            slurm_node = slurm_nodes.get(name)
+            if slurm_node is None or len(nodes) > 1:
+                continue  # not a Slurm node (not ours to manage), or no one Node is it
+            node = nodes[0]
             slurm_node = await self._kube_to_slurm(node, slurm_node, running.get(node.name, {}))
             await self._slurm_to_kube(node, slurm_node)
-        mapped = {node.slurm_name for node in kube_nodes}
         for sn in slurm_nodes.values():  # no Node (any more): only the bridge's drains
-            if sn.name not in mapped and "DRAIN" in sn.states and ours(sn.reason):
+            if sn.name not in claimed and "DRAIN" in sn.states and ours(sn.reason):
                 await self._redrain(sn, drains.node_deleted(sn.reason))
 
     async def _running(self) -> dict[str, dict[str, int]]:

@@ -1,4 +1,5 @@
-"""Pod writes: annotations, the Slurm condition, events, the Binding and the Eviction."""
+"""Pod writes: annotations, the Slurm condition, events, the Binding and the Eviction; and
+the events on Nodes."""
 
 import re
 from collections.abc import Mapping
@@ -68,12 +69,27 @@ async def record_event(
     warning: bool = False,
 ) -> None:
     """An Event on the pod, shown by ``kubectl describe pod``."""
+    about = ObjectReference(
+        apiVersion="v1", kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid
+    )
+    await _record(client, pod.namespace, about, reason, message, warning=warning)
+
+
+async def record_node_event(
+    client: KubeCreate, node: str, reason: keys.EventReason, message: str
+) -> None:
+    """A Warning Event on the Node, shown by ``kubectl describe node`` (which finds a Node's
+    events by its name as uid too, as the kubelet writes them)."""
+    about = ObjectReference(apiVersion="v1", kind="Node", name=node, uid=node)
+    await _record(client, "default", about, reason, message, warning=True)
+
+
+async def _record(client: KubeCreate, namespace: str, about: ObjectReference,
+                  reason: keys.EventReason, message: str, *, warning: bool) -> None:
     now = datetime.now(UTC)
     event = Event(
-        metadata=ObjectMeta(generateName=f"{pod.name}.", namespace=pod.namespace),
-        involvedObject=ObjectReference(
-            apiVersion="v1", kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid
-        ),
+        metadata=ObjectMeta(generateName=f"{about.name}.", namespace=namespace),
+        involvedObject=about,
         reason=reason,
         message=message[:1024],
         type="Warning" if warning else "Normal",
@@ -86,7 +102,8 @@ async def record_event(
     try:
         await client.create(event)
     except ApiError as exc:  # an event is a courtesy; never fail the caller over it
-        log.warning("kube.event_failed", pod=f"{pod.namespace}/{pod.name}", error=str(exc))
+        log.warning("kube.event_failed", kind=about.kind,
+                    object=f"{about.namespace or ''}/{about.name}".lstrip("/"), error=str(exc))
 
 
 async def bind(

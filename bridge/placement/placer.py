@@ -14,7 +14,7 @@ from lightkube.models.core_v1 import Pod
 from bridge import keys, metrics
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
-from bridge.kube.nodecache import NodeCache
+from bridge.kube.nodecache import ContestedSlurmNode, NodeCache
 from bridge.link.claims import Claims
 from bridge.link.gate import released_node
 from bridge.link.ownership import LinkedPod, linked_pod, recorded_job_id, tied_to
@@ -92,7 +92,10 @@ class Placer:
         self._pods.remember(LinkedPod(pod.namespace, pod.name, pod.uid, pod.owner), pod.created)
         self._pods.tie(pod.uid, job.job_id)
         self.reserve(pod.owner, pod.uid, node)
-        return _verdict(self.placement_at(pod.owner, job, node), job, candidates)
+        try:
+            return _verdict(self.placement_at(pod.owner, job, node), job, candidates)
+        except PlacementError:
+            return None  # filter says why
 
     def _not_placed(self, pod: LinkedPod, candidates: list[str], exc: Exception) -> Verdict:
         """Every candidate fails with the reason; kube-scheduler parks the pod meanwhile."""
@@ -189,10 +192,15 @@ class Placer:
             allocated = allocated_nodes(job)
         except PlacementError:  # not running: nowhere to bind yet
             return None
+        node: str | None = allocated[0]
         if isinstance(owner, GroupOwner):  # only a node recorded on the group's claim
             node = self._pods.reserved(owner, pod_uid)
-            return self.placement_at(owner, job, node) if node in allocated else None
-        return self.placement_at(owner, job, allocated[0])
+        if node is None or node not in allocated:
+            return None
+        try:
+            return self.placement_at(owner, job, node)
+        except PlacementError:  # no one Node is Slurm's node: a read says why
+            return None
 
     async def _placement(self, pod: Pod, linked: LinkedPod, job: SlurmJob) -> Placement:
         owner = linked.owner
@@ -234,10 +242,14 @@ class Placer:
     def placement_at(self, owner: Owner, job: SlurmJob, slurm_node: str) -> Placement:
         """Where ``job`` puts its owner's pod on ``slurm_node`` (one of its nodes)."""
         assert job.allocation is not None
+        try:
+            kube_node = self._nodes.kube_name(slurm_node)
+        except ContestedSlurmNode as exc:  # no Node is that node for now: the pod waits
+            raise Pending(f"waiting: {exc}") from exc
         return Placement(
             job_id=job.job_id,
             owner=owner,
-            kube_node=self._nodes.kube_name(slurm_node),
+            kube_node=kube_node,
             slurm_node=slurm_node,
             gpu_ids=format_gpu_ids(job.allocation.gpu_ids.get(slurm_node, ())),
         )

@@ -68,7 +68,7 @@ def node_row(node: Node) -> NodeRow:
         TaintView(t.key, t.value or "", t.effect, _taint_setter(t.key))
         for t in (node.spec.taints if node.spec else None) or []
     ]
-    label = (meta.labels or {}).get(keys.SLURM_NODE, "")
+    label = (meta.labels or {}).get(keys.NODE_SLURM_NODE, "")
     managed = bool(label or found or any(t.key == keys.MANAGED_TAINT for t in taints))
     states = found["states"] if found else ""
     reason = (found["reason"] or "") if found else ""

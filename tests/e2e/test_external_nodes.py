@@ -1,8 +1,9 @@
-"""A Kubernetes Node without slurmd, labelled ``slurmbridge.io/external-node=true``, becomes an
-EXTERNAL Slurm node (issue 24 item 3): Slurm places a pod there, and the node leaves Slurm
-with the Node.  The local 26.05 (deploy/slurm/recipe.sh) has MaxNodeCount and partition
-``external`` (the NodeSet of feature ``slurmbridge-external``); 24.11's slurmrestd cannot
-create nodes, and the Node says so.  Slurm's side is read with the admin's tools."""
+"""A Kubernetes Node without slurmd, labelled
+``node-restriction.kubernetes.io/slurmbridge-external-node=true``, becomes an EXTERNAL Slurm
+node (issue 24 item 3): Slurm places a pod there, and the node leaves Slurm with the Node. The
+local 26.05 (deploy/slurm/recipe.sh) has MaxNodeCount and partition ``external`` (the NodeSet of
+feature ``slurmbridge-external``); 24.11's slurmrestd cannot create nodes, and the Node says so.
+Slurm's side is read with the admin's tools."""
 
 import pytest
 from lightkube import AsyncClient

@@ -1,16 +1,28 @@
 """Node health crosses over both ways, each side carrying the other's reason."""
 
 import asyncio
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from bridge import keys
-from slurmbridge_devkit.stack import BridgeStack
+from slurmbridge_devkit.e2e import (
+    create_pod,
+    pod_manifest,
+    quiet_namespace,
+    slurm_job_view,
+    wait_bound,
+    wait_slurm_job,
+)
+from slurmbridge_devkit.kubelet import NodeFactory
+from slurmbridge_devkit.slurm import SlurmTarget
+from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 from slurmbridge_devkit.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -137,3 +149,68 @@ async def test_node_labels_carry_slurms_topology_and_follow_a_change(
 async def _labelled(kube: AsyncClient, kube_node: str, units: dict[str, str]) -> bool:
     return _topology_labels(await _node(kube, kube_node)) == units
 
+
+IMPOSTOR = "kube-impostor"
+KUBELET_SLURM_NODE = "slurmbridge.io/slurm-node"  # a kubelet may set it on its own Node
+
+
+@contextlib.contextmanager
+def _only_node1(slurm: SlurmTarget) -> Iterator[None]:
+    """Slurm's other nodes drained, so Slurm places every job on node1."""
+    with contextlib.ExitStack() as drains:
+        for other in ("node2", "node3", "node4"):
+            drains.enter_context(slurm.drained(other, "e2e: only node1"))
+        yield
+
+
+async def _node_events(kube: AsyncClient, node: str, reason: str) -> list[str]:
+    """What ``kubectl describe node`` lists under Events with ``reason``."""
+    return [e.message or "" async for e in kube.list(Event, namespace="*", fields={
+        "involvedObject.kind": "Node", "involvedObject.name": node, "reason": reason})]
+
+
+async def _label_slurm_node(kube: AsyncClient, node: str, slurm_node: str | None) -> None:
+    """The Slurm node an admin says ``node`` is (None: the label removed)."""
+    await kube.patch(Node, node, {"metadata": {"labels": {keys.NODE_SLURM_NODE: slurm_node}}},
+                     patch_type=PatchType.MERGE)
+
+
+async def test_a_node_naming_itself_slurms_node1_gets_none_of_its_pods_and_two_claims_are_told(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory,
+    make_node: NodeFactory,
+) -> None:
+    """Issue 41, case 7: NodeRestriction lets a compromised kubelet label its own Node
+    slurmbridge.io/slurm-node=node1, and the node cache's last writer won: Slurm's pods for
+    node1 went to it.  Only an admin's node-restriction.kubernetes.io/ label names a Slurm
+    node now; two Nodes so labelled with one are neither used, and both are told."""
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "impostor")
+    await make_node(IMPOSTOR, labels={KUBELET_SLURM_NODE: "node1"},
+                    taints=[{"key": keys.MANAGED_TAINT, "effect": "NoSchedule"}])
+    with _only_node1(slurm):
+        await create_pod(kube, ns, pod_manifest("first"))
+        first = await wait_bound(kube, ns, "first")
+        assert first.spec is not None and first.spec.nodeName == "kube-node1"
+        ignored = await wait_for(
+            lambda: _node_events(kube, IMPOSTOR, keys.EventReason.NODE_LABEL_IGNORED), 15,
+            interval=0.5, what=f"{IMPOSTOR} told its {KUBELET_SLURM_NODE} label is ignored")
+        assert KUBELET_SLURM_NODE in ignored[0], ignored
+
+        # An admin's mistake: a second Node labelled node1 with the label only admins set.
+        await _label_slurm_node(kube, IMPOSTOR, "node1")
+        for node in ("kube-node1", IMPOSTOR):
+            told = await wait_for(
+                functools.partial(_node_events, kube, node, keys.EventReason.NODE_CONTESTED),
+                15, interval=0.5, what=f"{node} told that two Nodes claim node1")
+            assert "Slurm node node1 is claimed by Nodes kube-impostor, kube-node1" in told[0]
+        await create_pod(kube, ns, pod_manifest("second"))
+        job_id = await wait_slurm_job(slurm, ns, "second")
+        await wait_for(lambda: slurm_job_view(slurm, job_id)["state"] == "RUNNING", 30,
+                       interval=0.5, what=f"job {job_id} of pod second running")
+        assert slurm_job_view(slurm, job_id)["nodes"] == ("node1",)
+        await asyncio.sleep(6)  # the release retries every 2 s: it never picks a Node
+        waiting = (await kube.get(Pod, "second", namespace=ns)).spec
+        assert waiting is not None and not waiting.nodeName, waiting
+
+        await _label_slurm_node(kube, IMPOSTOR, None)  # the admin sets it right
+        second = await wait_bound(kube, ns, "second", timeout=30)
+        assert second.spec is not None and second.spec.nodeName == "kube-node1"

@@ -1,9 +1,9 @@
-"""A Kubernetes node without slurmd that Slurm schedules all the same (issue 24, item 3), on a
-real kubelet: kind's third worker runs no slurmd (cluster.yaml); labelled
-``slurmbridge.io/external-node=true`` it becomes an EXTERNAL Slurm node with the GPUs its Node
-offers, Slurm places a GPU pod there (partition ``external``, kind's NodeSet of such nodes), the
-job is in Slurm's accounting, a cordon drains it and a deleted Node leaves Slurm.  Slurm's side
-is read with the admin's tools."""
+"""A Kubernetes node without slurmd that Slurm schedules all the same (issue 24, item 3), on a real
+kubelet: kind's third worker runs no slurmd (cluster.yaml); labelled (by an admin)
+``node-restriction.kubernetes.io/slurmbridge-external-node=true`` it becomes an EXTERNAL Slurm
+node with the GPUs its Node offers, Slurm places a GPU pod there (partition ``external``, kind's
+NodeSet of such nodes), the job is in Slurm's accounting, a cordon drains it and a deleted Node
+leaves Slurm. Slurm's side is read with the admin's tools."""
 
 import json
 from collections.abc import Callable, Iterator

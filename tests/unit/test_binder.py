@@ -78,7 +78,7 @@ async def test_binding_again_to_the_same_node_succeeds() -> None:
 
 async def test_a_kubernetes_node_named_otherwise_is_found_by_its_slurm_label() -> None:
     bridge, kube = _world(node="gpu017")
-    kube.add(Node(metadata=ObjectMeta(name="kube-a", labels={keys.SLURM_NODE: "gpu017"})))
+    kube.add(Node(metadata=ObjectMeta(name="kube-a", labels={keys.NODE_SLURM_NODE: "gpu017"})))
     async for node in kube.list(Node):
         bridge.nodes.apply("ADDED", node)
     await bridge.binder.bind("ns", "p", UID, "kube-a")

@@ -93,7 +93,7 @@ def _fit_error(reason: str) -> str:
 def _node(name: str, *, slurm: str | None = None, cordoned: bool = False,
           taints: list[Taint] | None = None) -> Node:
     return Node(
-        metadata=ObjectMeta(name=name, labels={keys.SLURM_NODE: slurm} if slurm else {}),
+        metadata=ObjectMeta(name=name, labels={keys.NODE_SLURM_NODE: slurm} if slurm else {}),
         spec=NodeSpec(unschedulable=cordoned or None, taints=taints),
         status=NodeStatus(conditions=[NodeCondition(type="Ready", status="True")]),
     )

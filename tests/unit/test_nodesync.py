@@ -26,7 +26,7 @@ from slurmbridge_devkit.fakes import FakeSlurm, idle_node
 
 def _node(name: str, *, ready: bool = True, cordoned: bool = False,
           slurm_name: str | None = None) -> Node:
-    labels = {keys.SLURM_NODE: slurm_name} if slurm_name else {}
+    labels = {keys.NODE_SLURM_NODE: slurm_name} if slurm_name else {}
     return Node(
         metadata=ObjectMeta(name=name, labels=labels),
         spec=NodeSpec(unschedulable=cordoned or None),
@@ -157,7 +157,8 @@ async def test_a_relabelled_or_deleted_node_maps_to_its_new_slurm_node_at_once()
     cache, task = await _watched(kube)
     try:
         assert (cache.kube_name("node1"), cache.slurm_name("kube-a")) == ("kube-a", "node1")
-        await kube.patch(Node, "kube-a", {"metadata": {"labels": {keys.SLURM_NODE: "node2"}}},
+        await kube.patch(Node, "kube-a",
+                         {"metadata": {"labels": {keys.NODE_SLURM_NODE: "node2"}}},
                          patch_type=PatchType.MERGE)
         await _until(lambda: cache.kube_name("node2") == "kube-a")
         assert (cache.kube_name("node1"), cache.slurm_name("kube-a")) == ("node1", "node2")
