@@ -13,8 +13,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from bridge.config import CONFIG_FILE_ENV, Settings
-from slurmbridge_cli.cli import load_settings
 from slurmbridge_cli.config_reference import markdown
+from slurmbridge_cli.settings_load import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
