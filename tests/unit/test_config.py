@@ -68,8 +68,10 @@ def _nested(path: tuple[str, ...], leaf: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("section", [".".join(p) for p in _sections(Settings)])
 def test_an_unknown_key_in_any_section_is_refused(section: str) -> None:
     """Issue 41, case 8: only the top level refused unknown keys; a nested typo was dropped."""
+    values = _nested(tuple(section.split(".")), {"tpyo": 1})
+    values.setdefault("slurm", {})["url"] = "http://slurmctl.example.org:6820"  # required
     with pytest.raises(ValidationError) as raised:
-        Settings(**_nested(tuple(section.split(".")), {"tpyo": 1}))
+        Settings(**values)
     assert [(e["type"], ".".join(map(str, e["loc"]))) for e in raised.value.errors()] == [
         ("extra_forbidden", f"{section}.tpyo")]
 

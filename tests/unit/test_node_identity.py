@@ -13,7 +13,6 @@ from structlog.testing import capture_logs
 
 from bridge import keys
 from bridge.binding.binder import BindError
-from bridge.config import Settings
 from bridge.controllers.external import ExternalNodes
 from bridge.controllers.nodesync import NodeSync
 from bridge.jobs.owner import PodOwner
@@ -23,7 +22,7 @@ from bridge.placement.outcomes import Outcome, PlacementError
 from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
-from slurmbridge_devkit.fakes import FakeSlurm
+from slurmbridge_devkit.fakes import FakeSlurm, fake_settings
 
 # What a compromised kubelet writes on its own Node (what the bridge read before).
 KUBELET_SLURM_NODE = "slurmbridge.io/slurm-node"
@@ -88,7 +87,7 @@ def _contest() -> tuple[FakeKube, FakeSlurm]:
 
 async def test_two_nodes_claiming_one_slurm_node_are_neither_used_and_both_told() -> None:
     kube, slurm = _contest()
-    bridge = build_bridge(Settings(), slurm=slurm, kube=kube)
+    bridge = build_bridge(fake_settings(), slurm=slurm, kube=kube)
     async for node in kube.list(Node):
         bridge.nodes.apply("ADDED", node)
     pod = cast(Pod, Pod.from_dict(cast(dict[str, Any], kube.obj(Pod, "p", "ns"))))
