@@ -16,20 +16,12 @@ from click.testing import CliRunner
 
 from slurmbridge_cli.cli import main as slurmbridge
 from slurmbridge_cli.kubectl import main as plugin
+from slurmbridge_devkit.kubeconfigs import unreachable_kubeconfig
 
 SLURMBRIDGE = [sys.executable, "-m", "slurmbridge_cli"]
 KUBECTL_PLUGIN = [sys.executable, "-m", "slurmbridge_cli.kubectl"]
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens on it
 
-
-def _kubeconfig(path: Path) -> Path:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}],
-        "users": [{"name": "x", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
-    }))
-    return path
 
 
 def _settings(path: Path, **sections: object) -> Path:
@@ -76,7 +68,7 @@ CASES = {
         ("kubeconfig", "SLURMBRIDGE_KUBE__KUBECONFIG", "KUBECONFIG")),
     "extender without a token": Case(
         lambda d: _with({"slurm": {"url": UNREACHABLE},
-                         "kube": {"kubeconfig": str(_kubeconfig(d / "kubeconfig"))}},
+                         "kube": {"kubeconfig": str(unreachable_kubeconfig(d / "kubeconfig"))}},
                         "extender")(d),
         ("SLURMBRIDGE_SLURM__TOKEN_FILE", "SLURMBRIDGE_SLURM__JWT_KEY_FILE")),
     "environment not JSON": Case(

@@ -5,23 +5,16 @@ from pathlib import Path
 
 import jwt
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from slurmbridge_cli.cli import main
+from slurmbridge_devkit.kubeconfigs import unreachable_kubeconfig
 
 
 def test_stopped_slurmrestd_is_one_line_with_a_hint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9",
-                                                "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "x", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
-    }))
+    kubeconfig = unreachable_kubeconfig(tmp_path / "kubeconfig")
     monkeypatch.setenv("SLURMBRIDGE_SLURM__URL", "http://127.0.0.1:9")
     monkeypatch.setenv("SLURMBRIDGE_SLURM__TOKEN", "t")
     monkeypatch.setenv("SLURMBRIDGE_KUBE__KUBECONFIG", str(kubeconfig))
@@ -34,17 +27,6 @@ def test_stopped_slurmrestd_is_one_line_with_a_hint(
     assert "hint: is slurmrestd running" in slurm_lines[0]
 
 
-def _kubeconfig(tmp_path: Path) -> Path:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9",
-                                                "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "x", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
-    }))
-    return kubeconfig
-
 
 @pytest.mark.parametrize(("days", "label"), [(3, "WARN"), (30, "PASS"), (-1, "FAIL")])
 def test_the_slurm_tokens_expiry_is_a_line_warning_within_seven_days(
@@ -55,7 +37,8 @@ def test_the_slurm_tokens_expiry_is_a_line_warning_within_seven_days(
                                 b"k" * 32, algorithm="HS256"))
     monkeypatch.setenv("SLURMBRIDGE_SLURM__URL", "http://127.0.0.1:9")
     monkeypatch.setenv("SLURMBRIDGE_SLURM__TOKEN_FILE", str(token))
-    monkeypatch.setenv("SLURMBRIDGE_KUBE__KUBECONFIG", str(_kubeconfig(tmp_path)))
+    kubeconfig = unreachable_kubeconfig(tmp_path / "kubeconfig")
+    monkeypatch.setenv("SLURMBRIDGE_KUBE__KUBECONFIG", str(kubeconfig))
     result = CliRunner().invoke(main, ["doctor"])
     lines = [line for line in result.output.splitlines() if "token" in line and "expire" in line]
     assert len(lines) == 1, result.output

@@ -11,7 +11,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import yaml
+
+from slurmbridge_devkit.kubeconfigs import unreachable_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_STACK = {"fastapi", "starlette", "uvicorn", "aiohttp", "pyreqwest", "pydantic-settings"}
@@ -93,15 +94,6 @@ def test_installing_the_plugin_pulls_none_of_the_server_stack() -> None:
     assert _closure(["server"]) >= SERVER_STACK
 
 
-def _kubeconfig(path: Path) -> Path:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}],
-        "users": [{"name": "x", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
-    }))
-    return path
-
 
 @pytest.mark.parametrize(("args", "code", "says"), [
     (["--help"], 0, "Usage: kubectl-slurmbridge"),
@@ -113,7 +105,7 @@ def _kubeconfig(path: Path) -> Path:
 def test_the_plugin_runs_on_the_base_install_alone(
     args: list[str], code: int, says: str, tmp_path: Path
 ) -> None:
-    _kubeconfig(tmp_path / "kubeconfig")
+    unreachable_kubeconfig(tmp_path / "kubeconfig")
     done = _run([], PLUGIN, *args, cwd=tmp_path)
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == code, done.stderr
