@@ -31,6 +31,10 @@ RELEASE="${SLURMBRIDGE_RELEASE:-slurmbridge}"
 IMAGE="${SLURMBRIDGE_IMAGE:-slurmbridge:dev}"
 CHART="${SLURMBRIDGE_KIND_CHART:-$repo/deploy/helm/slurmbridge}"
 DEMO_NS="${SLURMBRIDGE_DEMO_NAMESPACE:-slurm-demo}"
+# The DRA driver's own check (tests/kind/test_dra_driver.py) runs default-scheduler pods on
+# the workers, as a vendor's validator would: the admin lists its service account in
+# managedNodes.serviceAccounts (docs/install.md), or the managed-node policies refuse them.
+DRA_CHECK_NS=kt-dra-check
 REST_PORT="${KIND_SLURM_REST_PORT:-6850}"   # slurmrestd on 127.0.0.1, clear of the chroot clusters' ports
 STATE="$CACHE/kind/$CLUSTER"
 KUBECONFIG="${KIND_KUBECONFIG:-$STATE/kubeconfig}"
@@ -238,6 +242,7 @@ install_bridge() {
     --set-json 'tenancy.default={}' \
     --set-json 'deviceClasses={"gpu.example.com": {}}' \
     --set-json 'managedNodes.daemonSets=["kube-system/kube-proxy","kube-system/kindnet","slurmbridge-dra/dra-gpu-plugin"]' \
+    --set-json "managedNodes.serviceAccounts=[\"$DRA_CHECK_NS/default\"]" \
     "$@" --wait --timeout 5m >/dev/null
   kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   wait_admission

@@ -202,6 +202,9 @@ class Kind:
 DRA_DRIVER = "gpu.example.com"  # deploy/kind/dra: its driver and DeviceClass
 DRA_NAMESPACE = "slurmbridge-dra"
 DRA_GPUS_LABEL = "kind.slurmbridge.io/gpus"  # how many GPUs the driver publishes on a node
+# The driver check's namespace: deploy/kind/up.sh (DRA_CHECK_NS) lists its default service
+# account in managedNodes.serviceAccounts, so its default-scheduler pods may run on the workers.
+DRA_CHECK_NAMESPACE = "kt-dra-check"
 
 
 def pod_manifest(name: str, command: str, *, gpus: int = 0, labels: dict[str, str] | None = None,

@@ -13,8 +13,14 @@ from collections.abc import Iterator
 import pytest
 
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.namespaces import unique_name
-from tests.kind.cluster import DRA_DRIVER, DRA_GPUS_LABEL, WORKLOAD_IMAGE, Kind, wait
+from tests.kind.cluster import (
+    DRA_CHECK_NAMESPACE,
+    DRA_DRIVER,
+    DRA_GPUS_LABEL,
+    WORKLOAD_IMAGE,
+    Kind,
+    wait,
+)
 
 pytestmark = pytest.mark.kind
 
@@ -39,11 +45,12 @@ def test_each_worker_publishes_its_gpus_with_slurms_indices(kind: Kind) -> None:
 
 @pytest.fixture
 def plain_ns(kind: Kind) -> Iterator[str]:
-    """A namespace the bridge does not serve (not enrolled): the default scheduler's pods."""
-    name = unique_name("kt-dra")
-    kind.kubectl("create", "namespace", name)
-    yield name
-    kind.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    """A namespace the bridge does not serve (not enrolled): the default scheduler's pods, on
+    Slurm's nodes only as the service account an admin listed for it (managedNodes)."""
+    kind.kubectl("create", "namespace", DRA_CHECK_NAMESPACE)
+    yield DRA_CHECK_NAMESPACE
+    kind.kubectl("delete", "namespace", DRA_CHECK_NAMESPACE, "--wait=true", check=False,
+                 timeout=180)
 
 
 def test_a_claimed_container_is_handed_exactly_its_allocated_devices(
