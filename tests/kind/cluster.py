@@ -71,6 +71,22 @@ class Kind:
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json"))
 
+    def refused(self, *args: str, stdin: str | None = None) -> str:
+        """kubectl's error for a request the API server must refuse; fails if it was done."""
+        done = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+                              input=stdin, capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert done.returncode != 0, f"kubectl {' '.join(args)} was admitted: {done.stdout}"
+        return done.stderr
+
+    def events(self, kind: str, name: str, reason: str) -> dict[str, str]:
+        """Event name → message, of the Events about ``kind`` ``name`` with ``reason`` (what
+        ``kubectl describe`` lists), in every namespace."""
+        found = self.kubectl_json("get", "events", "-A", "--field-selector",
+                                  f"involvedObject.kind={kind},involvedObject.name={name},"
+                                  f"reason={reason}")
+        return {e["metadata"]["name"]: e.get("message", "") for e in found["items"]}
+
     def slurm(self, *args: str, check: bool = True) -> str:
         return run(["docker", "exec", self.slurm_container, *args], check=check)
 

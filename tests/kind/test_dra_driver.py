@@ -8,12 +8,10 @@ claims get Slurm's devices instead (test_dra_claims.py)."""
 
 import json
 import re
-from collections.abc import Iterator
 
 import pytest
 
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.namespaces import unique_name
 from tests.kind.cluster import DRA_DRIVER, DRA_GPUS_LABEL, WORKLOAD_IMAGE, Kind, wait
 
 pytestmark = pytest.mark.kind
@@ -35,15 +33,6 @@ def test_each_worker_publishes_its_gpus_with_slurms_indices(kind: Kind) -> None:
         want = {f"gpu-{i}": i for i in range(count)}
         wait(lambda node=node, want=want: kind.dra_devices(node) == want,  # type: ignore[misc]
              60, f"{node}'s ResourceSlice of {DRA_DRIVER} to list {sorted(want)}")
-
-
-@pytest.fixture
-def plain_ns(kind: Kind) -> Iterator[str]:
-    """A namespace the bridge does not serve (not enrolled): the default scheduler's pods."""
-    name = unique_name("kt-dra")
-    kind.kubectl("create", "namespace", name)
-    yield name
-    kind.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def test_a_claimed_container_is_handed_exactly_its_allocated_devices(
