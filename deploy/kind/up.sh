@@ -226,6 +226,9 @@ install_bridge() {
   kubectl -n "$NAMESPACE" create secret generic slurmbridge-slurm-jwt \
     --from-file=token="$STATE/slurm/token/token" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   # Slurm's nodes, as docs/install.md has an admin mark them (a kubelet cannot set this label).
+  # managedNodes below: what else runs on them, the DaemonSets of every node (CNI, kube-proxy,
+  # the DRA driver) and the driver's own check (tests/kind/test_dra_driver.py: a pod of the
+  # default scheduler with a claim, from namespace kind-driver-check).
   kubectl label node -l kind.slurmbridge.io/gpus --overwrite \
     node-restriction.kubernetes.io/slurmbridge-managed=true >/dev/null
   log "helm upgrade --install $RELEASE (slurmrestd http://$(slurm_ip):6820, kube-scheduler v$K8S_VERSION)"
@@ -238,6 +241,7 @@ install_bridge() {
     --set-json 'tenancy.default={}' \
     --set-json 'deviceClasses={"gpu.example.com": {}}' \
     --set-json 'managedNodes.daemonSets=["kube-system/kube-proxy","kube-system/kindnet","slurmbridge-dra/dra-gpu-plugin"]' \
+    --set-json 'managedNodes.serviceAccounts=["kind-driver-check/default"]' \
     "$@" --wait --timeout 5m >/dev/null
   kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   wait_admission
