@@ -122,8 +122,8 @@ def test_kubectl_debug_on_a_running_gpu_pod_sees_its_slurm_gpus_and_never_its_ow
     pod = kind.wait_running(ns, "trainer")
     node, annotations = pod["spec"]["nodeName"], pod["metadata"]["annotations"]
     slurm_gpus = kind.job_gpus(kind.job_of(pod))
-    gpu_ids = ",".join(str(i) for i in sorted(slurm_gpus[node]))
-    assert annotations[keys.GPU_IDS] == gpu_ids, annotations
+    gpu_ids = annotations[keys.GPU_IDS]
+    assert sorted(int(i) for i in gpu_ids.split(",")) == sorted(slurm_gpus[node]), slurm_gpus
     debug = ("-n", ns, "debug", "trainer", f"--image={WORKLOAD_IMAGE}",
              "--image-pull-policy=Never", "--profile=general")
     show = ("--", "sh", "-c", PRINT_GPU_ENV)
