@@ -31,10 +31,6 @@ RELEASE="${SLURMBRIDGE_RELEASE:-slurmbridge}"
 IMAGE="${SLURMBRIDGE_IMAGE:-slurmbridge:dev}"
 CHART="${SLURMBRIDGE_KIND_CHART:-$repo/deploy/helm/slurmbridge}"
 DEMO_NS="${SLURMBRIDGE_DEMO_NAMESPACE:-slurm-demo}"
-# The DRA driver's own check (tests/kind/test_dra_driver.py) runs default-scheduler pods on
-# the workers, as a vendor's validator would: the admin lists its service account in
-# managedNodes.serviceAccounts (docs/install.md), or the managed-node policies refuse them.
-DRA_CHECK_NS=kt-dra-check
 REST_PORT="${KIND_SLURM_REST_PORT:-6850}"   # slurmrestd on 127.0.0.1, clear of the chroot clusters' ports
 STATE="$CACHE/kind/$CLUSTER"
 KUBECONFIG="${KIND_KUBECONFIG:-$STATE/kubeconfig}"
@@ -230,6 +226,9 @@ install_bridge() {
   kubectl -n "$NAMESPACE" create secret generic slurmbridge-slurm-jwt \
     --from-file=token="$STATE/slurm/token/token" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   # Slurm's nodes, as docs/install.md has an admin mark them (a kubelet cannot set this label).
+  # managedNodes below: what else runs on them, the DaemonSets of every node (CNI, kube-proxy,
+  # the DRA driver) and the driver's own check (tests/kind/test_dra_driver.py: a pod of the
+  # default scheduler with a claim, from namespace kind-driver-check).
   kubectl label node -l kind.slurmbridge.io/gpus --overwrite \
     node-restriction.kubernetes.io/slurmbridge-managed=true >/dev/null
   log "helm upgrade --install $RELEASE (slurmrestd http://$(slurm_ip):6820, kube-scheduler v$K8S_VERSION)"
@@ -242,7 +241,7 @@ install_bridge() {
     --set-json 'tenancy.default={}' \
     --set-json 'deviceClasses={"gpu.example.com": {}}' \
     --set-json 'managedNodes.daemonSets=["kube-system/kube-proxy","kube-system/kindnet","slurmbridge-dra/dra-gpu-plugin"]' \
-    --set-json "managedNodes.serviceAccounts=[\"$DRA_CHECK_NS/default\"]" \
+    --set-json 'managedNodes.serviceAccounts=["kind-driver-check/default"]' \
     "$@" --wait --timeout 5m >/dev/null
   kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   wait_admission

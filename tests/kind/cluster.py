@@ -71,6 +71,22 @@ class Kind:
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json"))
 
+    def refused(self, *args: str, stdin: str | None = None) -> str:
+        """kubectl's error for a request the API server must refuse; fails if it was done."""
+        done = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+                              input=stdin, capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert done.returncode != 0, f"kubectl {' '.join(args)} was admitted: {done.stdout}"
+        return done.stderr
+
+    def events(self, kind: str, name: str, reason: str) -> dict[str, str]:
+        """Event name → message, of the Events about ``kind`` ``name`` with ``reason`` (what
+        ``kubectl describe`` lists), in every namespace."""
+        found = self.kubectl_json("get", "events", "-A", "--field-selector",
+                                  f"involvedObject.kind={kind},involvedObject.name={name},"
+                                  f"reason={reason}")
+        return {e["metadata"]["name"]: e.get("message", "") for e in found["items"]}
+
     def slurm(self, *args: str, check: bool = True) -> str:
         return run(["docker", "exec", self.slurm_container, *args], check=check)
 
@@ -202,9 +218,6 @@ class Kind:
 DRA_DRIVER = "gpu.example.com"  # deploy/kind/dra: its driver and DeviceClass
 DRA_NAMESPACE = "slurmbridge-dra"
 DRA_GPUS_LABEL = "kind.slurmbridge.io/gpus"  # how many GPUs the driver publishes on a node
-# The driver check's namespace: deploy/kind/up.sh (DRA_CHECK_NS) lists its default service
-# account in managedNodes.serviceAccounts, so its default-scheduler pods may run on the workers.
-DRA_CHECK_NAMESPACE = "kt-dra-check"
 
 
 def pod_manifest(name: str, command: str, *, gpus: int = 0, labels: dict[str, str] | None = None,

@@ -78,6 +78,15 @@ def ns(kind: Kind, request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture
+def plain_ns(kind: Kind, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace the bridge does not serve (not enrolled): the default scheduler's pods."""
+    name = unique_name(f"kt-{request.node.name}")
+    kind.kubectl("create", "namespace", name)
+    yield name
+    kind.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
 def native(kind: Kind) -> Iterator[list[str]]:
     """Native sbatch job ids a test appends to; cancelled at the end."""
     jobs: list[str] = []

@@ -13,14 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from slurmbridge_devkit.builders import PodBuilder
-from tests.kind.cluster import (
-    DRA_CHECK_NAMESPACE,
-    DRA_DRIVER,
-    DRA_GPUS_LABEL,
-    WORKLOAD_IMAGE,
-    Kind,
-    wait,
-)
+from tests.kind.cluster import DRA_DRIVER, DRA_GPUS_LABEL, WORKLOAD_IMAGE, Kind, wait
 
 pytestmark = pytest.mark.kind
 
@@ -43,18 +36,24 @@ def test_each_worker_publishes_its_gpus_with_slurms_indices(kind: Kind) -> None:
              60, f"{node}'s ResourceSlice of {DRA_DRIVER} to list {sorted(want)}")
 
 
+# Pods of the default scheduler on Slurm's nodes are refused (the chart's managedNodes
+# policies) unless an admin listed them: deploy/kind/up.sh lists this namespace's default
+# ServiceAccount, as an admin lists the per-node checks of a device driver.
+CHECKS_NS = "kind-driver-check"
+
+
 @pytest.fixture
-def plain_ns(kind: Kind) -> Iterator[str]:
-    """A namespace the bridge does not serve (not enrolled): the default scheduler's pods, on
-    Slurm's nodes only as the service account an admin listed for it (managedNodes)."""
-    kind.kubectl("create", "namespace", DRA_CHECK_NAMESPACE)
-    yield DRA_CHECK_NAMESPACE
-    kind.kubectl("delete", "namespace", DRA_CHECK_NAMESPACE, "--wait=true", check=False,
-                 timeout=180)
+def checks_ns(kind: Kind) -> Iterator[str]:
+    """The namespace (not enrolled) whose pods up.sh lets run on the workers."""
+    kind.kubectl("delete", "namespace", CHECKS_NS, "--ignore-not-found", "--wait=true",
+                 timeout=180)  # a previous run's, still leaving
+    kind.kubectl("create", "namespace", CHECKS_NS)
+    yield CHECKS_NS
+    kind.kubectl("delete", "namespace", CHECKS_NS, "--wait=false", check=False)
 
 
 def test_a_claimed_container_is_handed_exactly_its_allocated_devices(
-        kind: Kind, plain_ns: str) -> None:
+        kind: Kind, checks_ns: str) -> None:
     node = kind.external_workers()[0]  # no slurmd: nothing of Slurm's uses its GPUs
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
              "metadata": {"name": "two"},
@@ -67,19 +66,19 @@ def test_a_claimed_container_is_handed_exactly_its_allocated_devices(
                  tolerations=[{"operator": "Exists"}])  # the workers' managed taint
            .manifest())
     for manifest in (claim, pod):
-        kind.kubectl("-n", plain_ns, "create", "-f", "-", stdin=json.dumps(manifest))
-    kind.wait_running(plain_ns, "claimed")
+        kind.kubectl("-n", checks_ns, "create", "-f", "-", stdin=json.dumps(manifest))
+    kind.wait_running(checks_ns, "claimed")
 
-    allocated = kind.kubectl_json("-n", plain_ns, "get", "resourceclaim", "two")["status"]
+    allocated = kind.kubectl_json("-n", checks_ns, "get", "resourceclaim", "two")["status"]
     results = allocated["allocation"]["devices"]["results"]
     assert {(r["driver"], r["pool"]) for r in results} == {(DRA_DRIVER, node)}, results
     devices = sorted(r["device"] for r in results)
-    told = wait(lambda: kind.kubectl("-n", plain_ns, "logs", "claimed").split(), 60,
+    told = wait(lambda: kind.kubectl("-n", checks_ns, "logs", "claimed").split(), 60,
                 "the container's GPU_DEVICE_ variables in its log")
     assert told == [f"GPU_DEVICE_{d.removeprefix('gpu-')}={d}" for d in devices]
     assert [r["name"] for r in allocated["reservedFor"]] == ["claimed"]
 
-    kind.kubectl("-n", plain_ns, "delete", "pod", "claimed", "--wait=true", timeout=120)
+    kind.kubectl("-n", checks_ns, "delete", "pod", "claimed", "--wait=true", timeout=120)
     wait(lambda: "allocation" not in kind.kubectl_json(
-        "-n", plain_ns, "get", "resourceclaim", "two").get("status", {}), 120,
+        "-n", checks_ns, "get", "resourceclaim", "two").get("status", {}), 120,
         "the claim's devices to be freed once its pod is gone")

@@ -15,9 +15,9 @@ PRINT_GPU_ENV = (
 )
 
 
-def env_lines(kind: Kind, ns: str, name: str) -> dict[str, str]:
+def env_lines(kind: Kind, ns: str, name: str, container: str = "main") -> dict[str, str]:
     def printed() -> dict[str, str] | None:
-        out = kind.kubectl("-n", ns, "logs", name, check=False)
+        out = kind.kubectl("-n", ns, "logs", name, "-c", container, check=False)
         lines = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
         return lines if {"NVIDIA", "CUDA"} <= lines.keys() else None
     return wait(printed, 60, f"pod {ns}/{name} to print its GPU variables")
