@@ -607,7 +607,8 @@ def test_server_side_dry_run(control_plane: ControlPlane, namespace: str) -> Non
          "--set", "priorityClassName=system-cluster-critical"),
     ]
     for flags in variants:
-        docs = render(release_name(), namespace, *flags)
+        # What an install applies: `helm test`'s hook Pod comes later (its own test below).
+        docs = render(release_name(), namespace, "--skip-tests", *flags)
         proc = kubectl(control_plane, "apply", "--server-side", "--dry-run=server",
                        "--field-manager=slurmbridge-helm-test", "-f", "-",
                        stdin=dump(docs), check=False)
@@ -791,3 +792,20 @@ def test_one_release_per_cluster(control_plane: ControlPlane, namespace: str,
     assert f'release "{first}" in namespace "{namespace}"' in proc.stderr, proc.stderr
     assert "One release per cluster" in proc.stderr, proc.stderr
     assert _install_dry_run(control_plane, first, namespace).returncode == 0
+
+
+def test_doctor_hook_accepted_by_the_api_server(control_plane: ControlPlane, namespace: str,
+                                                applied: list[list[Manifest]]) -> None:
+    """`helm test` creates the doctor Pod once the release is installed: with the extender's
+    service account in place, the API server admits it as rendered."""
+    docs = render(release_name(), namespace)
+    pod = find(docs, "Pod", "-doctor")
+    account = next(d for d in docs if d["kind"] == "ServiceAccount"
+                   and d["metadata"]["name"] == pod["spec"]["serviceAccountName"])
+    applied.append([account])
+    kubectl(control_plane, "apply", "--server-side", "--field-manager=slurmbridge-helm-test",
+            "-f", "-", stdin=dump([account]))
+    proc = kubectl(control_plane, "apply", "--server-side", "--dry-run=server",
+                   "--field-manager=slurmbridge-helm-test", "-f", "-", stdin=dump([pod]),
+                   check=False)
+    assert proc.returncode == 0, proc.stderr
