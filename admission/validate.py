@@ -183,4 +183,7 @@ def _translation(request: AdmissionRequest, translate: PodTranslator) -> JobRequ
     except InvalidPodRequest as err:
         return Denial(422, f"slurmbridge cannot run this pod: {err}")
     except Exception as err:  # a shape the translation does not survive: never a 500
-        return Denial(422, f"slurmbridge cannot run this pod: {type(err).__name__}: {err}")
+        log.error("admission.translation_failed", pod=f"{request.namespace}/{request.name}",
+                  reason=repr(err))
+        return Denial(422, f"slurmbridge cannot run this pod: its spec could not be read "
+                      f"({err}); fix the pod, or report it with the webhook's log")

@@ -31,6 +31,9 @@ POLICY_ANNOTATIONS = (
 _LISTS = (keys.ACCOUNT, keys.PARTITION, keys.QOS, keys.RESERVATION, keys.WCKEY, keys.SLURM_USER)
 # Lists whose empty value allows anything (the others: an empty list allows nothing).
 _OPEN_LISTS = (keys.ACCOUNT, keys.PARTITION, keys.QOS)
+# The settings key of the default policy; the chart's value for it is camelCase (its
+# admission.policies take the settings-file layout, so a namespace's key is the same in both).
+_DEFAULT_POLICY = "admission.default_policy"
 _LIST_SETTING = {
     keys.ACCOUNT: "accounts", keys.PARTITION: "partitions", keys.QOS: "qos",
     keys.RESERVATION: "reservations", keys.WCKEY: "wckeys",
@@ -74,6 +77,16 @@ def policy_refusal(
     return None
 
 
+def _key(setting: str, name: str, value: object = None) -> str:
+    """A policy setting as a refusal names it: the settings-file key (with its value) and, for
+    the default policy, the Helm value an admin of the chart sets instead."""
+    named = f"{setting}.{name}" + ("" if value is None else f"={value}")
+    if setting != _DEFAULT_POLICY:
+        return named
+    head, *rest = name.split("_")
+    return f"{named} (Helm: admission.defaultPolicy.{head}{''.join(p.title() for p in rest)})"
+
+
 def _allowed(
     key: str, namespace: str, policy: NamespacePolicy, setting: str, tenancy: TenancyMap | None
 ) -> tuple[list[str], str]:
@@ -83,7 +96,7 @@ def _allowed(
     if from_tenant or key == keys.SLURM_USER:  # the user comes from the tenancy only
         place = tenancy.setting(namespace) if tenancy is not None else f"namespaces.{namespace}"
         return from_tenant, f"tenancy {place}.{TENANT_FIELDS[key]}"
-    return policy.allowed(key), f"{setting}.{_LIST_SETTING[key]}"
+    return policy.allowed(key), _key(setting, _LIST_SETTING[key])
 
 
 def _list_refusal(
@@ -110,21 +123,19 @@ def _list_refusal(
 def _value_refusal(
     key: str, value: str, policy: NamespacePolicy, setting: str, ns: str, *, label: str
 ) -> str | None:
+    unset = f"annotation {label} is not allowed {ns}: an admin sets"
     if key == keys.PRIORITY:
         if policy.max_priority is None:
-            return f"annotation {label} is not allowed {ns}: an admin sets {setting}.max_priority"
+            return f"{unset} {_key(setting, 'max_priority')}"
         if value.isdigit() and int(value) > policy.max_priority:
             return (
                 f"{label}={value} is too high {ns}: above "
-                f"{setting}.max_priority={policy.max_priority}"
+                f"{_key(setting, 'max_priority', policy.max_priority)}"
             )
     elif key == keys.TIME_LIMIT:
         limit = policy.max_time_limit_minutes
         if limit is None:
-            return (
-                f"annotation {label} is not allowed {ns}: an admin sets "
-                f"{setting}.max_time_limit_minutes"
-            )
+            return f"{unset} {_key(setting, 'max_time_limit_minutes')}"
         try:
             minutes = parse_time_limit(value)
         except ValueError:
@@ -132,14 +143,14 @@ def _value_refusal(
         if minutes > limit:
             return (
                 f"{label}={value!r} is too high {ns}: above "
-                f"{setting}.max_time_limit_minutes={limit}"
+                f"{_key(setting, 'max_time_limit_minutes', limit)}"
             )
     elif key == keys.CONSTRAINTS and not policy.allow_constraints:
-        return f"annotation {label} is not allowed {ns}: an admin sets {setting}.allow_constraints"
+        return f"{unset} {_key(setting, 'allow_constraints')}"
     elif key == keys.EXCLUSIVE and value.lower() == "true" and not policy.allow_exclusive:
-        return f"annotation {label} is not allowed {ns}: an admin sets {setting}.allow_exclusive"
+        return f"{unset} {_key(setting, 'allow_exclusive')}"
     elif key in keys.TOPOLOGY_ANNOTATIONS and not policy.allow_topology:
-        return f"annotation {label} is not allowed {ns}: an admin sets {setting}.allow_topology"
+        return f"{unset} {_key(setting, 'allow_topology')}"
     return None
 
 
@@ -158,7 +169,7 @@ def deadline_refusal(
         return (
             f"spec.activeDeadlineSeconds={seconds} is too high in namespace {namespace!r}: it "
             f"becomes the Slurm time limit, above "
-            f"{settings.policy_setting(namespace)}.max_time_limit_minutes={limit}"
+            f"{_key(settings.policy_setting(namespace), 'max_time_limit_minutes', limit)}"
         )
     return None
 

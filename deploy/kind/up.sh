@@ -234,7 +234,7 @@ install_bridge() {
   log "helm upgrade --install $RELEASE (slurmrestd http://$(slurm_ip):6820, kube-scheduler v$K8S_VERSION)"
   helm upgrade --install "$RELEASE" "$CHART" \
     --namespace "$NAMESPACE" \
-    --set image.repository="${tagged%:*}" --set image.tag="${tagged##*:}" --set image.pullPolicy=Never \
+    --set image.repository="${tagged%:*}" --set-string image.tag="${tagged##*:}" --set image.pullPolicy=Never \
     --set slurm.url="http://$(slurm_ip):6820" --set slurm.user=slurm \
     --set scheduler.image.tag="v$K8S_VERSION" \
     --set "admission.enrolledNamespaces={$DEMO_NS}" \

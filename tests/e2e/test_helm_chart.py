@@ -33,7 +33,15 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from bridge import keys
 from bridge.config import CONFIG_FILE_ENV, Settings
 from bridge.policy.tenancy import TenancySource, Tenant
-from slurmbridge_devkit.helm import CHART, Manifest, helm_bin, render, service_monitor_crd
+from slurmbridge_devkit.helm import (
+    CHART,
+    Manifest,
+    helm_bin,
+    kube_version,
+    render,
+    service_monitor_crd,
+    template,
+)
 from slurmbridge_devkit.kube import BUILD, ControlPlane
 from slurmbridge_devkit.prometheus import SLURMCTLD_METRICS
 
@@ -343,9 +351,7 @@ def test_render_monitoring() -> None:
         "ports": [{"name": "metrics", "port": 7817, "protocol": "TCP"}]}]
 
     # slurmctld without the operator's CRD: refused, saying what to do instead.
-    proc = subprocess.run(
-        [str(helm_bin()), "template", release, str(CHART), "--namespace", namespace,
-         *SLURMCTLD[2:]], capture_output=True, text=True, check=False, timeout=60)
+    proc = template(release, namespace, *SLURMCTLD[2:])
     assert proc.returncode != 0
     assert "static config of docs/operations.md" in proc.stderr, proc.stderr
 
@@ -387,10 +393,7 @@ def test_render_managed_node_and_ephemeral_container_policies() -> None:
         assert EPHEMERAL_RULE in hook["rules"], hook["rules"]
 
     # An entry that is not namespace/name: refused, naming it.
-    proc = subprocess.run(
-        [str(helm_bin()), "template", release, str(CHART), "--namespace", namespace,
-         "--set-json", 'managedNodes.daemonSets=["kube-proxy"]'],
-        capture_output=True, text=True, check=False, timeout=60)
+    proc = template(release, namespace, "--set-json", 'managedNodes.daemonSets=["kube-proxy"]')
     assert proc.returncode != 0
     assert 'managedNodes.daemonSets: "kube-proxy" is not namespace/name' in proc.stderr, proc.stderr
 
@@ -532,6 +535,53 @@ def test_scheduler_config_accepted_by_kube_scheduler(control_plane: ControlPlane
     assert full["leaderElection"]["resourceLock"] == "leases"
 
 
+def test_lint_passes_and_a_values_typo_is_refused_naming_it() -> None:
+    """values.schema.json (issue 44, build item 5): the defaults lint clean; a bad value or a
+    misspelt key, at the top or nested, fails `helm template` (as install) naming it."""
+    proc = subprocess.run([str(helm_bin()), "lint", str(CHART), *kube_version()],
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for flags, named in [
+        (("--set", "logLevel=loud"), ("/logLevel", "'debug', 'info', 'warning'")),
+        (("--set", "monitoring.prometheusRule.tokenExpiryDayz=3"),
+         ("/monitoring/prometheusRule", "'tokenExpiryDayz' not allowed")),
+        (("--set", "config.placement.poll_interval_secondz=1"),
+         ("/config/placement", "'poll_interval_secondz' not allowed")),
+        (("--set", "admission.defaultPolicy.max_priority=10"),
+         ("/admission/defaultPolicy", "'max_priority' not allowed")),
+        (("--set", "webhook.failurePolicy=ignore"), ("/webhook/failurePolicy", "'Ignore'")),
+    ]:
+        proc = template(release_name(), "sb-render", *flags)
+        assert proc.returncode != 0, f"{flags} rendered"
+        for text in named:
+            assert text in proc.stderr, f"{flags}: {proc.stderr}"
+
+
+def test_helm_test_runs_doctor_as_the_extender() -> None:
+    """`helm test`: a hook Pod running `slurmbridge doctor` with the extender's service
+    account, environment and settings, tenancy and token mounts, so it checks what the
+    extender would use."""
+    docs = render(release_name(), "sb-render", "--set-json",
+                  'extender.extraEnv=[{"name":"HTTPS_PROXY","value":"http://proxy:3128"}]')
+    pod = find(docs, "Pod", "-doctor")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    spec = pod["spec"]
+    extender = find(docs, "Deployment", "-extender")["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == extender["serviceAccountName"]
+    assert spec["restartPolicy"] == "Never"
+    (doctor,), (served,) = spec["containers"], extender["containers"]
+    assert doctor["args"][-1] == "doctor" and doctor["image"] == served["image"]
+    assert doctor["env"] == served["env"]
+    volumes = {v["name"]: v for v in extender["volumes"]}
+    for mount in served["volumeMounts"]:
+        if mount["name"] in ("config", "tenancy", "slurm-jwt"):
+            assert mount in doctor["volumeMounts"]
+            assert volumes[mount["name"]] in spec["volumes"]
+    # Not one of the extender's pods: its Service never routes to the hook.
+    selector = find(docs, "Service", "-extender")["spec"]["selector"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+
+
 # --- against the API server ----------------------------------------------------------
 
 
@@ -557,7 +607,8 @@ def test_server_side_dry_run(control_plane: ControlPlane, namespace: str) -> Non
          "--set", "priorityClassName=system-cluster-critical"),
     ]
     for flags in variants:
-        docs = render(release_name(), namespace, *flags)
+        # What an install applies: `helm test`'s hook Pod comes later (its own test below).
+        docs = render(release_name(), namespace, "--skip-tests", *flags)
         proc = kubectl(control_plane, "apply", "--server-side", "--dry-run=server",
                        "--field-manager=slurmbridge-helm-test", "-f", "-",
                        stdin=dump(docs), check=False)
@@ -703,3 +754,58 @@ def test_upgrade_keeps_the_webhook_certificate(control_plane: ControlPlane, name
             == secret["data"]["ca.crt"]
     # Without the cluster (plain `helm template`) a new CA is generated each time.
     assert find(render(release, namespace), "Secret", "-webhook-tls")["data"] != secret["data"]
+
+
+def _install_dry_run(cp: ControlPlane, release: str,
+                     namespace: str) -> subprocess.CompletedProcess[str]:
+    """`helm install --dry-run=server`: the API server answers `lookup`, nothing is created."""
+    return subprocess.run(
+        [str(helm_bin()), "install", release, str(CHART), "--namespace", namespace,
+         "--dry-run=server", "--kubeconfig", str(cp.kubeconfig)],
+        capture_output=True, text=True, check=False, timeout=120)
+
+
+def test_one_release_per_cluster(control_plane: ControlPlane, namespace: str,
+                                 applied: list[list[Manifest]]) -> None:
+    """A second release is refused at install, naming the first; the first one upgrades, and
+    its install notes say how to check it.  (`lookup` needs the API server: with `helm
+    template` the guard cannot see other releases.)"""
+    first, second = release_name(), release_name()
+    proc = _install_dry_run(control_plane, first, namespace)
+    assert proc.returncode == 0, proc.stderr
+    extender = f"{first}-slurmbridge-extender"
+    assert f"kubectl -n {namespace} exec deploy/{extender} -- slurmbridge doctor" in proc.stdout
+    assert f"helm test {first} -n {namespace}" in proc.stdout
+
+    # The first release's webhook configuration, as Helm labels it (no webhooks: harmless to
+    # the other tests' pods).
+    mine = find(render(first, namespace), "MutatingWebhookConfiguration")
+    config = {"apiVersion": mine["apiVersion"], "kind": mine["kind"], "webhooks": [],
+              "metadata": {"name": mine["metadata"]["name"], "labels": mine["metadata"]["labels"],
+                           "annotations": {"meta.helm.sh/release-name": first,
+                                           "meta.helm.sh/release-namespace": namespace}}}
+    applied.append([config])
+    kubectl(control_plane, "apply", "--server-side", "--field-manager=slurmbridge-helm-test",
+            "-f", "-", stdin=dump([config]))
+    proc = _install_dry_run(control_plane, second, "sb-other")
+    assert proc.returncode != 0, proc.stdout
+    assert f'release "{first}" in namespace "{namespace}"' in proc.stderr, proc.stderr
+    assert "One release per cluster" in proc.stderr, proc.stderr
+    assert _install_dry_run(control_plane, first, namespace).returncode == 0
+
+
+def test_doctor_hook_accepted_by_the_api_server(control_plane: ControlPlane, namespace: str,
+                                                applied: list[list[Manifest]]) -> None:
+    """`helm test` creates the doctor Pod once the release is installed: with the extender's
+    service account in place, the API server admits it as rendered."""
+    docs = render(release_name(), namespace)
+    pod = find(docs, "Pod", "-doctor")
+    account = next(d for d in docs if d["kind"] == "ServiceAccount"
+                   and d["metadata"]["name"] == pod["spec"]["serviceAccountName"])
+    applied.append([account])
+    kubectl(control_plane, "apply", "--server-side", "--field-manager=slurmbridge-helm-test",
+            "-f", "-", stdin=dump([account]))
+    proc = kubectl(control_plane, "apply", "--server-side", "--dry-run=server",
+                   "--field-manager=slurmbridge-helm-test", "-f", "-", stdin=dump([pod]),
+                   check=False)
+    assert proc.returncode == 0, proc.stderr

@@ -768,3 +768,47 @@ async def test_a_deadline_above_the_namespace_maximum_is_refused() -> None:
         assert "activeDeadlineSeconds=3601" in message and "max_time_limit_minutes=60" in message
         short = make_pod(schedulerName=keys.SCHEDULER_NAME, activeDeadlineSeconds=3600)
         assert (await post(c, "validate", make_review(short)))["allowed"] is True
+
+
+@pytest.mark.parametrize(("annotations", "settings_key", "helm_key"), [
+    ({keys.PRIORITY: "5"}, "admission.default_policy.max_priority",
+     "admission.defaultPolicy.maxPriority"),
+    ({keys.TIME_LIMIT: "10"}, "admission.default_policy.max_time_limit_minutes",
+     "admission.defaultPolicy.maxTimeLimitMinutes"),
+    ({keys.CONSTRAINTS: "a100"}, "admission.default_policy.allow_constraints",
+     "admission.defaultPolicy.allowConstraints"),
+    ({keys.RESERVATION: "maint"}, "admission.default_policy.reservations",
+     "admission.defaultPolicy.reservations"),
+])
+def test_default_policy_refusals_name_the_helm_value_beside_the_setting(
+    annotations: dict[str, str], settings_key: str, helm_key: str
+) -> None:
+    """Issue 44, build item 5: a Helm user sets admission.defaultPolicy.maxPriority, not the
+    settings file's admission.default_policy.max_priority; the refusal names both."""
+    message = policy_refusal("ml", annotations, AdmissionSettings())
+    assert message is not None and settings_key in message, message
+    assert f"Helm: {helm_key}" in message, message
+
+
+def test_namespace_policy_refusals_name_one_key() -> None:
+    """The chart's admission.policies take the settings-file layout: one key is both."""
+    settings = AdmissionSettings(policies={"ml": NamespacePolicy()})
+    message = policy_refusal("ml", {keys.PRIORITY: "5"}, settings)
+    assert message is not None and "admission.policies.ml.max_priority" in message
+    assert "Helm" not in message, message
+
+
+async def test_an_unexpected_translation_failure_names_no_python_class() -> None:
+    """A pod shape the translation does not survive: refused with what to do, never a
+    Python exception class name (it goes to the webhook's log)."""
+    def translate(pod: Pod) -> JobRequest:
+        raise KeyError("containers")
+
+    app = create_app(
+        SETTINGS, namespace_lookup=FakeLabels(), translate=translate, tenancy=OPEN
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
+        pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"})
+        message = await denial(c, make_review(pod))
+    assert "KeyError" not in message, message
+    assert message.startswith("slurmbridge cannot run this pod:") and "containers" in message

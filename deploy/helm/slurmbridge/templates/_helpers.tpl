@@ -148,6 +148,35 @@ ports, the bridge identity the webhook trusts).
   value: {{ include "slurmbridge.tokenDir" . }}/{{ .Values.slurm.jwt.key }}
 {{- end -}}
 
+{{/* What the extender reads its settings, tenancy and Slurm token from (the doctor test
+hook reads the same). */}}
+{{- define "slurmbridge.settingsMounts" -}}
+- name: config
+  mountPath: {{ include "slurmbridge.configDir" . }}
+  readOnly: true
+- name: tenancy
+  mountPath: {{ include "slurmbridge.tenancyDir" . }}
+  readOnly: true
+- name: slurm-jwt
+  mountPath: {{ include "slurmbridge.tokenDir" . }}
+  readOnly: true
+{{- end -}}
+{{- define "slurmbridge.settingsVolumes" -}}
+- name: config
+  configMap:
+    name: {{ include "slurmbridge.config.name" . }}
+- name: tenancy
+  configMap:
+    name: {{ include "slurmbridge.tenancy.name" . }}
+# A projected Secret volume: an updated token appears in the file without a restart.
+- name: slurm-jwt
+  secret:
+    secretName: {{ include "slurmbridge.jwt.secretName" . }}
+    items:
+      - key: {{ .Values.slurm.jwt.key }}
+        path: {{ .Values.slurm.jwt.key }}
+{{- end -}}
+
 {{- define "slurmbridge.configChecksum" -}}
 {{- include "slurmbridge.settings" . | sha256sum -}}
 {{- end -}}
