@@ -34,6 +34,7 @@ class Figure:
     target: str = ""  # human-readable, e.g. "≤ 5 ms"
     met: bool | None = None  # None: no target
     verdict: str = ""  # by how much a target is met or missed
+    date: str = ""  # when measured, if not with the rest of its section (rows kept beside)
 
     @property
     def median(self) -> float:
@@ -52,6 +53,9 @@ class Outcome:
     status: str = MEASURED
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Paragraphs on the run's conditions, read before its figures (a busy machine, an outlier
+    # and its cause): kept in results.json so a re-render keeps them, dropped by a re-run.
+    conditions: list[str] = field(default_factory=list)
     profile: str = ""  # preformatted text: where the time goes
     error: str = ""
     command: str = ""

@@ -61,14 +61,16 @@ def markdown(outcomes: dict[str, Outcome], pending: dict[str, str]) -> str:
         judged = [f for f in o.figures if f.target] or o.figures[:1]
         for f in judged:
             out.append(f"| {bench} | {f.name} | {fmt(f.median)} {f.unit} | {f.target or '-'} | "
-                       f"{f.verdict or '-'} | {o.date} |")
+                       f"{f.verdict or '-'} | {f.date or o.date} |")
     for bench in ORDER:
         o = outcomes.get(bench)
         if o is None or o.status != MEASURED:
             continue
         out += ["", f"## {bench}: {o.title}", "",
-                f"Measured {o.date}, {o.repeats} repeats, with `{o.command}`.", "",
-                "| figure | median | unit | min-max | samples | target | verdict |",
+                f"Measured {o.date}, {o.repeats} repeats, with `{o.command}`.", ""]
+        for paragraph in o.conditions:
+            out += [paragraph, ""]
+        out += ["| figure | median | unit | min-max | samples | target | verdict |",
                 "|---|---|---|---|---|---|---|"]
         for f in o.figures:
             samples = ", ".join(fmt(s) for s in f.samples)

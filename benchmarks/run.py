@@ -67,6 +67,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--render", action="store_true",
                    help="run nothing: rewrite RESULTS.md from benchmarks/results.json")
+    p.add_argument("--merge", type=Path, metavar="RESULTS_JSON",
+                   help="run nothing: set the --only sections of another clone's results.json "
+                        "beside this one's (rows of the same name replaced), then rewrite")
     p.add_argument("--slurm-version", default="26.05")
     g = p.add_argument_group("B3/B4/B7 (in-process)")
     g.add_argument("--jobs", type=int, default=10_000, help="B3: jobs indexed (one per pod)")
@@ -205,24 +208,38 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
 
 def beside(before: Outcome | None, added: Outcome) -> Outcome:
     """``added``'s rows (the adversarial soak's) after ``before``'s, those of the same name
-    replaced: one SOAK section keeps every seed's rows, each run's command in its notes."""
+    replaced: one SOAK section keeps every seed's rows, each row its own date, each run's
+    command in the notes, the section's command and conditions those of ``before``."""
     if before is None or before.status != MEASURED:
         return added
     names = {f.name for f in added.figures}
-    kept = [f for f in before.figures if f.name not in names]
+    kept = [dataclasses.replace(f, date=f.date or before.date)
+            for f in before.figures if f.name not in names]
+    fresh = [dataclasses.replace(f, date=f.date or added.date) for f in added.figures]
+    rows = ", ".join(sorted({f.name.split("]")[0] + "]" for f in fresh}))
     return dataclasses.replace(
-        added, figures=kept + added.figures,
-        notes=[*before.notes, f"Rows [adversarial ...]: `{added.command}` ({added.date}).",
-               *added.notes],
-        command=before.command if added.command in before.command else "; and ".join(
-            filter(None, (before.command, added.command))),
+        before, figures=kept + fresh,
+        notes=[*before.notes, f"Rows {rows}: `{added.command}` ({added.date}).", *added.notes],
     )
+
+
+def merged(stored: dict[str, Outcome], other: Path, only: list[str]) -> dict[str, Outcome]:
+    """``stored`` with the sections ``only`` of another clone's results.json set beside it
+    (soaks run side by side in clones of their own, one per Slurm version)."""
+    theirs = report.load(other)
+    missing = [b for b in only if b not in theirs]
+    if missing:
+        raise SystemExit(f"{other} holds no {', '.join(missing)}: run that benchmark there first")
+    return {**stored, **{b: beside(stored.get(b), theirs[b]) for b in only}}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    if args.render:
+    if args.render or args.merge:
         stored = report.load(args.results.with_name("results.json"))
+        if args.merge:
+            stored = merged(stored, args.merge, args.only)
+            report.save(args.results.with_name("results.json"), stored)
         args.results.write_text(report.markdown(stored, TITLES))
         print(report.table([stored[b] for b in report.ORDER if b in stored]))
         return 0

@@ -3,6 +3,7 @@ judge what an attack did, each flagging a crafted violation and passing a clean 
 a snapshot reads off pods and claims; the tenant's schedule, victims and what it sends; how an
 attempt's answer is counted; and the RESULTS rows kept beside the earlier soak's."""
 
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -10,8 +11,9 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import Status
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from benchmarks import report
 from benchmarks.common import Figure, Outcome
-from benchmarks.run import beside
+from benchmarks.run import beside, merged
 from benchmarks.soak import adversary, attacks
 from benchmarks.soak.attacks import CASES, Made, Result, attack_schedule
 from benchmarks.soak.invariants import (
@@ -352,7 +354,8 @@ def test_the_adversarial_rows_join_the_soak_section_beside_the_earlier_ones() ->
     before = Outcome("SOAK", "soak", figures=[
         Figure("[seed 1] invariant violations", "violations", [0.0]),
         Figure("[adversarial seed 1] invariant violations", "violations", [3.0])],
-        notes=["[seed 1] seed 1, 30 minutes"], command="python -m benchmarks.run --seed 1")
+        notes=["[seed 1] seed 1, 30 minutes"], command="python -m benchmarks.run --seed 1",
+        date="2026-12-04 03:05 UTC", conditions=["Seed 1 ran beside a helper's unit tests."])
     added = Outcome("SOAK", "soak", figures=[
         Figure("[adversarial seed 1] invariant violations", "violations", [0.0])],
         notes=["[adversarial seed 1] attempt ..."],
@@ -363,8 +366,28 @@ def test_the_adversarial_rows_join_the_soak_section_beside_the_earlier_ones() ->
         ("[adversarial seed 1] invariant violations", [0.0])]
     assert merged.notes[0] == "[seed 1] seed 1, 30 minutes"
     assert "--adversarial" in merged.notes[1] and merged.notes[-1] == added.notes[0]
-    assert merged.command == f"{before.command}; and {added.command}"
+    assert (merged.command, merged.date, merged.conditions) == (
+        before.command, before.date, before.conditions)
+    assert [f.date for f in merged.figures] == [before.date, added.date]
     assert beside(None, added) is added
+
+
+def test_a_soak_run_in_another_clone_is_merged_beside_and_a_missing_section_named(
+    tmp_path: Path,
+) -> None:
+    ours = Outcome("SOAK", "soak", figures=[Figure("[seed 1] invariant violations", "v", [0.0])],
+                   date="2026-12-04 03:05 UTC")
+    theirs = Outcome("SOAK", "soak", date="2026-12-05 03:40 UTC", command="c", figures=[
+        Figure("[adversarial seed 2] invariant violations", "v", [0.0])])
+    other = tmp_path / "results.json"
+    report.save(other, {"SOAK": theirs})
+    stored = merged({"SOAK": ours, "B3": Outcome("B3", "b3")}, other, ["SOAK"])
+    assert [(f.name, f.date) for f in stored["SOAK"].figures] == [
+        ("[seed 1] invariant violations", ours.date),
+        ("[adversarial seed 2] invariant violations", theirs.date)]
+    assert "B3" in stored
+    with pytest.raises(SystemExit, match="holds no B1"):
+        merged(stored, other, ["B1"])
 
 
 # --- what only the tenant sees: its own job cancelled ------------------------------------------
