@@ -57,6 +57,9 @@ class BridgeProcess:
             [sys.executable, "-m", "slurmbridge_cli", "--log-level", self.log_level, self.command],
             env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
+        # Its own session outlives a killed test run: the next `controlplane.sh up` stops it
+        # when this process (its holder) is gone, before it cancels a later run's jobs.
+        self.pid_file.write_text(f"{self.proc.pid} {os.getpid()}\n")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -71,10 +74,16 @@ class BridgeProcess:
             time.sleep(0.2)
         raise AssertionError(f"slurmbridge {self.command} not ready: {self.log_file}")
 
+    @property
+    def pid_file(self) -> Path:
+        """``<pid> <holder pid>`` beside the log, while the process runs."""
+        return self.log_file.with_name(self.log_file.name + ".pid")
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
             self.proc.wait(timeout=30)
+        self.pid_file.unlink(missing_ok=True)
 
 
 def another_replica(first: BridgeProcess) -> BridgeProcess:

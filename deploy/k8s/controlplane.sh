@@ -110,7 +110,7 @@ stop() {
     for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
     kill -0 "$pid" 2>/dev/null && { log "$name (pid $pid) ignored SIGTERM, killing"; kill -9 "$pid" 2>/dev/null || true; }
   fi
-  rm -rf "$RUN/$name.pid" "$RUN/$name.port" "$RUN/$name-certs"
+  rm -rf "$RUN/$name.pid" "$RUN/$name.port" "$RUN/$name.holder" "$RUN/$name-certs"
 }
 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -364,10 +364,37 @@ ENV
 
 with_lock() { mkdir -p "$RUN"; exec 9>"$RUN/.lock"; flock 9; }
 
+# What a killed test run left behind (its holder gone): its extra kube-schedulers and the bridge
+# processes it started in sessions of their own (logs/*.pid: "PID HOLDER"), which would place and
+# cancel jobs beside the next run's bridge.
+reap_orphans() {
+  local f name pid holder
+  for f in "$RUN"/scheduler-*.holder; do
+    [[ -e "$f" ]] || continue
+    holder="$(cat "$f")"; name="$(basename "$f" .holder)"
+    if [[ "$holder" == manual ]] || kill -0 "$holder" 2>/dev/null; then continue; fi
+    log "stopping $name, left by a run that ended (pid $holder)"; stop "$name"
+  done
+  for f in "$RUN"/logs/*.pid; do
+    [[ -e "$f" ]] || continue
+    read -r pid holder < "$f" || true
+    if [[ -n "$holder" ]] && ! kill -0 "$holder" 2>/dev/null; then
+      if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q slurmbridge_cli; then
+        log "stopping bridge process $pid ($(basename "$f" .pid)), left by a run that ended (pid $holder)"
+        kill -TERM -- "-$pid" 2>/dev/null || true
+        for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+        kill -KILL -- "-$pid" 2>/dev/null || true
+      fi
+      rm -f "$f"
+    fi
+  done
+}
+
 cmd_up() {
   require_binaries
   with_lock
   trap rollback EXIT
+  reap_orphans
   ensure_pki
   ensure_kubeconfigs
   if alive etcd && etcd_healthy && current kube-apiserver && apiserver_healthy \
@@ -487,6 +514,7 @@ cmd_scheduler() {
     --bind-address 127.0.0.1 --secure-port "$port" --cert-dir "$RUN/scheduler-$name-certs" \
     --feature-gates "$FEATURE_GATES"
   echo "$port" > "$RUN/scheduler-$name.port"
+  echo "${SLURMBRIDGE_CP_HOLDER:-manual}" > "$RUN/scheduler-$name.holder"
   wait_ready "scheduler-$name" scheduler_healthy "$port"
   echo "$port"
 }

@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import trustme
+import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.models.admissionregistration_v1 import (
@@ -34,7 +39,14 @@ from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfigur
 from lightkube.resources.core_v1 import Pod
 
 from slurmbridge_devkit.builders import PodBuilder
-from slurmbridge_devkit.kube import ControlPlane, SchedulerFactory, scheduler_config
+from slurmbridge_devkit.kube import (
+    ControlPlane,
+    SchedulerFactory,
+    run_controlplane,
+    run_dir,
+    scheduler_config,
+    stop_scheduler,
+)
 from slurmbridge_devkit.kubelet import NodeFactory, set_pod_phase
 from slurmbridge_devkit.namespaces import unique_name
 from slurmbridge_devkit.waiting import wait_for
@@ -250,3 +262,38 @@ async def test_apiserver_calls_https_mutating_webhook(
     assert stored.metadata is not None and stored.metadata.labels is not None
     assert stored.metadata.labels[MUTATED_LABEL] == "true"
     assert len(https_webhook.calls.uids) == calls_before + 1
+
+
+def test_up_stops_what_a_killed_run_left_and_keeps_what_a_live_one_runs(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """A test run killed mid-way leaves its bridge processes (sessions of their own) and its
+    extra kube-schedulers: the next `up` stops them, so they never cancel the next run's jobs
+    as orphans; those of a run still going are left alone."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a holder pid that no longer runs
+    logs = run_dir() / "logs"
+
+    def left_behind(holder: int) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
+                                 "slurmbridge_cli"], start_new_session=True)
+        (logs / f"bridge-left-{proc.pid}.log.pid").write_text(f"{proc.pid} {holder}\n")
+        return proc
+
+    orphan, kept = left_behind(dead.pid), left_behind(os.getpid())
+    name = unique_name("left", max_len=30)
+    config = tmp_path / "scheduler.yaml"
+    config.write_text(yaml.safe_dump(scheduler_config(name)))
+    run_controlplane("scheduler", name, str(config))
+    (run_dir() / f"scheduler-{name}.holder").write_text(f"{dead.pid}\n")
+    try:
+        run_controlplane("up")
+        assert orphan.wait(timeout=30) is not None
+        assert kept.poll() is None, "the bridge process of a live run was stopped"
+        assert not (run_dir() / f"scheduler-{name}.pid").exists(), "the scheduler was kept"
+    finally:
+        for proc in (orphan, kept):
+            proc.kill()
+            proc.wait()
+        (logs / f"bridge-left-{kept.pid}.log.pid").unlink(missing_ok=True)
+        stop_scheduler(name)
