@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -17,15 +17,11 @@ from pydantic_settings import (
 )
 
 from bridge import keys
+from bridge.section import Section
+from bridge.tls_settings import SlurmTlsSettings
 from bridge.urls import HttpURL
 
 CONFIG_FILE_ENV: Final = "SLURMBRIDGE_CONFIG_FILE"
-
-
-class Section(BaseModel):
-    """A part of the settings: an unknown key is a typo, refused at start, never a default."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class SlurmSettings(Section):
@@ -49,6 +45,7 @@ class SlurmSettings(Section):
     retries: int = Field(3, ge=0, description="attempts after the first on transient failures")
     backoff_seconds: float = Field(0.2, ge=0, description="first retry delay, doubled each time")
     max_connections: int = Field(16, ge=1)
+    tls: SlurmTlsSettings = Field(default_factory=SlurmTlsSettings)
 
 
 class KubeSettings(Section):

@@ -19,7 +19,7 @@ from bridge.placement.grace import grace_warning
 from bridge.policy.tenancy import TenancyError, TenancySource, Tenant
 from bridge.slurm.auth import token_expiry
 from bridge.slurm.client import SlurmClient
-from bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmUnavailable
+from bridge.slurm.errors import SlurmAuthError, SlurmError, SlurmTLSError, SlurmUnavailable
 from bridge.slurm.types import Accounting, SlurmNode
 
 
@@ -72,6 +72,8 @@ async def slurm_checks(settings: Settings,
             credential = "JWT key" if settings.slurm.jwt_key_file else "token"
             yield Check(True, f"{credential} for Slurm user {settings.slurm.user!r} works "
                               f"({len(listed)} Slurm nodes)")
+    except SlurmTLSError as exc:  # before SlurmUnavailable: a refused handshake is both
+        yield Check(False, f"TLS: {exc.problem}", exc.fix)
     except SlurmUnavailable as exc:
         yield Check(False, f"slurmrestd at {url} unreachable: {exc}",
                     "is slurmrestd running and is slurm.url right?")

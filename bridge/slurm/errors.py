@@ -39,3 +39,19 @@ class SlurmJobNotFound(SlurmError):
     def __init__(self, job_id: int) -> None:
         self.job_id = job_id
         super().__init__(f"Slurm job {job_id} not found")
+
+
+class SlurmTLSError(SlurmError):
+    """slurmrestd over https cannot work as set (``slurm.tls``): ``problem`` says what is
+    wrong, ``fix`` which setting to change and how."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{problem}: {fix}")
+
+
+class SlurmTLSRefused(SlurmTLSError, SlurmUnavailable):
+    """The TLS handshake with slurmrestd failed (its certificate not trusted or not for the
+    name, the bridge's refused or missing): nothing was sent, and no retry helps until a
+    certificate or a setting changes.  Unavailable, as an outage is, to the poller."""

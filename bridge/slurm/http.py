@@ -6,7 +6,8 @@ httpx, which the bridge used before (most of it httpx's URL and model layers).  
 reqwest reads the first of the two answers slurmrestd 26.05 writes for an error and ignores
 the second, where aiohttp refuses the pair and loses Slurm's status and words
 (tests/unit/test_slurm_wire_quirks.py).  ``Exchange`` is the seam: the dev kit's
-``HttpxExchange`` puts the tests' ``httpx.MockTransport`` handlers behind it.
+``HttpxExchange`` puts the tests' ``httpx.MockTransport`` handlers behind it.  Over https,
+``tls.py`` says what to trust and present, and what a refused handshake means.
 """
 
 import json
@@ -22,6 +23,9 @@ from pyreqwest.exceptions import (
     PoolTimeoutError,
     TransportError,
 )
+
+from bridge.slurm.tls import TlsMaterial, material, refusal
+from bridge.tls_settings import SlurmTlsSettings
 
 Query = Sequence[tuple[str, str]]
 
@@ -59,15 +63,19 @@ class Exchange(Protocol):
 class ReqwestExchange:
     """slurmrestd at ``base_url`` (paths appended to it), at most ``max_connections`` open;
     ``timeout_seconds`` bounds the connect, each read and the wait for a pooled connection,
-    as httpx applied it."""
+    as httpx applied it.  ``tls``: slurm.tls (CA bundle, client certificate, server name)."""
 
-    def __init__(self, base_url: str, *, timeout_seconds: float, max_connections: int) -> None:
+    def __init__(self, base_url: str, *, timeout_seconds: float, max_connections: int,
+                 tls: SlurmTlsSettings | None = None) -> None:
         timeout = timedelta(seconds=timeout_seconds)
-        self._base = base_url.rstrip("/")
-        self._client = (
+        self._url, self._tls = base_url, tls or SlurmTlsSettings()
+        given = material(base_url, self._tls)
+        self._base = given.base_url.rstrip("/")
+        builder = (
             ClientBuilder().max_connections(max_connections).follow_redirects(False)
-            .connect_timeout(timeout).read_timeout(timeout).pool_timeout(timeout).build()
+            .connect_timeout(timeout).read_timeout(timeout).pool_timeout(timeout)
         )
+        self._client = _secured(builder, given).build()
 
     async def send(
         self, method: str, path: str, *, headers: Mapping[str, str], query: Query = (),
@@ -82,10 +90,35 @@ class ReqwestExchange:
             response = await request.build().send()
             content = (await response.bytes()).to_bytes()
         except (ConnectError, ConnectTimeoutError, PoolTimeoutError) as exc:
-            raise Unreached(f"{method} {path}: {exc}") from exc
+            self._raise_refusal(exc)
+            raise Unreached(f"{method} {path}: {_cause(exc)}") from exc
         except TransportError as exc:
-            raise Broken(f"{method} {path}: {exc}") from exc
+            self._raise_refusal(exc)
+            raise Broken(f"{method} {path}: {_cause(exc)}") from exc
         return Answer(response.status, content)
+
+    def _raise_refusal(self, exc: TransportError) -> None:
+        """A failed handshake (nothing sent): its own error, naming the setting to change."""
+        refused = refusal(_cause(exc), self._url, self._tls)
+        if refused is not None:
+            raise refused from exc
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _secured(builder: ClientBuilder, given: TlsMaterial) -> ClientBuilder:
+    for root in given.roots:
+        builder = builder.add_root_certificate_pem(root)
+    if given.identity is not None:
+        builder = builder.identity_pem(given.identity)
+    if given.pin is not None:
+        builder = builder.resolve(*given.pin)
+    return builder
+
+
+def _cause(exc: TransportError) -> str:
+    """The innermost of reqwest's causes (the TLS library's or the socket's words): its own
+    message is only "connection error"."""
+    causes = exc.details.get("causes") or []
+    return causes[-1]["message"] if causes else exc.message

@@ -27,6 +27,7 @@ from bridge.slurm.errors import (
     SlurmJobNotFound,
     SlurmProtocolError,
     SlurmRejected,
+    SlurmTLSRefused,
     SlurmUnavailable,
 )
 from bridge.slurm.http import Answer, Broken, Exchange, Query, ReqwestExchange, Unreached
@@ -66,7 +67,7 @@ class SlurmRest:
         )
         self.exchange = exchange or ReqwestExchange(
             settings.url, timeout_seconds=settings.timeout_seconds,
-            max_connections=settings.max_connections,
+            max_connections=settings.max_connections, tls=settings.tls,
         )
         self._parser: str | None = None
 
@@ -172,6 +173,9 @@ class SlurmRest:
             with metrics.SLURM_REQUEST_SECONDS.labels(op).time():
                 resp = await self.exchange.send(request.method, request.path, headers=headers,
                                                 query=request.query, body=request.body)
+        except SlurmTLSRefused:  # nothing was sent, and no retry helps
+            metrics.SLURM_ERRORS.labels(op, "tls").inc()
+            raise
         except Unreached as exc:  # nothing was sent: always safe to retry
             metrics.SLURM_ERRORS.labels(op, "connect").inc()
             raise _Transient(str(exc)) from exc

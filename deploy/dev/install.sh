@@ -3,9 +3,10 @@
 # the virtualenv's bin directory (callers put it first on PATH):
 #   export PATH="$(bash deploy/dev/install.sh):$PATH"
 # - Debian packages: debootstrap (Slurm chroots), openssl (certificates), curl, shellcheck
-#   (the test command's lint), prometheus (its promtool checks the chart's alert rules; its
-#   service is not left running), and python3-venv when Python cannot create a virtualenv
-#   (stock Debian 12);
+#   (the test command's lint), stunnel4 (the TLS terminator the tests put in front of
+#   slurmrestd; it configures no service), prometheus (its promtool checks the chart's alert
+#   rules; its service is not left running), and python3-venv when Python cannot create a
+#   virtualenv (stock Debian 12);
 # - Go new enough for Kubernetes (deploy/dev/go.sh: Go's toolchain mechanism);
 # - the package with its server and test extras, editable, into a virtualenv
 #   (${SLURMBRIDGE_VENV:-.venv}): Debian's python3 refuses system-wide pip (PEP 668).
@@ -18,7 +19,7 @@ VENV="${SLURMBRIDGE_VENV:-$PWD/.venv}"
 PYTHON="${SLURMBRIDGE_PYTHON:-python3}"
 
 need=()
-for cmd in debootstrap:debootstrap openssl:openssl curl:curl shellcheck:shellcheck promtool:prometheus "$PYTHON":python3; do
+for cmd in debootstrap:debootstrap openssl:openssl curl:curl shellcheck:shellcheck stunnel4:stunnel4 promtool:prometheus "$PYTHON":python3; do
   command -v "${cmd%%:*}" >/dev/null || need+=("${cmd##*:}")
 done
 if [[ ! -x "$VENV/bin/python" ]] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then

@@ -24,6 +24,7 @@ from bridge.config import (
     Settings,
     SlurmSettings,
 )
+from bridge.tls_settings import DNS_NAME
 from slurmbridge_cli.cli import LOG_LEVELS
 
 SCHEMA_FILE = Path(__file__).parent / "slurmbridge" / "values.schema.json"
@@ -96,8 +97,11 @@ def slurm() -> Schema:
     url = {**field(SlurmSettings, "url"), "pattern": "^https?://[^/?#]+"}
     jwt = strict({"secretName": STRING, "key": {"type": "string", "minLength": 1},
                   "signingKey": BOOL, "create": BOOL, "token": STRING})
+    server_name = {"anyOf": [{"const": ""}, {"type": "string", "pattern": DNS_NAME}]}
+    tls = strict({"caSecret": STRING, "caKey": {"type": "string", "minLength": 1},
+                  "clientSecret": STRING, "serverName": server_name})
     return strict({"url": url, "user": field(SlurmSettings, "user"),
-                   "dataParser": field(SlurmSettings, "data_parser"), "jwt": jwt})
+                   "dataParser": field(SlurmSettings, "data_parser"), "jwt": jwt, "tls": tls})
 
 
 def admission() -> Schema:

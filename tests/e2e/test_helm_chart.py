@@ -457,6 +457,46 @@ def test_rendered_settings_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
              if m["name"] == "tls"))
 
 
+def test_rendered_slurm_tls_points_at_the_mounted_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """slurm.tls values: the CA bundle and client certificate Secrets are mounted into the
+    extender and the doctor hook (not the webhook, which never talks to Slurm), and the
+    settings name the files where they are mounted; TLS values with an http:// URL are
+    refused at render, naming both."""
+    flags = ("--set", "slurm.url=https://10.0.0.5:6820", "--set", "slurm.tls.caSecret=site-ca",
+             "--set", "slurm.tls.caKey=bundle.pem", "--set", "slurm.tls.clientSecret=client",
+             "--set", "slurm.tls.serverName=slurmrestd.example")
+    docs = render("rel", "sb-tls", *flags)
+    settings_file = tmp_path / "settings.yaml"
+    config_map = find(docs, "ConfigMap", "-slurmbridge-config")
+    settings_file.write_text(config_map["data"]["settings.yaml"])
+    for name in list(os.environ):
+        if name.startswith("SLURMBRIDGE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(settings_file))
+    tls = Settings().slurm.tls
+    assert tls.server_name == "slurmrestd.example"
+    wanted = {"site-ca": {tls.ca_file}, "client": {tls.cert_file, tls.key_file}}
+    for spec in (find(docs, "Deployment", "-extender")["spec"]["template"]["spec"],
+                 find(docs, "Pod", "-doctor")["spec"]):
+        (container,) = spec["containers"]
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        for volume in spec["volumes"]:
+            files = wanted.get(volume.get("secret", {}).get("secretName"), set())
+            for path in files:
+                items = {i["path"] for i in volume["secret"]["items"]}
+                assert path is not None and path.parent == Path(mounts[volume["name"]])
+                assert path.name in items
+        assert {v.get("secret", {}).get("secretName") for v in spec["volumes"]} >= set(wanted)
+    webhook = find(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]
+    assert not {"site-ca", "client"} & {v.get("secret", {}).get("secretName")
+                                         for v in webhook["volumes"]}
+    proc = template("rel", "sb-tls", *flags, "--set", "slurm.url=http://10.0.0.5:6820")
+    assert proc.returncode != 0
+    assert "slurm.tls is set but slurm.url http://10.0.0.5:6820 is not https://" in proc.stderr
+
+
 def test_rendered_tenancy_loads_and_changes_without_a_rollout(tmp_path: Path) -> None:
     """tenancy.* values become the file both processes read, mounted as a directory (updates
     reach the running pods) and outside the config checksum (a change rolls nothing)."""

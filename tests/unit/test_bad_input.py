@@ -71,6 +71,13 @@ CASES = {
                          "kube": {"kubeconfig": str(unreachable_kubeconfig(d / "kubeconfig"))}},
                         "extender")(d),
         ("SLURMBRIDGE_SLURM__TOKEN_FILE", "SLURMBRIDGE_SLURM__JWT_KEY_FILE")),
+    "unreadable Slurm CA file": Case(
+        _with({"slurm": {"url": "https://127.0.0.1:9", "token": "t",
+                         "tls": {"ca_file": "/nonexistent/ca.pem"}}}, "extender"),
+        ("slurm.tls.ca_file", "slurm.tls.caSecret", "/nonexistent/ca.pem")),
+    "Slurm client certificate without its key": Case(
+        _with({"slurm": {**SLURM, "tls": {"cert_file": "/x/tls.crt"}}}, "doctor"),
+        ("slurm.tls", "key_file", "slurm.tls.clientSecret")),
     "environment not JSON": Case(
         _with({"slurm": SLURM}, "doctor"), ("admission", "JSON", "SLURMBRIDGE_ADMISSION__"),
         env=(("SLURMBRIDGE_ADMISSION__ENROLLED_NAMESPACES", "ml"),)),

@@ -77,6 +77,8 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{/* Paths inside the bridge containers. */}}
 {{- define "slurmbridge.configDir" -}}/etc/slurmbridge{{- end -}}
 {{- define "slurmbridge.tokenDir" -}}/var/run/secrets/slurmbridge/slurm{{- end -}}
+{{- define "slurmbridge.slurmCaDir" -}}/var/run/secrets/slurmbridge/slurm-ca{{- end -}}
+{{- define "slurmbridge.slurmClientDir" -}}/var/run/secrets/slurmbridge/slurm-client{{- end -}}
 {{- define "slurmbridge.tlsDir" -}}/var/run/secrets/slurmbridge/tls{{- end -}}
 {{- define "slurmbridge.extenderTlsDir" -}}/var/run/secrets/slurmbridge/extender-tls{{- end -}}
 {{- define "slurmbridge.schedulerTlsDir" -}}/etc/kubernetes/slurmbridge-extender-client{{- end -}}
@@ -96,6 +98,14 @@ ports, the bridge identity the webhook trusts).
 {{- define "slurmbridge.settings" -}}
 {{- $slurm := dict "url" .Values.slurm.url "user" .Values.slurm.user -}}
 {{- if .Values.slurm.dataParser }}{{ $_ := set $slurm "data_parser" .Values.slurm.dataParser }}{{ end -}}
+{{- $tls := .Values.slurm.tls -}}
+{{- $tlsFiles := dict -}}
+{{- if $tls.caSecret }}{{ $_ := set $tlsFiles "ca_file" (printf "%s/%s" (include "slurmbridge.slurmCaDir" .) $tls.caKey) }}{{ end -}}
+{{- if $tls.clientSecret }}{{ $_ := set $tlsFiles "cert_file" (printf "%s/tls.crt" (include "slurmbridge.slurmClientDir" .)) }}{{ $_ := set $tlsFiles "key_file" (printf "%s/tls.key" (include "slurmbridge.slurmClientDir" .)) }}{{ end -}}
+{{- if $tls.serverName }}{{ $_ := set $slurm "tls" (dict "server_name" $tls.serverName) }}{{ end -}}
+{{- if and (or $tls.caSecret $tls.clientSecret $tls.serverName) (not (hasPrefix "https://" .Values.slurm.url)) -}}
+{{- fail (printf "slurm.tls is set but slurm.url %s is not https://: write https://HOST:PORT" .Values.slurm.url) -}}
+{{- end -}}
 {{- $policy := .Values.admission.defaultPolicy -}}
 {{- $default := dict "accounts" ($policy.accounts | default list) "partitions" ($policy.partitions | default list) "qos" ($policy.qos | default list) "reservations" ($policy.reservations | default list) "wckeys" ($policy.wckeys | default list) "allow_constraints" ($policy.allowConstraints | default false) "allow_exclusive" ($policy.allowExclusive | default false) "allow_topology" ($policy.allowTopology | default false) -}}
 {{- if not (kindIs "invalid" $policy.maxPriority) }}{{ $_ := set $default "max_priority" (int $policy.maxPriority) }}{{ end -}}
@@ -132,6 +142,7 @@ ports, the bridge identity the webhook trusts).
         "host" "0.0.0.0"
         "port" (int .Values.webhook.port)
         "drain_seconds" (int .Values.shutdownDelaySeconds)) -}}
+{{- if $tlsFiles }}{{ $_ := set $owned.slurm "tls" $tlsFiles }}{{ end -}}
 {{- $settings = mergeOverwrite $settings $owned -}}
 {{- toYaml $settings -}}
 {{- end -}}
@@ -148,8 +159,8 @@ ports, the bridge identity the webhook trusts).
   value: {{ include "slurmbridge.tokenDir" . }}/{{ .Values.slurm.jwt.key }}
 {{- end -}}
 
-{{/* What the extender reads its settings, tenancy and Slurm token from (the doctor test
-hook reads the same). */}}
+{{/* What the extender reads its settings, tenancy, Slurm token and slurmrestd TLS files from
+(the doctor test hook reads the same). */}}
 {{- define "slurmbridge.settingsMounts" -}}
 - name: config
   mountPath: {{ include "slurmbridge.configDir" . }}
@@ -160,6 +171,16 @@ hook reads the same). */}}
 - name: slurm-jwt
   mountPath: {{ include "slurmbridge.tokenDir" . }}
   readOnly: true
+{{- if .Values.slurm.tls.caSecret }}
+- name: slurm-ca
+  mountPath: {{ include "slurmbridge.slurmCaDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.slurm.tls.clientSecret }}
+- name: slurm-client
+  mountPath: {{ include "slurmbridge.slurmClientDir" . }}
+  readOnly: true
+{{- end }}
 {{- end -}}
 {{- define "slurmbridge.settingsVolumes" -}}
 - name: config
@@ -175,6 +196,24 @@ hook reads the same). */}}
     items:
       - key: {{ .Values.slurm.jwt.key }}
         path: {{ .Values.slurm.jwt.key }}
+{{- with .Values.slurm.tls }}
+{{- if .caSecret }}
+- name: slurm-ca
+  secret:
+    secretName: {{ .caSecret }}
+    items:
+      - key: {{ .caKey }}
+        path: {{ .caKey }}
+{{- end }}
+{{- if .clientSecret }}
+- name: slurm-client
+  secret:
+    secretName: {{ .clientSecret }}
+    items:
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "slurmbridge.configChecksum" -}}
