@@ -71,6 +71,9 @@ CASES = {
                          "kube": {"kubeconfig": str(unreachable_kubeconfig(d / "kubeconfig"))}},
                         "extender")(d),
         ("SLURMBRIDGE_SLURM__TOKEN_FILE", "SLURMBRIDGE_SLURM__JWT_KEY_FILE")),
+    "extender without an owner key": Case(
+        _with({"slurm": SLURM}, "extender"),
+        ("no owner key", "SLURMBRIDGE_SLURM__OWNER_KEY_FILE", "Helm chart")),
     "environment not JSON": Case(
         _with({"slurm": SLURM}, "doctor"), ("admission", "JSON", "SLURMBRIDGE_ADMISSION__"),
         env=(("SLURMBRIDGE_ADMISSION__ENROLLED_NAMESPACES", "ml"),)),
