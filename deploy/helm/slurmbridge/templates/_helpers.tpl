@@ -77,8 +77,6 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{/* Paths inside the bridge containers. */}}
 {{- define "slurmbridge.configDir" -}}/etc/slurmbridge{{- end -}}
 {{- define "slurmbridge.tokenDir" -}}/var/run/secrets/slurmbridge/slurm{{- end -}}
-{{- define "slurmbridge.ownerKey.secretName" -}}{{ include "slurmbridge.fullname" . }}-owner-key{{- end -}}
-{{- define "slurmbridge.ownerKeyDir" -}}/var/run/secrets/slurmbridge/owner-key{{- end -}}
 {{- define "slurmbridge.tlsDir" -}}/var/run/secrets/slurmbridge/tls{{- end -}}
 {{- define "slurmbridge.extenderTlsDir" -}}/var/run/secrets/slurmbridge/extender-tls{{- end -}}
 {{- define "slurmbridge.schedulerTlsDir" -}}/etc/kubernetes/slurmbridge-extender-client{{- end -}}
@@ -114,7 +112,7 @@ ports, the bridge identity the webhook trusts).
 {{- $settings := dict "slurm" $slurm "admission" $admission "device_classes" $classes -}}
 {{- $settings = mergeOverwrite $settings (deepCopy (.Values.config | default dict)) -}}
 {{- $owned := dict
-      "slurm" (dict "token_file" (printf "%s/%s" (include "slurmbridge.tokenDir" .) .Values.slurm.jwt.key) "owner_key_file" (printf "%s/key" (include "slurmbridge.ownerKeyDir" .)))
+      "slurm" (dict "token_file" (printf "%s/%s" (include "slurmbridge.tokenDir" .) .Values.slurm.jwt.key) "owner_key_file" (printf "%s/owner-key" (include "slurmbridge.extenderTlsDir" .)))
       "extender" (dict
         "host" "0.0.0.0"
         "port" (int .Values.extender.port)
@@ -150,7 +148,7 @@ ports, the bridge identity the webhook trusts).
   value: {{ include "slurmbridge.tokenDir" . }}/{{ .Values.slurm.jwt.key }}
 {{- end -}}
 
-{{/* What the extender reads its settings, tenancy, Slurm token and owner key from (the doctor test
+{{/* What the extender reads its settings, tenancy and Slurm token from (the doctor test
 hook reads the same). */}}
 {{- define "slurmbridge.settingsMounts" -}}
 - name: config
@@ -161,9 +159,6 @@ hook reads the same). */}}
   readOnly: true
 - name: slurm-jwt
   mountPath: {{ include "slurmbridge.tokenDir" . }}
-  readOnly: true
-- name: owner-key
-  mountPath: {{ include "slurmbridge.ownerKeyDir" . }}
   readOnly: true
 {{- end -}}
 {{- define "slurmbridge.settingsVolumes" -}}
@@ -180,10 +175,6 @@ hook reads the same). */}}
     items:
       - key: {{ .Values.slurm.jwt.key }}
         path: {{ .Values.slurm.jwt.key }}
-# The key signing the placeholders' owner markers (templates/owner-key.yaml).
-- name: owner-key
-  secret:
-    secretName: {{ include "slurmbridge.ownerKey.secretName" . }}
 {{- end -}}
 
 {{- define "slurmbridge.configChecksum" -}}
