@@ -38,6 +38,8 @@ class SlurmSettings(Section):
     token_lifespan_seconds: int = Field(
         300, ge=30, description="lifespan of each token minted with jwt_key_file"
     )
+    owner_key_file: Path | None = Field(None, description="file holding the secret (16+ bytes, "
+        "one for all replicas) signing the placeholders' owner markers; the extender needs it")
     data_parser: str | None = Field(
         None, description="pin a data parser such as v0.0.41; default: newest both sides know"
     )

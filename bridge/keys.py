@@ -218,6 +218,9 @@ GPU_ENV_SOURCES: Final = {"NVIDIA_VISIBLE_DEVICES": GPU_IDS, "CUDA_VISIBLE_DEVIC
 # jobs an older bridge submitted are still recognised after an upgrade.
 JOB_NAME_PREFIX: Final = "k8s:"
 COMMENT_OWNER: Final = "slurmbridge.io/pod-uid="
+# Beside it, the bridge's signature over the job's name and the owner (bridge/slurm/signing.py):
+# a marker without it is not the bridge's.
+COMMENT_SIGNATURE: Final = "slurmbridge.io/owner-sig="
 # Reason prefix on Slurm drains the bridge sets (it only ever undoes these).
 DRAIN_REASON_PREFIX: Final = "slurmbridge:"
 # How the SlurmJobAllocated condition's message (and the SlurmSubmitRefused event) begins when

@@ -14,13 +14,13 @@ from admission.scope import kube_namespace_labels
 from admission.webhook import TLSConfigError, serve
 from bridge import logs
 from bridge.kube.connection import kube_client, opened_kube
-from bridge.policy.tenancy import TenancyError, TenancySource, owner_trust, placeholder_trust
-from bridge.slurm.client import SlurmClient
+from bridge.policy.tenancy import TenancyError, TenancySource, owner_trust
 from bridge.slurm.errors import SlurmError
+from bridge.slurm.signing import OwnerKeyError
 from extender.server import TLSConfigError as ExtenderTLSError
 from extender.server import serve as serve_extender
 from slurmbridge_cli import status_view
-from slurmbridge_cli.compose import build_bridge
+from slurmbridge_cli.compose import build_bridge, slurm_client
 from slurmbridge_cli.config_reference import markdown
 from slurmbridge_cli.doctor import Check
 from slurmbridge_cli.doctor import run as run_doctor
@@ -41,7 +41,7 @@ def _as_failures() -> Iterator[None]:
             f"kubeconfig: {exc}. Set kube.kubeconfig (SLURMBRIDGE_KUBE__KUBECONFIG) or KUBECONFIG "
             "to a kubeconfig file, or run in a pod with a service account."
         ) from exc
-    except (TLSConfigError, ExtenderTLSError, TenancyError, SlurmError) as exc:
+    except (TLSConfigError, ExtenderTLSError, TenancyError, SlurmError, OwnerKeyError) as exc:
         raise Failure(str(exc)) from exc
 
 
@@ -99,8 +99,8 @@ def status(config: Path | None, output: str) -> None:
     believe = owner_trust(tenancy, settings.slurm.user)
 
     async def run() -> list[status_view.Row]:
-        async with (SlurmClient(settings.slurm, trust=placeholder_trust(tenancy)) as slurm,
-                    opened_kube(settings.kube.kubeconfig) as kube):
+        async with (opened_kube(settings.kube.kubeconfig) as kube,
+                    slurm_client(settings, tenancy) as slurm):
             return await status_view.collect(kube, slurm, believe)
 
     rows = asyncio.run(run())

@@ -11,6 +11,7 @@ from bridge.policy.tenancy import TenancySource, placeholder_trust
 from bridge.ports import KubePort, SlurmPort
 from bridge.runtime import Bridge
 from bridge.slurm.client import SlurmClient
+from bridge.slurm.signing import OwnerSigner
 
 
 def build_bridge(
@@ -18,9 +19,16 @@ def build_bridge(
 ) -> Bridge:
     """The bridge over slurmrestd and the apiserver of ``settings``, unless given others."""
     tenancy = TenancySource(settings.admission.tenancy_file)
-    # Placeholders run as the namespaces' Slurm users: the tenancy says whose job is ours.
     return Bridge(
-        settings, tenancy=tenancy,
-        slurm=slurm or SlurmClient(settings.slurm, trust=placeholder_trust(tenancy)),
+        settings, tenancy=tenancy, slurm=slurm or slurm_client(settings, tenancy),
         kube=kube or kube_client(settings.kube.kubeconfig),
     )
+
+
+def slurm_client(settings: Settings, tenancy: TenancySource) -> SlurmClient:
+    """Placeholders run as the namespaces' Slurm users: the tenancy says whose job may be
+    ours, the owner key (required, checked after the Slurm credential: a clear error at start
+    without it) signs and verifies the owner marker of each."""
+    client = SlurmClient(settings.slurm, trust=placeholder_trust(tenancy))
+    client.signer = OwnerSigner.from_file(settings.slurm.owner_key_file)
+    return client

@@ -79,10 +79,11 @@ async def collect(
 
 def _job_of(pod: Pod, jobs: list[SlurmJob], believe: OwnerTrust | None) -> SlurmJob | None:
     """The last live of the jobs of the pod's owner, else the first; only jobs whose owner is
-    believed for the pod's namespace (another tenant may copy the owner into their job)."""
+    believed for the pod's namespace (another tenant may copy the owner into their job), and
+    signed by the bridge."""
     namespace = pod.metadata.namespace if pod.metadata else None
-    mine = [j for j in jobs if believe is None
-            or (j.owner is not None and believe(j.user, j.owner, j.name, namespace))]
+    mine = [j for j in jobs if believe is None or (
+        j.owner is not None and not j.unsigned and believe(j.user, j.owner, j.name, namespace))]
     live = [j for j in mine if j.state.is_live]
     return live[-1] if live else next(iter(mine), None)
 

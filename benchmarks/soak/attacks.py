@@ -249,7 +249,8 @@ def mixed_group(base: str) -> list[Pod]:
 
 
 def forged_sbatch(job_name: str, owner: str, nodes: int, gpus: int) -> list[str]:
-    """``sbatch`` as the forger types it: the bridge's name form and owner marker."""
+    """``sbatch`` as the forger types it: the bridge's name form and owner marker, without the
+    bridge's signature (bridge/slurm/signing.py: the forger has no key to make one)."""
     return ["sbatch", "--parsable", "-J", job_name, f"--comment={keys.COMMENT_OWNER}{owner}",
             "-N", str(nodes), "-c", "1", "--mem=256", "-t", "10", "-o", "/dev/null",
             *([f"--gres=gpu:{gpus}"] if gpus else []), "--wrap", "sleep 900"]

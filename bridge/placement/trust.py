@@ -1,9 +1,13 @@
 """Whose placeholder a job read from Slurm is, as the job index asks it of every job.
 
-The tenancy decides (``bridge/policy/tenancy.py``, ``owner_trust``: the job's Slurm user must
-be the one the owner's namespace runs as, or the bridge's own); this hands it the namespace of
-the pod a UID owner names, from the pod cache, and tells each forged job once.  A job it does
-not believe is no placeholder to the index: never adopted, kept, released into or cancelled.
+The owner marker must carry the bridge's signature (``bridge/slurm/signing.py``; a job of the
+bridge's own Slurm user needs none), and the tenancy decides (``bridge/policy/tenancy.py``,
+``owner_trust``: the job's Slurm user must be the one the owner's namespace runs as, or the
+bridge's own); this hands it the namespace of the pod a UID owner names, from the pod cache,
+and tells each forged job once.  Without the signature a job naming the UID of a pod deleted
+since would pass for a placeholder of the namespace in its name, and be cancelled as orphaned.
+A job it does not believe is no placeholder to the index: never adopted, kept, released into or
+cancelled.
 """
 
 import dataclasses
@@ -42,14 +46,17 @@ class JobTrust:
         owner = job.owner
         assert owner is not None
         pod = self._pods.get(owner.uid) if isinstance(owner, PodOwner) else None
-        if self._trust(job.user, owner, job.name, pod.namespace if pod else None):
+        if not job.unsigned and self._trust(job.user, owner, job.name,
+                                            pod.namespace if pod else None):
             return True
         if job.job_id not in self._told:
             self._told.add(job.job_id)
             log.warning(
                 "placement.forged_placeholder_ignored", job_id=job.job_id, job_name=job.name,
                 user=job.user, owner=str(owner), pod=str(pod) if pod else None,
-                hint="its comment names an owner whose namespace the tenancy does not run as "
-                "this Slurm user: the bridge leaves the job alone; an admin asks its user why",
+                unsigned=job.unsigned,
+                hint="its comment's owner marker lacks the bridge's signature, or names an owner "
+                "whose namespace the tenancy does not run as this Slurm user: the bridge leaves "
+                "the job alone; an admin asks its user why",
             )
         return False

@@ -38,6 +38,7 @@ from bridge.slurm.errors import (
 )
 from bridge.slurm.http import Exchange
 from bridge.slurm.rest import SlurmRest
+from bridge.slurm.signing import OwnerSigner
 from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, SlurmNode
 from bridge.slurm.wire.base import (
     Envelope,
@@ -78,6 +79,9 @@ class SlurmClient:
     ) -> None:
         self._settings = settings
         self.rest = SlurmRest(settings, exchange)
+        # The bridge's own signer is set by slurmbridge_cli/compose.py; without a key the
+        # client signs no marker and finds none signed, as a tenant's would.
+        self.signer = OwnerSigner()
         self.trust: PlaceholderTrust = trust or (lambda _user, _name: False)
         self._foreign_markers: set[int] = set()  # warned about once each
 
@@ -106,9 +110,8 @@ class SlurmClient:
         """Submit a placeholder as ``req.user`` (default: the bridge's own user); not retried
         once sent (callers dedupe by pod UID)."""
         await self.connect()
-        body = {"job": self.family.describe(req, convert.comment_for(req.owner)).model_dump(
-            exclude_none=True
-        )}
+        comment = self.signer.comment(req.name, req.owner)
+        body = {"job": self.family.describe(req, comment).model_dump(exclude_none=True)}
         resp = await self.rest.call(
             "POST", "/job/submit", "submit", SubmitResponse, body=body, idempotent=False,
             user=req.placement.user,
@@ -260,7 +263,9 @@ class SlurmClient:
                 "bridge's (slurm.user) nor the one the tenancy maps its namespace to",
             )
         try:
-            return convert.slurm_job(info, owned=owned, last_backfill=last_backfill)
+            signed = (info.user_name == self._settings.user
+                      or self.signer.signed(info.name, info.comment))
+            return convert.slurm_job(info, owned=owned, signed=signed, last_backfill=last_backfill)
         except ValueError as exc:
             raise SlurmProtocolError(
                 f"slurmrestd: job {info.job_id} of user {info.user_name!r} cannot be read: "

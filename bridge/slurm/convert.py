@@ -76,14 +76,17 @@ def _time(value: NoVal) -> datetime | None:
     return datetime.fromtimestamp(value.number, UTC)
 
 
-def slurm_job(info: JobInfo, *, owned: bool, last_backfill: NoVal | None = None) -> SlurmJob:
+def slurm_job(
+    info: JobInfo, *, owned: bool, signed: bool = True, last_backfill: NoVal | None = None
+) -> SlurmJob:
     """The core's view of one job.
 
     A job may be a placeholder only if it is ``owned``: submitted by the bridge's own Slurm
     user, or as the user the tenancy maps the namespace of its name to (``SlurmClient.owns``);
     the job index then believes the owner only for the user the owner's own namespace runs as
-    (bridge/placement/trust.py).  Any Slurm user can write the comment marker, and a forged
-    one must neither be bound into nor cancelled as a duplicate.  Other jobs are not the
+    (bridge/placement/trust.py) and only if ``signed`` (the bridge's signature, or its own
+    user's job).  Any Slurm user can write the comment marker, and a forged one must neither
+    be bound into nor cancelled as a duplicate.  Other jobs are not the
     bridge's business, so their allocation (and whatever odd GPU detail a native job carries)
     is never parsed.  A pending job's ``start_time`` is the backfill scheduler's estimate,
     dated by the answer's ``last_backfill`` (``squeue --start`` shows the same field).
@@ -117,6 +120,7 @@ def slurm_job(info: JobInfo, *, owned: bool, last_backfill: NoVal | None = None)
         unreadable=unreadable,
         topology=_topology(info) if owner is not None else None,
         ended_as=ended_as(info.job_state),
+        unsigned=owner is not None and not signed,
     )
 
 

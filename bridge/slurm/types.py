@@ -76,6 +76,9 @@ class SlurmJob:
     # How a COMPLETING job ended (Slurm lists e.g. [CANCELLED, COMPLETING] until its nodes
     # are free): what its pod is told; None otherwise.
     ended_as: JobState | None = None
+    # Its comment's owner marker lacks the bridge's signature (bridge/slurm/signing.py) and
+    # its Slurm user is not the bridge's own: whatever owner it names, no placeholder.
+    unsigned: bool = False
 
     @property
     def state_text(self) -> str:

@@ -25,7 +25,7 @@ from slurmbridge_devkit.e2e import create_pod
 from slurmbridge_devkit.kube import ControlPlane, cache_dir, parse_env, run_controlplane
 from slurmbridge_devkit.namespaces import delete_namespace
 from slurmbridge_devkit.slurm import local_target
-from slurmbridge_devkit.stack import make_e2e_namespace, start_stack
+from slurmbridge_devkit.stack import OWNER_KEY_FILE, make_e2e_namespace, start_stack
 from slurmbridge_devkit.waiting import wait_for
 
 STATE = cache_dir() / "demo"
@@ -91,6 +91,7 @@ async def up() -> None:
     await wait_for(all_bound, 120, interval=0.5, what="demo pods bound")
     env_vars = {**os.environ, "SLURMBRIDGE_SLURM__URL": slurm.url,
                 "SLURMBRIDGE_SLURM__TOKEN_FILE": str(slurm.token_file),
+                "SLURMBRIDGE_SLURM__OWNER_KEY_FILE": str(STATE / OWNER_KEY_FILE),
                 "SLURMBRIDGE_KUBE__KUBECONFIG": str(cp.kubeconfig)}
     print("\n$ slurmbridge status")
     status = [sys.executable, "-m", "slurmbridge_cli", "--log-level", "warning", "status"]

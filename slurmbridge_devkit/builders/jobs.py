@@ -33,6 +33,10 @@ class JobBuilder:
         """Whose job it is (None: a native job, no marker in its comment)."""
         return self._with(owner=owner)
 
+    def unsigned(self) -> Self:
+        """Its owner marker lacks the bridge's signature: written by someone else."""
+        return self._with(unsigned=True)
+
     def allocation(self, allocation: Allocation | None) -> Self:
         return self._with(allocation=allocation)
 

@@ -514,6 +514,36 @@ async def test_forged_pod_uid_placeholder_of_another_namespace_is_ignored_and_un
     await _forged_by_another_tenant(bridge_stack, kube, e2e_namespace, None)
 
 
+async def test_forged_pod_uid_of_a_deleted_pod_of_another_namespace_is_never_cancelled(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
+) -> None:
+    """Issue 41, case 3: alice writes the UID of B's pod, deleted since (no pod holds the UID
+    any more), into her job named in A: the bridge does not take it for A's placeholder
+    orphaned by its pod, and leaves it running past the orphan grace (20 s in the stack)."""
+    ns_a, ns_b = await e2e_namespace("forger-a"), await e2e_namespace("victim-b")
+    with _two_tenants(bridge_stack, ns_a, ns_b):
+        pod = await create_pod(kube, ns_b, PodBuilder("target").spec(schedulingGates=GATE).build())
+        assert pod.metadata is not None and pod.metadata.uid
+        await kube.delete(Pod, "target", namespace=ns_b, grace_period=0)
+        await wait_for(lambda: _pod_gone(kube, ns_b, "target"), 30, what="victim pod deleted")
+        offset = bridge_stack.extender.log_file.stat().st_size
+        forged = await _forge(bridge_stack, ns_a, PodOwner(pod.metadata.uid), user="alice")
+        try:
+            await _resynced_after(bridge_stack, offset)  # the bridge has read the forged job
+            await asyncio.sleep(25)  # past the orphan grace
+            assert _squeue(bridge_stack, forged) == "RUNNING", "the bridge cancelled alice's job"
+        finally:
+            bridge_stack.slurm.admin("scancel", forged)
+
+
+async def _pod_gone(kube: AsyncClient, ns: str, name: str) -> bool:
+    try:
+        await kube.get(Pod, name, namespace=ns)
+    except ApiError as exc:
+        return exc.status.code == 404
+    return False
+
+
 async def _ended_event(kube: AsyncClient, ns: str, name: str) -> str:
     async def event() -> str:
         found = [m for r, m in await pod_events(kube, ns, name) if r == "SlurmJobEnded"]

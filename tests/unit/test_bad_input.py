@@ -78,6 +78,9 @@ CASES = {
     "Slurm client certificate without its key": Case(
         _with({"slurm": {**SLURM, "tls": {"cert_file": "/x/tls.crt"}}}, "doctor"),
         ("slurm.tls", "key_file", "slurm.tls.clientSecret")),
+    "extender without an owner key": Case(
+        _with({"slurm": SLURM}, "extender"),
+        ("no owner key", "SLURMBRIDGE_SLURM__OWNER_KEY_FILE", "Helm chart")),
     "environment not JSON": Case(
         _with({"slurm": SLURM}, "doctor"), ("admission", "JSON", "SLURMBRIDGE_ADMISSION__"),
         env=(("SLURMBRIDGE_ADMISSION__ENROLLED_NAMESPACES", "ml"),)),

@@ -30,9 +30,11 @@ def _settings(work: Path, health_port: int) -> Path:
         "users": [{"name": "x", "user": {"token": "t"}}],
         "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
     }))
+    (work / "owner.key").write_text("k" * 32)
     settings = work / "settings.yaml"
     settings.write_text(yaml.safe_dump({
-        "slurm": {"url": f"http://{NOWHERE}", "token": "t"},
+        "slurm": {"url": f"http://{NOWHERE}", "token": "t",
+                  "owner_key_file": str(work / "owner.key")},
         "kube": {"kubeconfig": str(work / "kubeconfig")},
         "extender": {
             "host": "127.0.0.1", "port": free_port(), "health_port": health_port,

@@ -122,7 +122,7 @@ ports, the bridge identity the webhook trusts).
 {{- $settings := dict "slurm" $slurm "admission" $admission "device_classes" $classes -}}
 {{- $settings = mergeOverwrite $settings (deepCopy (.Values.config | default dict)) -}}
 {{- $owned := dict
-      "slurm" (dict "token_file" (printf "%s/%s" (include "slurmbridge.tokenDir" .) .Values.slurm.jwt.key))
+      "slurm" (dict "token_file" (printf "%s/%s" (include "slurmbridge.tokenDir" .) .Values.slurm.jwt.key) "owner_key_file" (printf "%s/owner-key" (include "slurmbridge.extenderTlsDir" .)))
       "extender" (dict
         "host" "0.0.0.0"
         "port" (int .Values.extender.port)
