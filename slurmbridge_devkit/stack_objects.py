@@ -109,18 +109,14 @@ async def ensure_nodes(kube: AsyncClient) -> dict[str, str]:
     return nodes
 
 
-def webhook_configs(url: str, ca_pem: bytes) -> list[Any]:
-    """The chart's two webhook configurations as shipped (rules, matchConditions: not the
-    bridge's own updates, failure policy), pointed at the stack's webhook by URL and
-    limited to the e2e namespaces."""
+def webhook_configs(url: str, ca_pem: bytes, *flags: str) -> list[Any]:
+    """The chart's two webhook configurations as shipped (entries, rules, matchConditions,
+    namespace selectors: the bridge's pods only; failure policy), pointed at the stack's
+    webhook by URL and limited to the e2e namespaces; ``flags``: more chart values."""
     ca = base64.b64encode(ca_pem).decode()
-    selector = {"matchExpressions": [
-        {"key": E2E_LABEL, "operator": "In", "values": ["true"]},
-        {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-         "values": ["kube-system", BRIDGE_NS]},
-    ]}
+    e2e_only = {"key": E2E_LABEL, "operator": "In", "values": ["true"]}
     docs = render("e2e", BRIDGE_NS, "--show-only", "templates/webhook-admission.yaml",
-                  "--set", f"serviceAccount.extenderName={BRIDGE_SA}")
+                  "--set", f"serviceAccount.extenderName={BRIDGE_SA}", *flags)
     kinds = {"MutatingWebhookConfiguration": MutatingWebhookConfiguration,
              "ValidatingWebhookConfiguration": ValidatingWebhookConfiguration}
     configs = []
@@ -131,7 +127,7 @@ def webhook_configs(url: str, ca_pem: bytes) -> list[Any]:
         for hook in doc["webhooks"]:
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"{url}{path}", "caBundle": ca}
-            hook["namespaceSelector"] = selector
+            hook["namespaceSelector"]["matchExpressions"].append(e2e_only)
         configs.append(kinds[doc["kind"]].from_dict(doc))
     return configs
 

@@ -141,6 +141,7 @@ def webhook() -> Schema:
     return strict(placement({
         "replicas": POSITIVE, "port": field(AdmissionSettings, "port"),
         "failurePolicy": {"enum": ["Fail", "Ignore"]},
+        "enrolledFailurePolicy": {"enum": ["", "Fail", "Ignore"]},
         "timeoutSeconds": {"type": "integer", "minimum": 1, "maximum": 30},
         "excludeNamespaces": field(AdmissionSettings, "exclude_namespaces"),
         "topologySpread": BOOL, "extraEnv": ANY_LIST,

@@ -136,27 +136,29 @@ def _webhook_checks(docs: list[Manifest], release: str, namespace: str) -> None:
                        ("ValidatingWebhookConfiguration", "validate")):
         config = find(docs, kind)
         assert release in config["metadata"]["name"] and namespace in config["metadata"]["name"]
-        (hook,) = config["webhooks"]
-        assert hook["sideEffects"] == "None"
-        assert hook["failurePolicy"] == "Fail"
-        assert hook["admissionReviewVersions"] == ["v1"]
-        assert hook["timeoutSeconds"] == 10
-        assert "objectSelector" not in hook
-        bridge = f"system:serviceaccount:{namespace}:{release}-slurmbridge-extender"
-        assert hook["matchConditions"] == [{
-            "name": "not-the-bridge-updating",
-            "expression": f"!(request.operation == 'UPDATE' && request.userInfo.username == "
-                          f"'{bridge}')",
-        }], "the bridge's own pod writes need no webhook call"
-        assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
-                                  "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"},
-                                 EPHEMERAL_RULE]
-        (expr,) = hook["namespaceSelector"]["matchExpressions"]
-        assert expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "NotIn"
-        assert set(expr["values"]) == {"kube-system", namespace}
-        service = hook["clientConfig"]["service"]
-        assert service == {"name": f"{release}-slurmbridge-webhook", "namespace": namespace,
-                           "path": f"/{verb}", "port": 443}
+        # One entry per way a pod is the bridge's (tests/e2e/test_webhook_scope.py).
+        for hook in config["webhooks"]:
+            assert hook["sideEffects"] == "None"
+            assert hook["failurePolicy"] == "Fail"
+            assert hook["admissionReviewVersions"] == ["v1"]
+            assert hook["timeoutSeconds"] == 10
+            assert "objectSelector" not in hook
+            bridge = f"system:serviceaccount:{namespace}:{release}-slurmbridge-extender"
+            assert hook["matchConditions"][0] == {
+                "name": "not-the-bridge-updating",
+                "expression": f"!(request.operation == 'UPDATE' && request.userInfo.username == "
+                              f"'{bridge}')",
+            }, "the bridge's own pod writes need no webhook call"
+            assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
+                                      "resources": ["pods"], "operations": ["CREATE", "UPDATE"],
+                                      "scope": "Namespaced"},
+                                     EPHEMERAL_RULE]
+            expr = hook["namespaceSelector"]["matchExpressions"][0]
+            assert expr["key"] == "kubernetes.io/metadata.name" and expr["operator"] == "NotIn"
+            assert set(expr["values"]) == {"kube-system", namespace}
+            service = hook["clientConfig"]["service"]
+            assert service == {"name": f"{release}-slurmbridge-webhook", "namespace": namespace,
+                               "path": f"/{verb}", "port": 443}
 
 
 def test_render_self_signed_certificate() -> None:
@@ -389,8 +391,8 @@ def test_render_managed_node_and_ephemeral_container_policies() -> None:
     assert json.loads(gpu_env) == {name: f"metadata.annotations['{source}']"
                                    for name, source in keys.GPU_ENV_SOURCES.items()}
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        (hook,) = find(docs, kind)["webhooks"]
-        assert EPHEMERAL_RULE in hook["rules"], hook["rules"]
+        for hook in find(docs, kind)["webhooks"]:
+            assert EPHEMERAL_RULE in hook["rules"], hook["rules"]
 
     # An entry that is not namespace/name: refused, naming it.
     proc = template(release, namespace, "--set-json", 'managedNodes.daemonSets=["kube-proxy"]')
