@@ -224,13 +224,25 @@ def beside(before: Outcome | None, added: Outcome) -> Outcome:
 
 
 def merged(stored: dict[str, Outcome], other: Path, only: list[str]) -> dict[str, Outcome]:
-    """``stored`` with the sections ``only`` of another clone's results.json set beside it
-    (soaks run side by side in clones of their own, one per Slurm version)."""
+    """``stored`` with the sections ``only`` of another clone's results.json joined in (soaks
+    run side by side in clones of their own, one per Slurm version): that clone's rows replace
+    ours of the same name, its notes not yet ours follow ours (its run's command among them)."""
     theirs = report.load(other)
     missing = [b for b in only if b not in theirs]
     if missing:
         raise SystemExit(f"{other} holds no {', '.join(missing)}: run that benchmark there first")
-    return {**stored, **{b: beside(stored.get(b), theirs[b]) for b in only}}
+    out = dict(stored)
+    for bench in only:
+        ours, added = stored.get(bench), theirs[bench]
+        if ours is None or ours.status != MEASURED:
+            out[bench] = added
+            continue
+        rows = {f.name: dataclasses.replace(f, date=f.date or ours.date) for f in ours.figures}
+        rows |= {f.name: dataclasses.replace(f, date=f.date or added.date) for f in added.figures}
+        out[bench] = dataclasses.replace(
+            ours, figures=list(rows.values()),
+            notes=[*ours.notes, *(n for n in added.notes if n not in ours.notes)])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -376,16 +376,20 @@ def test_a_soak_run_in_another_clone_is_merged_beside_and_a_missing_section_name
     tmp_path: Path,
 ) -> None:
     ours = Outcome("SOAK", "soak", figures=[Figure("[seed 1] invariant violations", "v", [0.0])],
-                   date="2026-12-04 03:05 UTC")
-    theirs = Outcome("SOAK", "soak", date="2026-12-05 03:40 UTC", command="c", figures=[
-        Figure("[adversarial seed 2] invariant violations", "v", [0.0])])
+                   notes=["[seed 1] ran"], date="2026-12-04 03:05 UTC")
+    added = Outcome("SOAK", "soak", date="2026-12-05 03:40 UTC", command="c --adversarial",
+                    figures=[Figure("[adversarial seed 2] invariant violations", "v", [0.0])],
+                    notes=["[adversarial seed 2] ran"])
     other = tmp_path / "results.json"
-    report.save(other, {"SOAK": theirs})
+    report.save(other, {"SOAK": beside(ours, added)})  # what the other clone wrote
     stored = merged({"SOAK": ours, "B3": Outcome("B3", "b3")}, other, ["SOAK"])
-    assert [(f.name, f.date) for f in stored["SOAK"].figures] == [
+    soak = stored["SOAK"]
+    assert [(f.name, f.date) for f in soak.figures] == [
         ("[seed 1] invariant violations", ours.date),
-        ("[adversarial seed 2] invariant violations", theirs.date)]
-    assert "B3" in stored
+        ("[adversarial seed 2] invariant violations", added.date)]
+    assert soak.notes[0] == "[seed 1] ran" and soak.notes.count("[seed 1] ran") == 1
+    assert "c --adversarial" in soak.notes[1] and soak.notes[2] == "[adversarial seed 2] ran"
+    assert (soak.command, soak.date) == (ours.command, ours.date) and "B3" in stored
     with pytest.raises(SystemExit, match="holds no B1"):
         merged(stored, other, ["B1"])
 
