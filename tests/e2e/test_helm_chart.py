@@ -416,14 +416,7 @@ def test_rendered_settings_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     }))
     namespace = "sb-settings"
     docs = render("rel", namespace, "-f", str(values))
-    settings_file = tmp_path / "settings.yaml"
-    config_map = find(docs, "ConfigMap", "-slurmbridge-config")
-    settings_file.write_text(config_map["data"]["settings.yaml"])
-    for name in list(os.environ):
-        if name.startswith("SLURMBRIDGE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv(CONFIG_FILE_ENV, str(settings_file))
-    settings = Settings()
+    settings = _rendered_settings(docs, tmp_path, monkeypatch)
     assert settings.slurm.url == "http://slurm.example:6820"
     assert settings.slurm.user == "k8s"
     assert settings.slurm.data_parser == "v0.0.42"
@@ -459,6 +452,20 @@ def test_rendered_settings_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
              if m["name"] == "tls"))
 
 
+def _rendered_settings(
+    docs: list[Manifest], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    """The settings the bridge loads from the chart's ConfigMap, and nothing else."""
+    settings_file = tmp_path / "settings.yaml"
+    config_map = find(docs, "ConfigMap", "-slurmbridge-config")
+    settings_file.write_text(config_map["data"]["settings.yaml"])
+    for name in list(os.environ):
+        if name.startswith("SLURMBRIDGE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(settings_file))
+    return Settings()
+
+
 def test_rendered_slurm_tls_points_at_the_mounted_secrets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -470,14 +477,7 @@ def test_rendered_slurm_tls_points_at_the_mounted_secrets(
              "--set", "slurm.tls.caKey=bundle.pem", "--set", "slurm.tls.clientSecret=client",
              "--set", "slurm.tls.serverName=slurmrestd.example")
     docs = render("rel", "sb-tls", *flags)
-    settings_file = tmp_path / "settings.yaml"
-    config_map = find(docs, "ConfigMap", "-slurmbridge-config")
-    settings_file.write_text(config_map["data"]["settings.yaml"])
-    for name in list(os.environ):
-        if name.startswith("SLURMBRIDGE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv(CONFIG_FILE_ENV, str(settings_file))
-    tls = Settings().slurm.tls
+    tls = _rendered_settings(docs, tmp_path, monkeypatch).slurm.tls
     assert tls.server_name == "slurmrestd.example"
     wanted = {"site-ca": {tls.ca_file}, "client": {tls.cert_file, tls.key_file}}
     for spec in (find(docs, "Deployment", "-extender")["spec"]["template"]["spec"],
