@@ -57,7 +57,7 @@ def job(i: int, nodes: int) -> SlurmJob:
         owner=PodOwner(pod_uid(i)),
         allocation=Allocation(nodes=(node,), gpu_ids=gpus),
         partition="main",
-        user="slurm",
+        user=FakeSlurm.BRIDGE_USER,  # the bridge's own: believed without a tenancy entry
     )
 
 
@@ -182,5 +182,8 @@ def load(
                 bridge.pod_cache.apply("ADDED", p)
             await bridge.notifier.job_known(p, j)
         await bridge.notifier.drain()
+        if len(bridge.index.live()) != jobs:  # else the benchmark times a bridge with no jobs
+            raise RuntimeError(f"the index believes {len(bridge.index.live())} of {jobs} "
+                               "synthetic jobs: see placement.forged_placeholder_ignored")
 
     asyncio.run(seed())
