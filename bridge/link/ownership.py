@@ -3,7 +3,7 @@
 The owner is what the job's comment records and what the index is keyed by.
 It is read from the pod's labels only until the bridge ties the pod to a job;
 from then on the bridge's own ``slurmbridge.io/owner`` annotation (written with
-the submit claim, the job id and the Binding) is the answer, so relabelling a
+the job id by the leader's record, and again by the Binding) is the answer, so relabelling a
 running pod cannot make its job look orphaned.
 """
 

@@ -17,7 +17,7 @@ from bridge.link.gate import gated, other_gates
 from bridge.link.ownership import owner_key
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
-_KEPT_ANNOTATIONS = (keys.JOB_ID, keys.SLURM_NODE, keys.GPU_IDS, keys.SUBMITTING)
+_KEPT_ANNOTATIONS = (keys.JOB_ID, keys.SLURM_NODE, keys.GPU_IDS)
 DEFAULT_GRACE_SECONDS = 30  # Kubernetes' default terminationGracePeriodSeconds
 
 
