@@ -104,7 +104,7 @@ class Bridge:
         return Releaser(
             self.kube, self.placer, self.index,
             cuda_numbering=self.settings.placement.cuda_visible_devices,
-            claims=ClaimPinner(self.kube, self.settings.device_classes, self.device_claims),
+            pinner=ClaimPinner(self.kube, self.settings.device_classes, self.device_claims),
             events=self.events,
         )
 

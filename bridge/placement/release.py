@@ -59,11 +59,11 @@ class Releaser:
     def __init__(
         self, kube: ReleaserKube, placer: Placer, index: JobIndex, *,
         cuda_numbering: CudaNumbering = "renumbered", retry_seconds: float = 2.0,
-        claims: ClaimPinner | None = None, events: JobEvents = NO_LISTENER,
+        pinner: ClaimPinner | None = None, events: JobEvents = NO_LISTENER,
     ) -> None:
         """``events``: told of a pod whose claims cannot be written (it waits no more)."""
         self._kube = kube
-        self._claims = claims
+        self._pinner = pinner
         self._events = events
         self._placer = placer
         self._index = index
@@ -250,11 +250,11 @@ class Releaser:
         """The pod's DRA claims written with Slurm's GPUs (True at once without claims); a
         claim not made yet waits for the next try, one that cannot be written is told on the
         pod, which then waits no more."""
-        if self._claims is None or not (pod.spec and pod.spec.resourceClaims):
+        if self._pinner is None or not (pod.spec and pod.spec.resourceClaims):
             return True
         gpu_ids = job.allocation.gpu_ids.get(slurm_node, ()) if job.allocation else ()
         try:
-            await self._claims.pin(pod, job.job_id, kube_node, gpu_ids)
+            await self._pinner.pin(pod, job.job_id, kube_node, gpu_ids)
             return True
         except ClaimsNotReady as exc:
             log.info("release.claims_not_ready", pod=pod_ref(pod), reason=str(exc))
