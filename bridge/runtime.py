@@ -152,7 +152,7 @@ class Bridge:
             log.warning("requeue.failed", error=repr(exc))
 
     async def _lead(self) -> None:
-        """What only the lease holder runs: early submission and the controllers."""
+        """What only the lease holder runs: every submission and record, the controllers."""
         self.poller.resync_soon()  # the jobs other replicas submitted while nobody led
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self._intake(), name="intake")
