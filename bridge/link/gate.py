@@ -20,6 +20,7 @@ from typing import Any
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
+from bridge.link.ownership import job_id_in
 
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -41,7 +42,7 @@ def other_gates(pod: Pod) -> list[str]:
 def released_node(pod: Pod, job_id: int) -> str | None:
     """The Slurm node the release (or the Binding) recorded for ``job_id``, if any."""
     annotations = (pod.metadata and pod.metadata.annotations) or {}
-    if annotations.get(keys.JOB_ID) != str(job_id):
+    if job_id_in(annotations) != job_id:
         return None
     return annotations.get(keys.SLURM_NODE) or None
 

@@ -14,7 +14,7 @@ from bridge import keys
 from bridge.jobs.owner import Owner
 from bridge.kube.watchcache import resource_version
 from bridge.link.gate import gated, other_gates
-from bridge.link.ownership import owner_key
+from bridge.link.ownership import job_id_in, owner_key
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
 _KEPT_ANNOTATIONS = (keys.JOB_ID, keys.SLURM_NODE, keys.GPU_IDS)
@@ -60,8 +60,7 @@ class PodView:
 
     @property
     def job_id(self) -> int | None:
-        text = self.recorded.get(keys.JOB_ID, "")
-        return int(text) if text.isdigit() else None
+        return job_id_in(self.recorded)
 
 
 def view_of(pod: Pod) -> PodView:
