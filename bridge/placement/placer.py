@@ -66,6 +66,7 @@ class Placer:
         try:
             job = await self._job_for(pod, linked)
             if job is None:
+                self._submitter.checked(pod, linked.owner)  # refused: say why, as intake does
                 raise Pending(
                     f"waiting: no Slurm job for pod {linked} yet: the bridge's leader submits "
                     "it (if it cannot, the pod's events say why)"

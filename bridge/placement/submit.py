@@ -64,13 +64,19 @@ class Submitter:
         if not attempt.cancelled():
             attempt.exception()  # retrieved: every waiter has seen it, or none is left
 
-    async def _submit(self, pod: Pod, owner: Owner) -> SlurmJob:
+    def checked(self, pod: Pod, owner: Owner) -> tuple[Pod, JobRequest]:
+        """The pod as its job would be submitted now (its namespace's tenancy filled in) and
+        that job; raises Refused or InvalidPodRequest when it must not be.  A read: filter
+        tells a pod that came without the gate why it waits."""
         refused = self._refused.get(owner)
         if refused is not None and refused[0] > time.monotonic():
             raise Refused(refused[1])  # Slurm said no moments ago: no retry storm
         if self._admit is not None:  # checked here too: the bridge trusts no admission
             pod = self._admit(pod)
-        request = dataclasses.replace(job_request_for_pod(pod), owner=owner)
+        return pod, dataclasses.replace(job_request_for_pod(pod), owner=owner)
+
+    async def _submit(self, pod: Pod, owner: Owner) -> SlurmJob:
+        pod, request = self.checked(pod, owner)
         if isinstance(owner, GroupOwner) and self._members is not None:
             differ = members_differ(owner, await members_of(self._members, owner))
             if differ is not None:

@@ -155,3 +155,14 @@ async def test_an_ungated_pod_the_leader_cannot_submit_is_told_why(world: World)
         world.kube.add(PodBuilder("p", "ns").annotate(keys.ACCOUNT, "other").build())
         await until(lambda: bool(world.kube.events(keys.EventReason.SUBMIT_REFUSED)))
     assert world.slurm.submitted == []
+
+
+async def test_filter_tells_why_the_leader_will_not_submit_and_submits_nothing(
+    world: World,
+) -> None:
+    """The same rule as the leader's intake, read by any replica: kube-scheduler's event
+    says why the pod waits, and no job is submitted."""
+    world.kube.add(PodBuilder("p", "ns").annotate(keys.ACCOUNT, "other").build())
+    verdict = await world.other.placer.filter(await world.read("p"), NODES)
+    assert verdict.outcome is Outcome.REFUSED and "other" in verdict.message, verdict.message
+    assert world.slurm.submitted == []
