@@ -4,8 +4,8 @@ that write is its release to kube-scheduler.
 Intake submits a pod's job and hands the pod here; when the job runs (at once, or when the
 poller sees it change), each of the owner's pods still owed it gets one write
 (bridge/link/gate.py): a gated pod's lifts the gate, records the job and narrows the pod to
-its node; one that came without the gate gets the same record alone, which filter reads.  A lone pod
-gets the job's node; a group's members are listed once per release and each gets its seat
+its node; one that came without the gate gets the same record alone, which filter reads.
+A lone pod gets the job's node; a group's members are listed once per release and each gets its seat
 (seats.py: its rank's node, Slurm's i-th, never one a live member holds), so any leader
 computes the same answer and a member released before a failover keeps its node.  A member
 with no seat, or of a group whose members ask for different things (jobs/group_ask.py),
