@@ -15,9 +15,10 @@ from lightkube.models.core_v1 import Pod as PodModel
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.owner import PodOwner
 from bridge.placement.outcomes import Outcome
 from bridge.runtime import Bridge
-from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm, bridge_over_fakes, intake_running
 from slurmbridge_devkit.waiting import wait_for
@@ -166,3 +167,19 @@ async def test_filter_tells_why_the_leader_will_not_submit_and_submits_nothing(
     verdict = await world.other.placer.filter(await world.read("p"), NODES)
     assert verdict.outcome is Outcome.REFUSED and "other" in verdict.message, verdict.message
     assert world.slurm.submitted == []
+
+
+async def test_a_job_id_an_earlier_version_recorded_alone_is_completed_by_the_leader(
+    world: World,
+) -> None:
+    """Upgrading from the claim protocol: an unbound pod that came without the gate carries
+    its job id alone (recorded at submit); the leader records the node, and filter reads it."""
+    world.slurm.put(JobBuilder(7).owner(PodOwner("uid-p")).running("node3").build())
+    async with intake_running(world.leader):
+        world.kube.add(PodBuilder("p", "ns").uid("uid-p").annotate(keys.JOB_ID, "7")
+                       .annotate(keys.OWNER, "uid-p").build())
+        await until(lambda: world.pod("p")["metadata"]["annotations"].get(keys.SLURM_NODE)
+                    == "node3")
+    assert world.slurm.submitted == []
+    verdict = await world.other.placer.filter(await world.read("p"), NODES)
+    assert verdict.keep == ["node3"], verdict.message
