@@ -22,7 +22,6 @@ from bridge.devices.freeing import ClaimReleaser
 from bridge.devices.pinning import ClaimPinner
 from bridge.kube.nodecache import NodeCache
 from bridge.kube.writes import set_slurm_condition
-from bridge.link.claims import Claims
 from bridge.link.podcache import PodCache
 from bridge.placement.grace import GraceWarnings
 from bridge.placement.index import JobIndex
@@ -67,18 +66,16 @@ class Bridge:
             self.kube, namespace=c.lease_namespace, name=c.lease_name,
             identity=c.identity, lease_seconds=c.lease_seconds,
         )
-        self.claims = Claims(self.kube, self.elector.identity, namespace=c.lease_namespace)
         self.device_claims = ClaimReleaser(self.kube)  # DRA claims: pinned at release, freed after
         self.placer = Placer(self.index, self.nodes, self.pods, self.events,
-                             claims=self.claims, admit=self._admit, members=self.kube)
+                             admit=self._admit, members=self.kube)
         p = settings.placement
         self.binder = Binder(self.kube, self.placer, cuda_numbering=p.cuda_visible_devices)
         self.releaser = self._releaser()
         self.intake = Intake(
             self.kube, self.pod_cache, self.placer, self.releaser, workers=p.submit_workers,
-            events=self.events, ungated=p.submit_on_create,
+            events=self.events,
         )
-        # In this order: intake releases a changed job's pods before the notifier writes.
         self.events.listen(self.intake, self.notifier, self.grace)
         self.poller = Poller(
             self.slurm, self.index, self.events,
@@ -90,7 +87,7 @@ class Bridge:
         )
         self.lifecycle = Lifecycle(
             self.kube, self.slurm, self.index, self.pods, self.pod_cache,
-            orphan_grace=c.orphan_grace_seconds, claims=self.claims,
+            orphan_grace=c.orphan_grace_seconds,
             device_claims=self.device_claims if settings.device_classes else None,
         )
         self.nodesync = NodeSync(self.kube, self.slurm, self.nodes, self.pod_cache)
@@ -107,7 +104,7 @@ class Bridge:
         return Releaser(
             self.kube, self.placer, self.index,
             cuda_numbering=self.settings.placement.cuda_visible_devices,
-            claims=ClaimPinner(self.kube, self.settings.device_classes, self.device_claims),
+            pinner=ClaimPinner(self.kube, self.settings.device_classes, self.device_claims),
             events=self.events,
         )
 
@@ -155,7 +152,7 @@ class Bridge:
             log.warning("requeue.failed", error=repr(exc))
 
     async def _lead(self) -> None:
-        """What only the lease holder runs: early submission and the controllers."""
+        """What only the lease holder runs: every submission and record, the controllers."""
         self.poller.resync_soon()  # the jobs other replicas submitted while nobody led
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self._intake(), name="intake")
@@ -167,7 +164,7 @@ class Bridge:
 
     async def _intake(self) -> None:
         """Submit only once the index holds every job a former leader may have submitted:
-        a gated pod's job is submitted by the leader alone, without a claim."""
+        every pod's job is submitted by the leader alone, without a claim."""
         await self.poller.resynced()
         await self.intake.run()
 
