@@ -42,7 +42,8 @@ def _node() -> Node:
             "team": "ml"}),
         spec=NodeSpec(taints=[Taint(key=keys.MANAGED_TAINT, effect="NoSchedule"),
                               Taint(key=keys.UNAVAILABLE_TAINT, value="drain",
-                                    effect="NoSchedule"), Taint.from_dict(OTHER_TAINT)]),
+                                    effect="NoSchedule"), Taint(key="gpu", value="yes",
+                                                          effect="NoSchedule")]),
         status=NodeStatus(conditions=[
             NodeCondition(type="Ready", status="True"),
             NodeCondition(type=keys.NODE_CONDITION_SLURM, status="False", reason="x")]),
