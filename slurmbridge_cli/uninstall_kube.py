@@ -2,7 +2,8 @@
 
 - its pods that have not finished: gated or waiting for its scheduler (nothing would place
   them once it is gone) and running ones (their jobs are cancelled next, which gives their
-  GPUs back to Slurm), each deleted with an event saying why, or left when the admin says so;
+  GPUs back to Slurm), each evicted (its PodDisruptionBudget and grace period honoured) with
+  an event saying why, or left when the admin says so;
 - the DRA claims it allocated (its finalizer and record, ``bridge/devices/marks.py``): freed;
 - on Nodes, the taints ``slurmbridge.io/managed`` and ``slurmbridge.io/slurm-unavailable``,
   the ``slurmbridge.io/topology-*`` labels and the ``SlurmNodeAvailable`` condition node sync
@@ -20,8 +21,8 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.devices.freeing import ClaimReleaser
-from bridge.kube.apierrors import is_not_found
-from bridge.kube.writes import record_event
+from bridge.kube.apierrors import is_not_found, is_too_many_requests
+from bridge.kube.writes import evict, record_event
 from bridge.link.views import PodView, view_of
 from bridge.ports import KubeCreate, KubeDelete, KubeGet, KubeList, KubePatch, KubeReplace
 from slurmbridge_cli.uninstall_report import Report
@@ -63,20 +64,27 @@ async def remove_pods(kube: UninstallKube, pods: dict[str, PodView], report: Rep
                 kept.append(pod)
             report.leave(f"pod {pod}", f"{why} ({flag})")
             continue
-        if report.acting:
-            await _delete_pod(kube, pod, why)
+        if report.acting and not await _evict(kube, pod, why):
+            report.leave(f"pod {pod}", f"{why}; a PodDisruptionBudget refuses its eviction "
+                         "now: run `slurmbridge uninstall` again, or delete it yourself")
+            continue
         report.did("delete", f"pod {pod}", why)
     return kept
 
 
-async def _delete_pod(kube: UninstallKube, pod: PodView, why: str) -> None:
+async def _evict(kube: UninstallKube, pod: PodView, why: str) -> bool:
+    """Evict the pod (an eviction honours its PodDisruptionBudget and grace period), an event
+    saying why first; False when its budget says not now."""
     await record_event(kube, pod, keys.EventReason.UNINSTALLED,
                        f"deleted by `slurmbridge uninstall`, the bridge is being removed: {why}")
     try:
-        await kube.delete(Pod, pod.name, namespace=pod.namespace)
+        await evict(kube, pod.namespace, pod.name)
     except ApiError as exc:
+        if is_too_many_requests(exc):
+            return False
         if not is_not_found(exc):
             raise
+    return True
 
 
 async def free_claims(kube: UninstallKube, report: Report, kept_jobs: set[int]) -> None:
