@@ -643,6 +643,13 @@ def test_uninstall_hook_runs_uninstall_as_the_extender() -> None:
     for mount in served["volumeMounts"]:
         if mount["name"] in ("config", "tenancy", "slurm-jwt"):
             assert mount in hook["volumeMounts"]
+    # the owner key, and only it of the extender's TLS Secret: it tells placeholders from forgeries
+    config = find(docs, "ConfigMap", "-slurmbridge-config")["data"]["settings.yaml"]
+    settings = yaml.safe_load(config)
+    key_dir, _, key_file = settings["slurm"]["owner_key_file"].rpartition("/")
+    (owner_key,) = [m for m in hook["volumeMounts"] if m["mountPath"] == key_dir]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == owner_key["name"]]
+    assert volume["secret"]["items"] == [{"key": "owner-key", "path": key_file}]
     off = render(release_name(), "sb-render", "--set", "uninstall.hook=false")
     assert not [d for d in off if d["kind"] == "Job"]
 
