@@ -21,7 +21,12 @@ from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.devices.freeing import ClaimReleaser
-from bridge.kube.apierrors import is_not_found, is_too_many_requests
+from bridge.kube.apierrors import (
+    is_conflict,
+    is_not_found,
+    is_too_many_requests,
+    is_unprocessable,
+)
 from bridge.kube.writes import evict, record_event
 from bridge.link.views import PodView, view_of
 from bridge.ports import KubeCreate, KubeDelete, KubeGet, KubeList, KubePatch, KubeReplace
@@ -29,6 +34,7 @@ from slurmbridge_cli.uninstall_report import Report
 
 BRIDGE_TAINTS = (keys.MANAGED_TAINT, keys.UNAVAILABLE_TAINT)
 ADMIN_NODE_LABELS = (keys.NODE_SLURM_NODE, keys.EXTERNAL_NODE, keys.MANAGED_NODE_LABEL)
+NODE_TRIES = 3
 
 
 class UninstallKube(KubeGet, KubeList, KubePatch, KubeCreate, KubeReplace, KubeDelete, Protocol):
@@ -105,10 +111,17 @@ async def free_claims(kube: UninstallKube, report: Report, kept_jobs: set[int]) 
 
 async def clean_nodes(kube: UninstallKube, report: Report) -> None:
     """Take the bridge's taints, topology labels and condition off every Node."""
-    async for node in kube.list(Node):
-        meta = node.metadata
+    async for listed in kube.list(Node):
+        meta, node = listed.metadata, listed
         assert meta is not None and meta.name
-        await _clean_node(kube, node, report)
+        for attempt in range(NODE_TRIES):
+            try:
+                await _clean_node(kube, node, report)
+                break
+            except ApiError as exc:  # the Node changed since read (its kubelet writes too)
+                if attempt == NODE_TRIES - 1 or not (is_conflict(exc) or is_unprocessable(exc)):
+                    raise
+                node = await kube.get(Node, meta.name)
         labels = meta.labels or {}
         for key in ADMIN_NODE_LABELS:
             if key in labels:
@@ -117,32 +130,35 @@ async def clean_nodes(kube: UninstallKube, report: Report) -> None:
 
 
 async def _clean_node(kube: UninstallKube, node: Node, report: Report) -> None:
+    """Each write under the Node as read (its resourceVersion, the condition's place)."""
     meta = node.metadata
     assert meta is not None and meta.name
     taints = (node.spec.taints if node.spec else None) or []
     ours = sorted({t.key for t in taints if t.key in BRIDGE_TAINTS})
     labels = sorted(k for k in meta.labels or {} if k.startswith(keys.TOPOLOGY_LABEL_PREFIX))
-    conditions = (node.status.conditions if node.status else None) or []
-    at = next((i for i, c in enumerate(conditions) if c.type == keys.NODE_CONDITION_SLURM), None)
-    if report.acting and (ours or labels):
+    if ours or labels:
         patch: dict[str, Any] = {"metadata": {"resourceVersion": meta.resourceVersion}}
         if ours:
             patch["spec"] = {"taints": [t.to_dict() for t in taints if t.key not in ours]}
         if labels:
             patch["metadata"]["labels"] = dict.fromkeys(labels)
-        await kube.patch(Node, meta.name, patch, patch_type=PatchType.MERGE)
-    if report.acting and at is not None:
+        if report.acting:
+            await kube.patch(Node, meta.name, patch, patch_type=PatchType.MERGE)
+        if ours:
+            report.did("untaint", f"node {meta.name}", ", ".join(ours))
+        if labels:
+            report.did("unlabel", f"node {meta.name}", ", ".join(labels))
+    conditions = (node.status.conditions if node.status else None) or []
+    at = next((i for i, c in enumerate(conditions) if c.type == keys.NODE_CONDITION_SLURM), None)
+    if at is None:
+        return
+    if report.acting:
         await kube.patch(Node.Status, meta.name, [
             {"op": "test", "path": f"/status/conditions/{at}/type",
              "value": keys.NODE_CONDITION_SLURM},
             {"op": "remove", "path": f"/status/conditions/{at}"},
         ], patch_type=PatchType.JSON)
-    if ours:
-        report.did("untaint", f"node {meta.name}", ", ".join(ours))
-    if labels:
-        report.did("unlabel", f"node {meta.name}", ", ".join(labels))
-    if at is not None:
-        report.did("clear", f"node {meta.name}", f"condition {keys.NODE_CONDITION_SLURM}")
+    report.did("clear", f"node {meta.name}", f"condition {keys.NODE_CONDITION_SLURM}")
 
 
 async def remove_group_leases(kube: UninstallKube, namespace: str, report: Report) -> None:

@@ -16,6 +16,7 @@ from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
+from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.devices.marks import DeviceId, PinRecord
@@ -259,3 +260,26 @@ async def test_an_apiserver_lost_midway_says_what_was_done_and_what_is_left() ->
     with pytest.raises(Failure, match=r"stopped while freeing DRA claims.*change.*left"):
         await world.uninstall()
     assert world.said("cancelled      slurm job 100")
+
+
+async def test_a_node_changed_between_the_listing_and_the_write_is_read_again() -> None:
+    """Its kubelet writes the Node too: a write under an older resourceVersion (409) is
+    retried on the Node as it is now, never dropping what changed meanwhile."""
+    world = World()
+    real_patch = world.kube.patch
+    raced: list[str] = []
+
+    async def kubelet_first(res: Any, name: str, obj: Any, **kw: Any) -> Any:
+        if res is Node and not raced:  # the kubelet adds a taint just before our write
+            raced.append(name)
+            await real_patch(Node, name, {"spec": {"taints": [
+                *world.node()["spec"]["taints"],
+                {"key": "kubelet", "effect": "NoExecute"}]}}, patch_type=PatchType.MERGE)
+        return await real_patch(res, name, obj, **kw)
+
+    world.kube.patch = kubelet_first  # type: ignore[method-assign]
+    await world.uninstall()
+    assert raced == ["node1"]
+    kubelets = {"key": "kubelet", "effect": "NoExecute"}
+    assert world.node()["spec"]["taints"] == [OTHER_TAINT, kubelets]
+    assert len(world.said("untainted      node node1")) == 1
