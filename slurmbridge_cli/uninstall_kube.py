@@ -5,15 +5,18 @@
   GPUs back to Slurm), each evicted (its PodDisruptionBudget and grace period honoured) with
   an event saying why, or left when the admin says so;
 - the DRA claims it allocated (its finalizer and record, ``bridge/devices/marks.py``): freed;
-- on Nodes, the taints ``slurmbridge.io/managed`` and ``slurmbridge.io/slurm-unavailable``,
-  the ``slurmbridge.io/topology-*`` labels and the ``SlurmNodeAvailable`` condition node sync
-  keeps; the labels an admin sets (``node-restriction.kubernetes.io/slurmbridge-*``) stay;
+- on Nodes, what node sync writes: the taint ``slurmbridge.io/slurm-unavailable``, the taint
+  ``slurmbridge.io/managed`` as it adds it (no value), the ``slurmbridge.io/topology-*`` labels
+  and the ``SlurmNodeAvailable`` condition; what an admin sets stays, listed: the labels
+  ``node-restriction.kubernetes.io/slurmbridge-*`` and the managed taint with a value
+  (``slurmbridge.io/managed=true``, docs/install.md);
 - the Leases of its groups' claims in its namespace.
 """
 
 from typing import Any, Protocol
 
 from lightkube.core.exceptions import ApiError
+from lightkube.models.core_v1 import Taint
 from lightkube.operators import exists
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
@@ -32,7 +35,6 @@ from bridge.link.views import PodView, view_of
 from bridge.ports import KubeCreate, KubeDelete, KubeGet, KubeList, KubePatch, KubeReplace
 from slurmbridge_cli.uninstall_report import Report
 
-BRIDGE_TAINTS = (keys.MANAGED_TAINT, keys.UNAVAILABLE_TAINT)
 ADMIN_NODE_LABELS = (keys.NODE_SLURM_NODE, keys.EXTERNAL_NODE, keys.MANAGED_NODE_LABEL)
 NODE_TRIES = 3
 
@@ -122,6 +124,11 @@ async def clean_nodes(kube: UninstallKube, report: Report) -> None:
                 if attempt == NODE_TRIES - 1 or not (is_conflict(exc) or is_unprocessable(exc)):
                     raise
                 node = await kube.get(Node, meta.name)
+        for taint in (listed.spec.taints if listed.spec else None) or []:
+            if taint.key == keys.MANAGED_TAINT and taint.value:
+                report.leave(f"node {meta.name}", f"taint {taint.key}={taint.value}:"
+                             f"{taint.effect}, an admin's (kubectl taint node {meta.name} "
+                             f"{taint.key}-)")
         labels = meta.labels or {}
         for key in ADMIN_NODE_LABELS:
             if key in labels:
@@ -129,12 +136,18 @@ async def clean_nodes(kube: UninstallKube, report: Report) -> None:
                              f"(kubectl label node {meta.name} {key}-)")
 
 
+def bridge_taint(taint: Taint) -> bool:
+    """Node sync's: the unavailable taint, and the managed one as it adds it (no value)."""
+    return taint.key == keys.UNAVAILABLE_TAINT or (
+        taint.key == keys.MANAGED_TAINT and not taint.value)
+
+
 async def _clean_node(kube: UninstallKube, node: Node, report: Report) -> None:
     """Each write under the Node as read (its resourceVersion, the condition's place)."""
     meta = node.metadata
     assert meta is not None and meta.name
     taints = (node.spec.taints if node.spec else None) or []
-    ours = sorted({t.key for t in taints if t.key in BRIDGE_TAINTS})
+    ours = sorted({t.key for t in taints if bridge_taint(t)})
     labels = sorted(k for k in meta.labels or {} if k.startswith(keys.TOPOLOGY_LABEL_PREFIX))
     if ours or labels:
         patch: dict[str, Any] = {"metadata": {"resourceVersion": meta.resourceVersion}}

@@ -18,6 +18,7 @@ from bridge import keys
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.slurm.client import SlurmClient
+from slurmbridge_cli.uninstall_kube import bridge_taint
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import create_pod, pod_events, pod_manifest, wait_bound
 from slurmbridge_devkit.processes import BRIDGE_NS
@@ -55,9 +56,9 @@ async def _forge(stack: BridgeStack, ns: str, uid: str) -> str:
 
 
 def _bridge_marks(node: Node) -> list[str]:
-    """What the bridge puts on a Node: its taints, topology labels and condition."""
-    taints = [t.key for t in (node.spec.taints if node.spec else None) or []
-              if t.key in (keys.MANAGED_TAINT, keys.UNAVAILABLE_TAINT)]
+    """What the bridge puts on a Node: its taints (an admin's managed taint has a value),
+    topology labels and condition."""
+    taints = [t.key for t in (node.spec.taints if node.spec else None) or [] if bridge_taint(t)]
     labels = [k for k in (node.metadata.labels if node.metadata else None) or {}
               if k.startswith(keys.TOPOLOGY_LABEL_PREFIX)]
     conditions = [c.type for c in (node.status.conditions if node.status else None) or []

@@ -38,8 +38,10 @@ def _items(kind: Kind, *args: str) -> list[dict[str, Any]]:
 def bridge_marks_on_nodes(kind: Kind) -> dict[str, list[str]]:
     found = {}
     for node in _items(kind, "nodes"):
+        # node sync's taints; the managed one with a value is the admin's (cluster.yaml)
         taints = [t["key"] for t in node["spec"].get("taints") or []
-                  if t["key"] in (keys.MANAGED_TAINT, keys.UNAVAILABLE_TAINT)]
+                  if t["key"] == keys.UNAVAILABLE_TAINT
+                  or (t["key"] == keys.MANAGED_TAINT and not t.get("value"))]
         labels = [k for k in node["metadata"].get("labels") or {}
                   if k.startswith(keys.TOPOLOGY_LABEL_PREFIX)]
         conditions = [c["type"] for c in node["status"].get("conditions") or []

@@ -155,8 +155,14 @@ async def test_each_kind_of_object_the_bridge_holds_is_released_or_deleted_and_s
 
 async def test_what_an_admin_or_a_tenant_made_is_left_and_said_so() -> None:
     world = World()
+    world.kube.add(Node(metadata=ObjectMeta(name="gpu01"), spec=NodeSpec(taints=[
+        Taint(key=keys.MANAGED_TAINT, value="true", effect="NoSchedule")])))
     await world.uninstall()
 
+    taints = (world.kube.obj(Node, "gpu01") or {})["spec"]["taints"]
+    assert taints == [{"key": keys.MANAGED_TAINT, "value": "true", "effect": "NoSchedule"}]
+    assert world.said(f"left           node gpu01: taint {keys.MANAGED_TAINT}=true:NoSchedule, "
+                      "an admin's")
     assert world.slurm.nodes["node2"].reason == "maintenance"
     assert "DRAIN" in world.slurm.nodes["node2"].states
     assert "dyn1" in world.slurm.nodes
