@@ -244,8 +244,12 @@ install_bridge() {
     --set-json 'managedNodes.daemonSets=["kube-system/kube-proxy","kube-system/kindnet","slurmbridge-dra/dra-gpu-plugin"]' \
     --set-json 'managedNodes.serviceAccounts=["kind-driver-check/default"]' \
     "$@" --wait --timeout 5m >/dev/null
-  kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  demo_namespace
   wait_admission
+}
+
+demo_namespace() {
+  kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
 
 # helm's --wait ends when the webhook's pods are Ready; the Service rules on the nodes follow
@@ -337,7 +341,7 @@ case "${1:-up}" in
   up) shift || true; up "$@" ;;
   build) build ;;
   install) shift; tools; node_images; install_bridge "$@" ;;
-  demo) tools; node_images; demo ;;
+  demo) tools; node_images; demo_namespace; demo ;;
   down) down ;;
   env) env_out ;;
   demo-clean) demo_clean ;;
