@@ -64,8 +64,9 @@ class Uninstall:
         except Failure:
             raise
         except Exception as exc:
-            raise Failure(f"cannot reach the API server: {exc}. Nothing was changed; run "
-                          "`slurmbridge uninstall` again once it answers") from exc
+            raise Failure(f"the API server did not answer or refused: {exc}. No object of the "
+                          "bridge was changed; run `slurmbridge uninstall` again once it "
+                          "answers (its RBAC: docs/install.md)") from exc
         async with self._leading():
             await self._steps()
 
@@ -115,7 +116,7 @@ class Uninstall:
                     f"the bridge is running: it holds Lease {self._namespace}/{self._lease}. "
                     "Stop its extender first (kubectl -n NAMESPACE scale deployment "
                     "<release>-extender --replicas=0) or pass --extender-deployment; "
-                    "nothing was changed")
+                    "no object of the bridge was changed")
             await asyncio.sleep(1)
 
     @contextlib.asynccontextmanager
