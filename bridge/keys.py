@@ -168,6 +168,8 @@ class EventReason(StrEnum):
     NODE_CONTESTED = "SlurmNodeContested"
     # On a Node carrying a KUBELET_WRITABLE_NODE_LABELS label the bridge does not read.
     NODE_LABEL_IGNORED = "SlurmNodeLabelIgnored"
+    # On a pod ``slurmbridge uninstall`` deleted: the bridge is going, nothing would place it.
+    UNINSTALLED = "SlurmBridgeUninstalled"
 
 
 # Condition reasons on POD_CONDITION_SLURM besides Slurm's own pending reasons.

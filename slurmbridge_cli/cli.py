@@ -26,6 +26,8 @@ from slurmbridge_cli.doctor import Check
 from slurmbridge_cli.doctor import run as run_doctor
 from slurmbridge_cli.failures import Failure
 from slurmbridge_cli.settings_load import load_settings
+from slurmbridge_cli.uninstall import Options, Uninstall
+from slurmbridge_cli.uninstall_report import Report
 
 LOG_LEVELS = click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False)
 
@@ -125,6 +127,40 @@ def doctor(config: Path | None) -> None:
         click.echo(check.line())
     if not all(c.ok for c in checks):
         raise SystemExit(1)
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Print what it would do; change nothing.")
+@click.option("--keep-gated-pods", is_flag=True,
+              help="Leave the pods still waiting for Slurm (gated) in place, instead of "
+              "deleting them.")
+@click.option("--keep-running-pods", is_flag=True,
+              help="Leave the bridge's running pods and their Slurm jobs in place.")
+@click.option("--extender-deployment", metavar="NAME",
+              help="Scale this Deployment (in controllers.lease_namespace) to 0 first.")
+@click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=120.0,
+              show_default=True, help="Seconds to wait for the bridge's leader to stop.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (the chart's hook).")
+@click.pass_obj
+def uninstall(config: Path | None, /, dry_run: bool, yes: bool, **options: Any) -> None:
+    """Release or delete what the bridge holds in Kubernetes and Slurm, one line per object."""
+    settings = load_settings(config)
+    if not (dry_run or yes):
+        click.confirm("Delete the bridge's pods, cancel its Slurm jobs and undo its marks on "
+                      "Nodes and in Slurm?", abort=True)
+    tenancy = TenancySource(settings.admission.tenancy_file)
+    report = Report(click.echo, dry_run=dry_run)
+
+    async def run() -> None:
+        async with (opened_kube(settings.kube.kubeconfig) as kube,
+                    slurm_client(settings, tenancy) as slurm):
+            await Uninstall(settings, kube, slurm, owner_trust(tenancy, settings.slurm.user),
+                            report=report, options=Options(**options)).run()
+
+    try:
+        asyncio.run(run())
+    finally:
+        click.echo(report.summary())
 
 
 @main.command("config-reference")
