@@ -117,6 +117,12 @@ class FakeSlurm:
         job = self.jobs[job_id]
         return job.allocation if job.state is JobState.RUNNING else None
 
+    async def list_jobs(self) -> list[SlurmJob]:
+        """Every job, as an admin's ``GET /jobs/`` (``slurmbridge status``, ``gpus``)."""
+        self._check_up()
+        self.requests["list_jobs"] += 1
+        return list(self.jobs.values())
+
     async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
         self._check_up()
         self.requests["job_states"] += 1
