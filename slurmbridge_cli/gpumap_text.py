@@ -12,9 +12,11 @@ ANOTHER_NAMESPACE = "another namespace"
 _BAR = {"free": "░", str(Kind.NATIVE): "█", str(Kind.PLACEHOLDER): "▓", str(Kind.POD): "▓",
         str(Kind.CLAIM): "▒", "disagreement": "✗"}
 _SHARED = "▚"
+_UNSEEN = "·"
 LEGEND = ("█ native Slurm job   ▓ the bridge's pods   ▒ DRA claim only   ▚ shards   ░ free   "
           "✗ disagreement")
-KUBECTL_LEGEND = "▓ your namespace   █ another namespace   ▚ shards   ✗ disagreement"
+KUBECTL_LEGEND = ("▓ your namespace   █ another namespace   ▚ shards   ✗ disagreement   "
+                  "· no pod of the bridge seen (free, or a Slurm job's)")
 
 
 def as_data(gpu_map: GpuMap) -> dict[str, Any]:
@@ -43,9 +45,14 @@ def _symbol(gpu: Gpu, mine: str | None) -> str:
 
 
 def bars(gpu_map: GpuMap, mine: str | None = None) -> list[str]:
+    """A character per index from 0 (``·``: an index nothing said anything about)."""
     width = max((len(n.node) for n in gpu_map.nodes), default=0)
-    return [f"{n.node.ljust(width)}  {''.join(_symbol(g, mine) for g in n.gpus)}"
-            for n in gpu_map.nodes]
+    lines = []
+    for node in gpu_map.nodes:
+        known = {g.index: _symbol(g, mine) for g in node.gpus}
+        drawn = "".join(known.get(i, _UNSEEN) for i in range(max(known, default=-1) + 1))
+        lines.append(f"{node.node.ljust(width)}  {drawn}")
+    return lines
 
 
 def table(gpu_map: GpuMap, mine: str | None = None) -> str:

@@ -170,7 +170,7 @@ def test_kubectl_gpus_names_only_the_readers_pods() -> None:
     table = _plugin(kube)
     assert "ns-a/a" in table and "→ another namespace" in table, table
     assert "ns-b" not in table and "g-0" not in table, table
-    assert "node1  ▓\nnode2  █" in table and gpumap_text.KUBECTL_LEGEND in table
+    assert "node1  ··▓\nnode2  █" in table and gpumap_text.KUBECTL_LEGEND in table
     data = json.loads(_plugin(kube, "-o", "json"))
     pods = [p for n in data["nodes"] for g in n["gpus"] for h in g["holders"] for p in h["pods"]]
     assert sorted(pods) == ["", "", "ns-a/a"] and "ns-b" not in json.dumps(data)
