@@ -138,7 +138,9 @@ def gpus(config: Path | None, output: str) -> None:
 
     async def run() -> dict[str, Any] | str:
         async with _admin_view(settings) as (kube, slurm, believe):
-            found = await gpumap_view.collect(kube, slurm, believe)
+            found = await gpumap_view.collect(
+                kube, slurm, believe,
+                {c.index_attribute for c in settings.device_classes.values()})
         return gpumap_text.table(found) if output == "table" else gpumap_text.as_data(found)
 
     shown = asyncio.run(run())

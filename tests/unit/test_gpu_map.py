@@ -9,15 +9,17 @@ import json
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from click.testing import CliRunner
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.resource_v1 import ResourceClaim
 from prometheus_client import REGISTRY
 from prometheus_client.samples import Sample
 
 from bridge import keys
+from bridge.devices.marks import DeviceId, PinRecord
 from bridge.gpumap.exported import bridge_map, export
 from bridge.gpumap.model import ClaimHold, Facts, GpuMap, JobHold, Kind, Problem, build
 from bridge.jobs.owner import GroupOwner, PodOwner
@@ -30,6 +32,7 @@ from slurmbridge_cli.kubectl import main as plugin
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube, api_error
 from slurmbridge_devkit.fakes import FakeSlurm
+from tests.unit.test_claim_pinning import DRIVER, claim, gpu_slice
 
 BRIDGE_USER = "slurm"
 
@@ -229,3 +232,33 @@ def test_typed_slices_and_shards_as_gres_conf_declares_them() -> None:
     assert [(g.index, g.shards) for g in node1.gpus[:2]] == [(0, 4), (1, 4)]
     (shards,) = [h for h in node1.gpus[1].holders if h.job_id == 500]
     assert shards.shared
+
+
+def _pinned(name: str, job: int, device: str) -> ResourceClaim:
+    """A claim as the bridge pins it (bridge/devices/pinning.py): finalizer, record, status."""
+    record = PinRecord(job=job, pod=f"uid-{name}",
+                       devices=frozenset({DeviceId(DRIVER, "k-node1", device)}))
+    return cast(ResourceClaim, ResourceClaim.from_dict({
+        "metadata": {"name": name, "namespace": "ns-a", "finalizers": [keys.CLAIM_FINALIZER],
+                     "annotations": {keys.CLAIM_PINNED: record.model_dump_json()}},
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": "k-node1", "device": device}]}},
+            "reservedFor": [{"resource": "pods", "name": name, "uid": f"uid-{name}"}]},
+    }))
+
+
+def test_claims_the_bridge_pinned_are_read_from_their_record_and_the_nodes_slices() -> None:
+    slurm, kube = _world()
+    kube.add(gpu_slice("k-node1", 4))
+    kube.add(_pinned("c", 101, "gpu-2"))
+    kube.add(claim("unpinned"))  # no record: not the bridge's, not drawn
+
+    def drawn() -> GpuMap:
+        return asyncio.run(gpumap_view.collect(kube, slurm, _believe, {"index"}))
+
+    clean = drawn()
+    assert clean.disagreements == [] and clean.nodes[0].gpus[2].holders[0].claims == ["ns-a/c"]
+    kube.add(_pinned("wrong", 101, "gpu-0"))
+    assert sorted((d.problem, d.index) for d in drawn().disagreements) == [
+        (Problem.CLAIM_OUTSIDE_JOB, 0), (Problem.TWO_HOLDERS, 0)]
