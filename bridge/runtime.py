@@ -130,8 +130,7 @@ class Bridge:
             asyncio.create_task(
                 prune_forever(self.pods, self.index, self.notifier), name="prune"),
             asyncio.create_task(export_forever(
-                lambda: self.index.live().values(), self.pod_cache.views,
-                self.settings.placement.poll_interval_seconds), name="gpumap"),
+                lambda: self.index.live().values(), self.pod_cache.views), name="gpumap"),
         ]
         await self.pod_cache.wait_synced()
         self._tasks.append(asyncio.create_task(self.poller.run(), name="poller"))

@@ -8,12 +8,18 @@ job may not have been read yet); ``slurmbridge gpus`` reads Slurm and Kubernetes
 import asyncio
 from collections.abc import Callable, Iterable
 
+import structlog
+
 from bridge import metrics
 from bridge.gpumap.kube_facts import recorded_hold
 from bridge.gpumap.model import Facts, GpuMap, Problem, build
 from bridge.gpumap.slurm_facts import job_holds
 from bridge.link.views import PodView
 from bridge.slurm.types import SlurmJob
+
+log = structlog.get_logger(__name__)
+
+EXPORT_INTERVAL_SECONDS = 5.0
 
 
 def bridge_map(jobs: Iterable[SlurmJob], pods: Iterable[PodView]) -> GpuMap:
@@ -41,8 +47,13 @@ def export(gpu_map: GpuMap) -> None:
 
 async def export_forever(
     jobs: Callable[[], Iterable[SlurmJob]], pods: Callable[[], Iterable[PodView]],
-    interval: float,
+    interval: float = EXPORT_INTERVAL_SECONDS,
 ) -> None:
+    """Redraw every ``interval`` (a scrape's pace, not the poller's: one pass over the pods)."""
     while True:
-        export(bridge_map(jobs(), pods()))
+        try:
+            export(bridge_map(jobs(), pods()))
+        except Exception as exc:  # the metrics go stale; placement carries on
+            log.warning("gpumap.export_failed", error=repr(exc),
+                        hint="slurmbridge_gpu_* keep their last values; a bug: report it")
         await asyncio.sleep(interval)

@@ -8,6 +8,7 @@ the holders; with it, pods and claims are attached to the job Slurm gave the ind
 that do not fit are flagged.  Plain types and no I/O: the CLI and the metrics both use it.
 """
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -140,46 +141,63 @@ class GpuMap:
         return [p for n in self.nodes for g in n.gpus for p in g.problems]
 
 
+@dataclass(slots=True)
+class _NodeFacts:
+    """The facts about one node."""
+
+    slots: tuple[Slot, ...] = ()
+    jobs: list[JobHold] = field(default_factory=list)
+    pods: list[PodHold] = field(default_factory=list)
+    claims: list[ClaimHold] = field(default_factory=list)
+
+
 def build(facts: Facts) -> GpuMap:
-    """Every node any fact names (its declared GPUs, and any index a fact names beyond)."""
-    names = set(facts.slots) | {h.node for h in _all(facts)}
+    """Every node any fact names (its declared GPUs, and any index a fact names beyond); each
+    fact is looked at with its own node's alone."""
+    on: defaultdict[str, _NodeFacts] = defaultdict(_NodeFacts)
+    for name, slots in facts.slots.items():
+        on[name].slots = slots
+    for job in facts.jobs:
+        on[job.node].jobs.append(job)
+    for pod in facts.pods:
+        on[pod.node].pods.append(pod)
+    for claim in facts.claims:
+        on[claim.node].claims.append(claim)
     kube = dict(facts.kube_nodes) | {p.node: p.kube_node for p in facts.pods if p.kube_node}
-    return GpuMap([_node(facts, name, kube.get(name, "")) for name in sorted(names)])
+    return GpuMap([_node(on[name], name, kube.get(name, ""), facts.slurm_read)
+                   for name in sorted(on)])
 
 
-def _all(facts: Facts) -> list[JobHold | PodHold | ClaimHold]:
-    return [*facts.jobs, *facts.pods, *facts.claims]
-
-
-def _node(facts: Facts, node: str, kube_node: str) -> NodeMap:
-    slots = {s.index: s for s in facts.slots.get(node, ())}
-    named = {i for h in _all(facts) if h.node == node for i in h.indices}
+def _node(facts: _NodeFacts, node: str, kube_node: str, slurm_read: bool) -> NodeMap:
+    slots = {s.index: s for s in facts.slots}
+    holds: list[JobHold | PodHold | ClaimHold] = [*facts.jobs, *facts.pods, *facts.claims]
+    named = {i for h in holds for i in h.indices}
     gpus = [Gpu(i, slots[i].type, slots[i].shards) if i in slots else Gpu(i)
             for i in sorted(slots.keys() | named)]
     for gpu in gpus:
-        _fill(facts, node, gpu)
+        _fill(facts, node, gpu, slurm_read)
     return NodeMap(node, kube_node, gpus)
 
 
-def _on(holds: Iterable[_Hold], node: str, index: int) -> list[_Hold]:
-    return [h for h in holds if h.node == node and index in h.indices]
+def _on(holds: Iterable[_Hold], index: int) -> list[_Hold]:
+    return [h for h in holds if index in h.indices]
 
 
-def _fill(facts: Facts, node: str, gpu: Gpu) -> None:
+def _fill(facts: _NodeFacts, node: str, gpu: Gpu, slurm_read: bool) -> None:
     by_job: dict[int | None, Holder] = {}
-    for job in _on(facts.jobs, node, gpu.index):
+    for job in _on(facts.jobs, gpu.index):
         kind = Kind.PLACEHOLDER if job.owner else Kind.NATIVE
         by_job[job.job_id] = Holder(kind, job.job_id, job.user, job.owner,
                                     shared=gpu.index in job.shared)
     slurm_jobs = set(by_job)
-    for pod in _on(facts.pods, node, gpu.index):
-        if facts.slurm_read and pod.job_id not in slurm_jobs:
+    for pod in _on(facts.pods, gpu.index):
+        if slurm_read and pod.job_id not in slurm_jobs:
             gpu.problems.append(_outside(node, gpu.index, pod, facts.jobs))
         holder = by_job.setdefault(pod.job_id, Holder(Kind.POD, pod.job_id, shared=pod.shared))
         holder.pods.append(pod.pod)
         holder.namespace = holder.namespace or pod.namespace
-    for claim in _on(facts.claims, node, gpu.index):
-        if facts.slurm_read and claim.job_id not in slurm_jobs:
+    for claim in _on(facts.claims, gpu.index):
+        if slurm_read and claim.job_id not in slurm_jobs:
             given = sorted(j for j in slurm_jobs if j is not None)
             gpu.problems.append(Disagreement(
                 Problem.CLAIM_OUTSIDE_JOB, node, gpu.index,
@@ -197,7 +215,7 @@ def _fill(facts: Facts, node: str, gpu: Gpu) -> None:
 
 
 def _outside(node: str, index: int, pod: PodHold, jobs: Sequence[JobHold]) -> Disagreement:
-    given = next((j.indices for j in jobs if j.node == node and j.job_id == pod.job_id), None)
+    given = next((j.indices for j in jobs if j.job_id == pod.job_id), None)
     slurm = ("no such job on this node" if given is None
              else f"IDX {','.join(map(str, given)) or 'none'}")
     return Disagreement(
