@@ -10,10 +10,10 @@ from bridge.gpumap.model import Gpu, GpuMap, Holder, Kind
 ANOTHER_NAMESPACE = "another namespace"
 # One character per GPU in a node's bar; the legend names them.
 _BAR = {"free": "░", str(Kind.NATIVE): "█", str(Kind.PLACEHOLDER): "▓", str(Kind.POD): "▓",
-        str(Kind.CLAIM): "▒", "disagreement": "✗"}
+        str(Kind.CLAIM): "▓", "disagreement": "✗"}
 _SHARED = "▚"
 _UNSEEN = "·"
-LEGEND = ("█ native Slurm job   ▓ the bridge's pods   ▒ DRA claim only   ▚ shards   ░ free   "
+LEGEND = ("█ native Slurm job   ▓ the bridge's pods and claims   ▚ shards   ░ free   "
           "✗ disagreement")
 KUBECTL_LEGEND = ("▓ your namespace   █ another namespace   ▚ shards   ✗ disagreement   "
                   "· no pod of the bridge seen (free, or a Slurm job's)")
