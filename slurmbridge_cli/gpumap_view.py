@@ -23,7 +23,7 @@ from bridge.slurm.types import SlurmJob, SlurmNode
 
 
 class MapSlurm(Protocol):
-    async def list_jobs(self) -> list[SlurmJob]: ...
+    async def list_jobs(self, *, every_allocation: bool = False) -> list[SlurmJob]: ...
     async def list_nodes(self) -> list[SlurmNode]: ...
 
 
@@ -46,7 +46,7 @@ async def collect(
     return build(Facts(
         slots=node_slots(await slurm.list_nodes()),
         kube_nodes={v.slurm_name: v.name for v in views},
-        jobs=job_holds(await slurm.list_jobs(), believed),
+        jobs=job_holds(await slurm.list_jobs(every_allocation=True), believed),
         pods=[hold for p in pods if (hold := pod_hold(p)) is not None],
         claims=await _claims(kube, index_names, {v.name: v.slurm_name for v in views}),
     ))

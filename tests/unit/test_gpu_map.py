@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import httpx
 from click.testing import CliRunner
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
@@ -19,12 +20,14 @@ from prometheus_client import REGISTRY
 from prometheus_client.samples import Sample
 
 from bridge import keys
+from bridge.config import SlurmSettings
 from bridge.devices.marks import DeviceId, PinRecord
 from bridge.gpumap.exported import bridge_map, export
 from bridge.gpumap.model import ClaimHold, Facts, GpuMap, JobHold, Kind, Problem, build
 from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.link.views import view_of
 from bridge.slurm.allocation import allocation_from
+from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import Allocation, JobState
 from slurmbridge_cli import gpumap_text, gpumap_view
 from slurmbridge_cli.kubectl import Session, Target
@@ -32,7 +35,9 @@ from slurmbridge_cli.kubectl import main as plugin
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube, api_error
 from slurmbridge_devkit.fakes import FakeSlurm
+from slurmbridge_devkit.slurm_http import MOCK_SLURM_URL, HttpxExchange
 from tests.unit.test_claim_pinning import DRIVER, claim, gpu_slice
+from tests.unit.test_slurm_hardening import FakeRest
 
 BRIDGE_USER = "slurm"
 
@@ -262,3 +267,33 @@ def test_claims_the_bridge_pinned_are_read_from_their_record_and_the_nodes_slice
     kube.add(_pinned("wrong", 101, "gpu-0"))
     assert sorted((d.problem, d.index) for d in drawn().disagreements) == [
         (Problem.CLAIM_OUTSIDE_JOB, 0), (Problem.TWO_HOLDERS, 0)]
+
+
+class NodesToo(FakeRest):
+    """slurmrestd answering the node listing as well (one node, 4 GPUs)."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/nodes/"):
+            return httpx.Response(200, json={"nodes": [{"name": "node1", "gres": "gpu:4"}]})
+        return super().__call__(request)
+
+
+def _slurmrestd_job(job_id: int, user: str, gres: str, comment: str = "") -> dict[str, Any]:
+    return {"job_id": job_id, "name": f"job{job_id}", "user_name": user, "comment": comment,
+            "job_state": ["RUNNING"], "nodes": "node1", "gres_detail": [gres]}
+
+
+async def test_the_admins_map_reads_native_jobs_allocations_from_slurmrestd() -> None:
+    """The client reads no native job's allocation for the bridge (not its business); the
+    admin's map asks for every job's: a native job, one forging the bridge's marker, and one
+    whose GPU detail cannot be read (left off the map, never a guess)."""
+    rest = NodesToo([
+        _slurmrestd_job(5, "bob", "gpu:2(IDX:0-1)"),
+        _slurmrestd_job(6, "mallory", "gpu:1(IDX:3)", f"{keys.COMMENT_OWNER}uid-a"),
+        _slurmrestd_job(7, "eve", "gpu:1(IDX:2-1)"),
+    ])
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user=BRIDGE_USER, token="t", retries=0)
+    async with SlurmClient(settings, exchange=HttpxExchange.mock(rest)) as client:
+        gpu_map = await gpumap_view.collect(FakeKube(), client, _believe)
+    assert _holders(gpu_map) == {("node1", 0): [("native", 5)], ("node1", 1): [("native", 5)],
+                                 ("node1", 2): [], ("node1", 3): [("native", 6)]}
