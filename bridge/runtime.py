@@ -20,6 +20,7 @@ from bridge.controllers.prune import prune_forever
 from bridge.controllers.reconcile import reconcile_forever
 from bridge.devices.freeing import ClaimReleaser
 from bridge.devices.pinning import ClaimPinner
+from bridge.gpumap.exported import export_forever
 from bridge.kube.nodecache import NodeCache
 from bridge.kube.writes import set_slurm_condition
 from bridge.link.podcache import PodCache
@@ -125,6 +126,8 @@ class Bridge:
             asyncio.create_task(self.pod_cache.run(), name="pods"),
             asyncio.create_task(
                 prune_forever(self.pods, self.index, self.notifier), name="prune"),
+            asyncio.create_task(export_forever(
+                lambda: self.index.live().values(), self.pod_cache.views), name="gpumap"),
         ]
         await self.pod_cache.wait_synced()
         self._tasks.append(asyncio.create_task(self.poller.run(), name="poller"))

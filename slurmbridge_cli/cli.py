@@ -3,23 +3,26 @@
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
-from lightkube import ConfigError
+import yaml
+from lightkube import AsyncClient, ConfigError
 
 from admission.scope import kube_namespace_labels
 from admission.webhook import TLSConfigError, serve
 from bridge import logs
+from bridge.config import Settings
 from bridge.kube.connection import kube_client, opened_kube
-from bridge.policy.tenancy import TenancyError, TenancySource, owner_trust
+from bridge.policy.tenancy import OwnerTrust, TenancyError, TenancySource, owner_trust
+from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.signing import OwnerKeyError
 from extender.server import TLSConfigError as ExtenderTLSError
 from extender.server import serve as serve_extender
-from slurmbridge_cli import status_view
+from slurmbridge_cli import gpumap_text, gpumap_view, status_view
 from slurmbridge_cli.compose import build_bridge, slurm_client
 from slurmbridge_cli.config_reference import markdown
 from slurmbridge_cli.doctor import Check
@@ -45,6 +48,19 @@ def _as_failures() -> Iterator[None]:
         ) from exc
     except (TLSConfigError, ExtenderTLSError, TenancyError, SlurmError, OwnerKeyError) as exc:
         raise Failure(str(exc)) from exc
+
+
+@contextlib.asynccontextmanager
+async def _admin_view(
+    settings: Settings,
+) -> AsyncIterator[tuple[AsyncClient, SlurmClient, OwnerTrust]]:
+    """Slurm and the apiserver as an admin's views read them, and whose placeholder a job is
+    as the bridge decides it (the tenancy and the owner signature; the kubeconfig is opened
+    first, so a missing one is the error told)."""
+    tenancy = TenancySource(settings.admission.tenancy_file)
+    async with (opened_kube(settings.kube.kubeconfig) as kube,
+                slurm_client(settings, tenancy) as slurm):
+        yield kube, slurm, owner_trust(tenancy, settings.slurm.user)
 
 
 class _Commands(click.Group):
@@ -97,12 +113,9 @@ def status(config: Path | None, output: str) -> None:
     """Bridged pods and their Slurm jobs: state, reason, expected start, account, user, QOS,
     node, GPUs, age."""
     settings = load_settings(config)
-    tenancy = TenancySource(settings.admission.tenancy_file)
-    believe = owner_trust(tenancy, settings.slurm.user)
 
     async def run() -> list[status_view.Row]:
-        async with (opened_kube(settings.kube.kubeconfig) as kube,
-                    slurm_client(settings, tenancy) as slurm):
+        async with _admin_view(settings) as (kube, slurm, believe):
             return await status_view.collect(kube, slurm, believe)
 
     rows = asyncio.run(run())
@@ -110,6 +123,30 @@ def status(config: Path | None, output: str) -> None:
         click.echo(json.dumps(status_view.as_dicts(rows), indent=2))
     else:
         click.echo(status_view.render_table(rows))
+
+
+@main.command()
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table")
+@click.pass_obj
+def gpus(config: Path | None, output: str) -> None:
+    """Who holds each GPU: per Slurm node and index, the native job, the bridge's placeholder
+    and its pods, a pinned DRA claim, or free; disagreements between Slurm and the bridge's
+    records marked."""
+    settings = load_settings(config)
+
+    async def run() -> dict[str, Any] | str:
+        async with _admin_view(settings) as (kube, slurm, believe):
+            found = await gpumap_view.collect(
+                kube, slurm, believe,
+                {c.index_attribute for c in settings.device_classes.values()})
+        return gpumap_text.table(found) if output == "table" else gpumap_text.as_data(found)
+
+    shown = asyncio.run(run())
+    if isinstance(shown, str):
+        click.echo(shown)
+    else:
+        click.echo(json.dumps(shown, indent=2) if output == "json"
+                   else yaml.safe_dump(shown, sort_keys=False), nl=output == "json")
 
 
 @main.command()
@@ -148,14 +185,12 @@ def uninstall(config: Path | None, /, dry_run: bool, yes: bool, **options: Any) 
     if not (dry_run or yes):
         click.confirm("Delete the bridge's pods, cancel its Slurm jobs and undo its marks on "
                       "Nodes and in Slurm?", abort=True)
-    tenancy = TenancySource(settings.admission.tenancy_file)
     report = Report(click.echo, dry_run=dry_run)
 
     async def run() -> None:
-        async with (opened_kube(settings.kube.kubeconfig) as kube,
-                    slurm_client(settings, tenancy) as slurm):
-            await Uninstall(settings, kube, slurm, owner_trust(tenancy, settings.slurm.user),
-                            report=report, options=Options(**options)).run()
+        async with _admin_view(settings) as (kube, slurm, believe):
+            await Uninstall(settings, kube, slurm, believe, report=report,
+                            options=Options(**options)).run()
 
     try:
         asyncio.run(run())

@@ -150,13 +150,16 @@ class SlurmClient:
                 f"slurmrestd: the allocation of job {job_id} cannot be read: {exc}"
             ) from exc
 
-    async def list_jobs(self) -> list[SlurmJob]:
+    async def list_jobs(self, *, every_allocation: bool = False) -> list[SlurmJob]:
         """Every job with its allocation (the big answer, tens of kB a running job): only
-        ``slurmbridge status``, an admin's on-demand view, asks for it; the bridge itself
-        rebuilds its index from ``every_job_state`` (placement/index.py).  Not
-        ``?update_time=``: Slurm answers it with every job as soon as any changed."""
+        ``slurmbridge status`` and ``gpus``, an admin's on-demand views, ask for it; the bridge
+        itself rebuilds its index from ``every_job_state`` (placement/index.py).  Not
+        ``?update_time=``: Slurm answers it with every job as soon as any changed.
+        ``every_allocation``: native jobs' allocations too (the GPU map), one that cannot be
+        read left as ``unreadable``."""
         resp = await self.rest.call("GET", "/jobs/", "list_jobs", JobsResponse)
-        return [job for info in resp.jobs
+        return [convert.with_any_allocation(info, job) if every_allocation else job
+                for info in resp.jobs
                 if (job := self._listed(info, resp.last_backfill)) is not None]
 
     async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
