@@ -2,13 +2,13 @@
 (each in bridge/controllers/)."""
 
 import asyncio
-import contextlib
 
 import structlog
 from lightkube.models.core_v1 import Pod as PodModel
 
 from bridge import keys, metrics
 from bridge.binding.binder import Binder
+from bridge.cancelling import cancel_and_wait
 from bridge.config import Settings
 from bridge.controllers.external import ExternalNodes
 from bridge.controllers.intake import Intake
@@ -40,6 +40,7 @@ from bridge.ports import KubePort, SlurmPort
 log = structlog.get_logger(__name__)
 
 REQUEUE_DELAY_SECONDS = 2.0
+STOP_PATIENCE_SECONDS = 10.0  # > the leader's own: 2 s for its term, 5 s for the Lease
 
 
 class Bridge:
@@ -157,13 +158,20 @@ class Bridge:
     async def _lead(self) -> None:
         """What only the lease holder runs: every submission and record, the controllers."""
         self.poller.resync_soon()  # the jobs other replicas submitted while nobody led
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._intake(), name="intake")
-            controllers = (("lifecycle", self.lifecycle), ("external", self.external),
-                           ("nodesync", self.nodesync))
-            tasks.create_task(reconcile_forever(
+        controllers = (("lifecycle", self.lifecycle), ("external", self.external),
+                       ("nodesync", self.nodesync))
+        tasks = [
+            asyncio.create_task(self._intake(), name="intake"),
+            asyncio.create_task(reconcile_forever(
                 self.poller, controllers, self.settings.controllers.interval_seconds,
-            ), name="controllers")
+            ), name="reconcile"),
+        ]
+        try:  # neither ends while we lead: one that does ends the term (the elector says why)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            await cancel_and_wait(tasks)
 
     async def _intake(self) -> None:
         """Submit only once the index holds every job a former leader may have submitted:
@@ -172,11 +180,8 @@ class Bridge:
         await self.intake.run()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # the leader's own stop (its controllers, then the Lease handed over) fits within
+        await cancel_and_wait(self._tasks, patience=STOP_PATIENCE_SECONDS)
         await self.notifier.drain()
         await self.slurm.aclose()
 
