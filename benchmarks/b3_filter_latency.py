@@ -68,7 +68,6 @@ from benchmarks.synthetic import (
     load,
     offline_bridge,
     pod,
-    released_pod,
 )
 from bridge import logs
 from bridge.draining import SERVING
@@ -339,8 +338,7 @@ class Seq:
 def bodies(cfg: Config, nodes: int) -> Callable[[int], bytes]:
     """ExtenderArgs for call ``i``: pod ``i % jobs`` with ``nodes`` candidate names (the
     names are encoded once: 5,000 names x 10,000 pods would not fit in memory)."""
-    made = (lambda i: released_pod(i, nodes)) if nodes in cfg.released else pod
-    pods = [json.dumps(made(i), separators=(",", ":")).encode() for i in range(cfg.jobs)]
+    pods = [json.dumps(pod(i, nodes), separators=(",", ":")).encode() for i in range(cfg.jobs)]
     names = json.dumps([kube_node(k) for k in range(1, nodes + 1)]).encode()
     return lambda i: b'{"Pod":' + pods[i % len(pods)] + b',"NodeNames":' + names + b"}"
 
@@ -527,7 +525,7 @@ def notes(cfg: Config, writes: int) -> list[str]:
         "Slurm's node (its node recorded on it; the release's node affinity leaves "
         "kube-scheduler that node alone) and the pod cache holds it, as its watch would, "
         "so filter decides from memory; the others are pods that came without the gate "
-        "(webhook bypassed), read from the apiserver.",
+        "(webhook bypassed), their job recorded by the leader, read from the apiserver.",
         f"Throughput: {cfg.requests:,} timed calls with {cfg.concurrency} keep-alive "
         f"connections busy, {first:,} candidates, after {cfg.warmup * 5:,} untimed; the "
         "ratio is bridge / bare per repeat. At 100 in flight on one event loop the latency "
@@ -536,9 +534,9 @@ def notes(cfg: Config, writes: int) -> list[str]:
         "the calls cycling over those pods. Slurm and the apiserver are the dev kit's "
         "in-memory fakes (slurmbridge_devkit/fakes.py): for an ungated pod the filter reads "
         "the pod from the fake apiserver (a deep copy), as it reads the real one, and it "
-        "never calls Slurm. The notifier is "
-        "in its steady state (each pod carries its job-id and owner annotations, its job "
-        "was seen once), so `PodNotifier.job_known` returns without writing. Apiserver "
+        "never calls Slurm. Each pod carries the leader's record of its job (job id, owner, "
+        "Slurm node) and the notifier has seen its job once, so `PodNotifier.job_known` "
+        "returns without writing. Apiserver "
         f"writes counted by the fake over all bridge runs: {writes} (must be 0).",
         "Bare: a FastAPI `/filter` that reads the body and returns pre-encoded bytes of the "
         "same answer (no validation, no model, no serialization): the floor of FastAPI + "

@@ -63,7 +63,7 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
     bridge, kube = synthetic.offline_bridge()
     app = create_app(bridge)
     for i in range(app_filters):  # the (fake) apiserver's pods the app filters read
-        kube.add(cast(PodResource, PodResource.from_dict(synthetic.pod(i))))
+        kube.add(cast(PodResource, PodResource.from_dict(synthetic.pod(i, nodes))))
     gc.collect()
     baseline = rss_kb()["VmRSS"]
 
@@ -73,7 +73,7 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
     async def filters() -> int:
         kept = 0
         for i in range(jobs):
-            pod = cast(Pod, Pod.from_dict(synthetic.pod(i)))
+            pod = cast(Pod, Pod.from_dict(synthetic.pod(i, nodes)))
             verdict = await bridge.placer.filter(pod, candidates)
             kept += len(verdict.keep)
             bridge.pod_cache.apply("ADDED", pod)  # as its watch holds every pod of the bridge
@@ -120,7 +120,7 @@ def _cache_bytes(jobs: int) -> int:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for i in range(jobs):
-        cache.apply("ADDED", cast(Pod, Pod.from_dict(synthetic.pod(i))))
+        cache.apply("ADDED", cast(Pod, Pod.from_dict(synthetic.pod(i, 1))))
     gc.collect()
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()

@@ -113,7 +113,7 @@ def pod_doc() -> dict[str, Any]:
     """The pod the bridge reads, as the apiserver writes it (managedFields included)."""
     from benchmarks.synthetic import pod  # noqa: PLC0415
 
-    doc = pod(1)
+    doc = pod(1, 1)
     doc["metadata"].update(name=NAME, namespace=NS, uid=UID, managedFields=[
         _managed("kubectl-create", "Update"), _managed("slurmbridge", "Update", "status")])
     return doc
@@ -296,6 +296,7 @@ async def _lightkube(url: str, ca_pem: bytes, *, bridge: bool) -> AsyncIterator[
     from lightkube import AsyncClient  # noqa: PLC0415
     from lightkube import KubeConfig as LkConfig  # noqa: PLC0415
     from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
+    from lightkube.types import PatchType  # noqa: PLC0415
 
     from bridge import keys  # noqa: PLC0415
     from bridge.kube import writes  # noqa: PLC0415
@@ -318,7 +319,8 @@ async def _lightkube(url: str, ca_pem: bytes, *, bridge: bool) -> AsyncIterator[
                 pod = await client.get(Pod, NAME, namespace=NS)
                 assert pod.metadata is not None and pod.metadata.uid == UID
             elif kind == "patch":
-                await writes.annotate(client, NS, NAME, _annotations())
+                await client.patch(Pod, NAME, {"metadata": {"annotations": _annotations()}},
+                                   namespace=NS, patch_type=PatchType.MERGE)
             elif kind == "binding":
                 await writes.bind(client, NS, NAME, UID, NODE, annotations=_bound())
             elif kind == "event":
@@ -566,7 +568,7 @@ def _served_bodies() -> dict[str, Callable[[int], bytes]]:
     from benchmarks.synthetic import NAMESPACE, kube_node, node_of, pod, pod_uid  # noqa: PLC0415
 
     names = json.dumps([kube_node(k) for k in range(1, CANDIDATES + 1)]).encode()
-    pods = [_compact(pod(i)) for i in range(EXTENDER_JOBS)]
+    pods = [_compact(pod(i, CANDIDATES)) for i in range(EXTENDER_JOBS)]
     return {
         "filter": lambda i: b'{"Pod":' + pods[i % EXTENDER_JOBS] + b',"NodeNames":' + names
         + b"}",

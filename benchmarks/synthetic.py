@@ -2,9 +2,9 @@
 
 Slurm and the apiserver are the dev kit's in-memory fakes (slurmbridge_devkit/fakes.py):
 the filter path for a pod whose job is already indexed reads the pod from the (fake)
-apiserver and never calls Slurm.  The notifier is brought to its steady state through its
-own entry point: each pod already carries its job-id and owner annotations and the notifier
-has seen its job once, so ``job_known`` returns without a write.  The fake apiserver counts
+apiserver and never calls Slurm.  Each pod carries the leader's record of its job (job id,
+owner, Slurm node), as every pod of the bridge does once its job runs, and the notifier has
+seen its job once, so ``job_known`` returns without a write.  The fake apiserver counts
 every write, so a benchmark can prove the path stayed write-free.
 """
 
@@ -61,11 +61,11 @@ def job(i: int, nodes: int) -> SlurmJob:
     )
 
 
-def pod(i: int, released_on: str | None = None) -> dict[str, Any]:
-    """The pod as kube-scheduler sends it to the extender (informer copy, no managedFields).
-    ``released_on``: the gated pipeline's release recorded Slurm's node on it."""
+def pod(i: int, nodes: int) -> dict[str, Any]:
+    """The pod as kube-scheduler sends it to the extender (informer copy, no managedFields),
+    its job (on one of ``nodes``) recorded by the leader."""
     name = f"pod-{i}"
-    recorded = {keys.SLURM_NODE: released_on} if released_on else {}
+    recorded = {keys.SLURM_NODE: slurm_node(node_of(i, nodes))}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -137,7 +137,7 @@ def pod(i: int, released_on: str | None = None) -> dict[str, Any]:
 
 def filter_body(i: int, nodes: int) -> dict[str, Any]:
     """ExtenderArgs as kube-scheduler sends them with nodeCacheCapable: true."""
-    return {"Pod": pod(i), "NodeNames": [kube_node(k) for k in range(1, nodes + 1)]}
+    return {"Pod": pod(i, nodes), "NodeNames": [kube_node(k) for k in range(1, nodes + 1)]}
 
 
 def filter_answer(nodes: int) -> dict[str, Any]:
@@ -151,11 +151,6 @@ def offline_bridge(workdir: Path | None = None) -> tuple[Bridge, FakeKube]:
     workdir = workdir or Path(tempfile.mkdtemp(prefix="slurmbridge-bench-"))
     kube = FakeKube()
     return bridge_over_fakes(workdir, FakeSlurm(), kube), kube
-
-
-def released_pod(i: int, nodes: int) -> dict[str, Any]:
-    """Pod ``i`` as the release left it: Slurm's node of its job recorded."""
-    return pod(i, released_on=slurm_node(node_of(i, nodes)))
 
 
 def load(
@@ -174,7 +169,7 @@ def load(
     async def seed() -> None:
         for i in range(jobs):
             j = job(i, nodes)
-            p = cast(Pod, Pod.from_dict(released_pod(i, nodes) if released else pod(i)))
+            p = cast(Pod, Pod.from_dict(pod(i, nodes)))
             bridge.index.record(j)
             if pods:
                 kube.add(p)

@@ -86,13 +86,7 @@ class PlacementSettings(Section):
         description="a pod's Slurm status (event, condition) is first shown after this: "
         "jobs Slurm starts sooner are never reported as pending",
     )
-    submit_on_create: bool = Field(
-        True,
-        description="submit the job of a pod without the bridge's scheduling gate when the pod "
-        "appears (leader only), before kube-scheduler's first filter; off: filter submits "
-        "it. Gated pods (the webhook's) are always submitted by the leader",
-    )
-    submit_workers: int = Field(16, ge=1, description="parallel submissions of submit_on_create")
+    submit_workers: int = Field(16, ge=1, description="parallel submissions of the leader's intake")
     unready_after_seconds: float = Field(
         120.0, gt=0,
         description="/readyz turns unready once the poller has not read Slurm for this long "

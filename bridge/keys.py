@@ -76,12 +76,10 @@ GPU_IDS: Final = PREFIX + "gpu-ids"
 # CUDA_VISIBLE_DEVICES as the container numbers its GPUs: 0..n-1 under the NVIDIA container
 # runtime (it mounts only the GPU_IDS devices), the physical indices where nothing renumbers.
 CUDA_DEVICES: Final = PREFIX + "cuda-visible-devices"
-# "<replica>@<epoch seconds>" while a replica submits the pod's job (link/claims.py).
-SUBMITTING: Final = PREFIX + "submitting"
 # The owner of the pod's job (pod UID, or group:<ns>/<group>), recorded once (link/ownership.py).
 OWNER: Final = PREFIX + "owner"
 BRIDGE_OWNED_ANNOTATIONS: Final = (
-    JOB_ID, SLURM_NODE, GPU_IDS, CUDA_DEVICES, SUBMITTING, OWNER,
+    JOB_ID, SLURM_NODE, GPU_IDS, CUDA_DEVICES, OWNER,
 )
 
 # Pod labels for pod groups (one Slurm job of n nodes).
@@ -113,10 +111,6 @@ LWS_SIZE: Final = "leaderworkerset.sigs.k8s.io/size"
 JOBSET_EXCLUSIVE_TOPOLOGY: Final = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 LWS_EXCLUSIVE_TOPOLOGY: Final = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY: Final = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
-# A group's claim is a Lease in the bridge's namespace (link/records.py): this label marks
-# it; it carries SUBMITTING, JOB_ID, OWNER and, as JSON, the node each member got.
-GROUP_CLAIM: Final = PREFIX + "group-claim"
-GROUP_NODES: Final = PREFIX + "group-nodes"
 
 # The scheduling gate the webhook gives every pod it enrols: kube-scheduler does not look at
 # the pod until the bridge removes it, in the one write that records where Slurm placed it
@@ -174,6 +168,8 @@ class EventReason(StrEnum):
     NODE_CONTESTED = "SlurmNodeContested"
     # On a Node carrying a KUBELET_WRITABLE_NODE_LABELS label the bridge does not read.
     NODE_LABEL_IGNORED = "SlurmNodeLabelIgnored"
+    # On a pod ``slurmbridge uninstall`` deleted: the bridge is going, nothing would place it.
+    UNINSTALLED = "SlurmBridgeUninstalled"
 
 
 # Condition reasons on POD_CONDITION_SLURM besides Slurm's own pending reasons.

@@ -79,6 +79,21 @@ OLDEST_GATED_POD = Gauge(
     "slurmbridge_oldest_gated_pod_seconds",
     "how long the bridge's longest-gated pod has waited since its creation (0: none gated)",
 )
+GPU_HELD = Gauge(
+    "slurmbridge_gpu_held",
+    "1 per GPU index the bridge's placeholder jobs hold (the GPU map, bridge/gpumap/), by Slurm "
+    "node, index, holder kind (placeholder; pod: a pod's gpu-ids outside its job's) and the "
+    "holding pods' namespace; native jobs and free GPUs: `slurmbridge gpus`",
+    ["node", "index", "holder", "pod_namespace"],
+)
+GPU_DISAGREEMENTS = Gauge(
+    "slurmbridge_gpu_disagreements",
+    "GPU indices where Slurm's allocation and the bridge's records disagree, by kind: "
+    "pod-outside-job, two-holders, claim-outside-job (0: none)",
+    ["kind"],
+)
+for _kind in ("pod-outside-job", "two-holders", "claim-outside-job"):  # at 0 from the start:
+    GPU_DISAGREEMENTS.labels(_kind)  # the panel shows "none", not "no data"
 BUILD_INFO = Info(
     "slurmbridge_build",
     "the running build: version, Python, the slurmrestd data parser (once negotiated)",

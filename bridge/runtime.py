@@ -2,13 +2,13 @@
 (each in bridge/controllers/)."""
 
 import asyncio
-import contextlib
 
 import structlog
 from lightkube.models.core_v1 import Pod as PodModel
 
 from bridge import keys, metrics
 from bridge.binding.binder import Binder
+from bridge.cancelling import cancel_and_wait
 from bridge.config import Settings
 from bridge.controllers.external import ExternalNodes
 from bridge.controllers.intake import Intake
@@ -20,9 +20,9 @@ from bridge.controllers.prune import prune_forever
 from bridge.controllers.reconcile import reconcile_forever
 from bridge.devices.freeing import ClaimReleaser
 from bridge.devices.pinning import ClaimPinner
+from bridge.gpumap.exported import export_forever
 from bridge.kube.nodecache import NodeCache
 from bridge.kube.writes import set_slurm_condition
-from bridge.link.claims import Claims
 from bridge.link.podcache import PodCache
 from bridge.placement.grace import GraceWarnings
 from bridge.placement.index import JobIndex
@@ -40,6 +40,7 @@ from bridge.ports import KubePort, SlurmPort
 log = structlog.get_logger(__name__)
 
 REQUEUE_DELAY_SECONDS = 2.0
+STOP_PATIENCE_SECONDS = 10.0  # > the leader's own: 2 s for its term, 5 s for the Lease
 
 
 class Bridge:
@@ -67,18 +68,16 @@ class Bridge:
             self.kube, namespace=c.lease_namespace, name=c.lease_name,
             identity=c.identity, lease_seconds=c.lease_seconds,
         )
-        self.claims = Claims(self.kube, self.elector.identity, namespace=c.lease_namespace)
         self.device_claims = ClaimReleaser(self.kube)  # DRA claims: pinned at release, freed after
         self.placer = Placer(self.index, self.nodes, self.pods, self.events,
-                             claims=self.claims, admit=self._admit, members=self.kube)
+                             admit=self._admit, members=self.kube)
         p = settings.placement
         self.binder = Binder(self.kube, self.placer, cuda_numbering=p.cuda_visible_devices)
         self.releaser = self._releaser()
         self.intake = Intake(
             self.kube, self.pod_cache, self.placer, self.releaser, workers=p.submit_workers,
-            events=self.events, ungated=p.submit_on_create,
+            events=self.events,
         )
-        # In this order: intake releases a changed job's pods before the notifier writes.
         self.events.listen(self.intake, self.notifier, self.grace)
         self.poller = Poller(
             self.slurm, self.index, self.events,
@@ -90,7 +89,7 @@ class Bridge:
         )
         self.lifecycle = Lifecycle(
             self.kube, self.slurm, self.index, self.pods, self.pod_cache,
-            orphan_grace=c.orphan_grace_seconds, claims=self.claims,
+            orphan_grace=c.orphan_grace_seconds,
             device_claims=self.device_claims if settings.device_classes else None,
         )
         self.nodesync = NodeSync(self.kube, self.slurm, self.nodes, self.pod_cache)
@@ -107,7 +106,7 @@ class Bridge:
         return Releaser(
             self.kube, self.placer, self.index,
             cuda_numbering=self.settings.placement.cuda_visible_devices,
-            claims=ClaimPinner(self.kube, self.settings.device_classes, self.device_claims),
+            pinner=ClaimPinner(self.kube, self.settings.device_classes, self.device_claims),
             events=self.events,
         )
 
@@ -128,6 +127,8 @@ class Bridge:
             asyncio.create_task(self.pod_cache.run(), name="pods"),
             asyncio.create_task(
                 prune_forever(self.pods, self.index, self.notifier), name="prune"),
+            asyncio.create_task(export_forever(
+                lambda: self.index.live().values(), self.pod_cache.views), name="gpumap"),
         ]
         await self.pod_cache.wait_synced()
         self._tasks.append(asyncio.create_task(self.poller.run(), name="poller"))
@@ -155,28 +156,32 @@ class Bridge:
             log.warning("requeue.failed", error=repr(exc))
 
     async def _lead(self) -> None:
-        """What only the lease holder runs: early submission and the controllers."""
+        """What only the lease holder runs: every submission and record, the controllers."""
         self.poller.resync_soon()  # the jobs other replicas submitted while nobody led
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._intake(), name="intake")
-            controllers = (("lifecycle", self.lifecycle), ("external", self.external),
-                           ("nodesync", self.nodesync))
-            tasks.create_task(reconcile_forever(
+        controllers = (("lifecycle", self.lifecycle), ("external", self.external),
+                       ("nodesync", self.nodesync))
+        tasks = [
+            asyncio.create_task(self._intake(), name="intake"),
+            asyncio.create_task(reconcile_forever(
                 self.poller, controllers, self.settings.controllers.interval_seconds,
-            ), name="controllers")
+            ), name="reconcile"),
+        ]
+        try:  # neither ends while we lead: one that does ends the term (the elector says why)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            await cancel_and_wait(tasks)
 
     async def _intake(self) -> None:
         """Submit only once the index holds every job a former leader may have submitted:
-        a gated pod's job is submitted by the leader alone, without a claim."""
+        every pod's job is submitted by the leader alone, without a claim."""
         await self.poller.resynced()
         await self.intake.run()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # the leader's own stop (its controllers, then the Lease handed over) fits within
+        await cancel_and_wait(self._tasks, patience=STOP_PATIENCE_SECONDS)
         await self.notifier.drain()
         await self.slurm.aclose()
 

@@ -3,29 +3,34 @@
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
-from lightkube import ConfigError
+import yaml
+from lightkube import AsyncClient, ConfigError
 
 from admission.scope import kube_namespace_labels
 from admission.webhook import TLSConfigError, serve
 from bridge import logs
+from bridge.config import Settings
 from bridge.kube.connection import kube_client, opened_kube
-from bridge.policy.tenancy import TenancyError, TenancySource, owner_trust
+from bridge.policy.tenancy import OwnerTrust, TenancyError, TenancySource, owner_trust
+from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.signing import OwnerKeyError
 from extender.server import TLSConfigError as ExtenderTLSError
 from extender.server import serve as serve_extender
-from slurmbridge_cli import status_view
+from slurmbridge_cli import gpumap_text, gpumap_view, status_view
 from slurmbridge_cli.compose import build_bridge, slurm_client
 from slurmbridge_cli.config_reference import markdown
 from slurmbridge_cli.doctor import Check
 from slurmbridge_cli.doctor import run as run_doctor
 from slurmbridge_cli.failures import Failure
 from slurmbridge_cli.settings_load import load_settings
+from slurmbridge_cli.uninstall import Options, Uninstall
+from slurmbridge_cli.uninstall_report import Report
 
 LOG_LEVELS = click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False)
 
@@ -43,6 +48,19 @@ def _as_failures() -> Iterator[None]:
         ) from exc
     except (TLSConfigError, ExtenderTLSError, TenancyError, SlurmError, OwnerKeyError) as exc:
         raise Failure(str(exc)) from exc
+
+
+@contextlib.asynccontextmanager
+async def _admin_view(
+    settings: Settings,
+) -> AsyncIterator[tuple[AsyncClient, SlurmClient, OwnerTrust]]:
+    """Slurm and the apiserver as an admin's views read them, and whose placeholder a job is
+    as the bridge decides it (the tenancy and the owner signature; the kubeconfig is opened
+    first, so a missing one is the error told)."""
+    tenancy = TenancySource(settings.admission.tenancy_file)
+    async with (opened_kube(settings.kube.kubeconfig) as kube,
+                slurm_client(settings, tenancy) as slurm):
+        yield kube, slurm, owner_trust(tenancy, settings.slurm.user)
 
 
 class _Commands(click.Group):
@@ -95,12 +113,9 @@ def status(config: Path | None, output: str) -> None:
     """Bridged pods and their Slurm jobs: state, reason, expected start, account, user, QOS,
     node, GPUs, age."""
     settings = load_settings(config)
-    tenancy = TenancySource(settings.admission.tenancy_file)
-    believe = owner_trust(tenancy, settings.slurm.user)
 
     async def run() -> list[status_view.Row]:
-        async with (opened_kube(settings.kube.kubeconfig) as kube,
-                    slurm_client(settings, tenancy) as slurm):
+        async with _admin_view(settings) as (kube, slurm, believe):
             return await status_view.collect(kube, slurm, believe)
 
     rows = asyncio.run(run())
@@ -108,6 +123,30 @@ def status(config: Path | None, output: str) -> None:
         click.echo(json.dumps(status_view.as_dicts(rows), indent=2))
     else:
         click.echo(status_view.render_table(rows))
+
+
+@main.command()
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table")
+@click.pass_obj
+def gpus(config: Path | None, output: str) -> None:
+    """Who holds each GPU: per Slurm node and index, the native job, the bridge's placeholder
+    and its pods, a pinned DRA claim, or free; disagreements between Slurm and the bridge's
+    records marked."""
+    settings = load_settings(config)
+
+    async def run() -> dict[str, Any] | str:
+        async with _admin_view(settings) as (kube, slurm, believe):
+            found = await gpumap_view.collect(
+                kube, slurm, believe,
+                {c.index_attribute for c in settings.device_classes.values()})
+        return gpumap_text.table(found) if output == "table" else gpumap_text.as_data(found)
+
+    shown = asyncio.run(run())
+    if isinstance(shown, str):
+        click.echo(shown)
+    else:
+        click.echo(json.dumps(shown, indent=2) if output == "json"
+                   else yaml.safe_dump(shown, sort_keys=False), nl=output == "json")
 
 
 @main.command()
@@ -125,6 +164,38 @@ def doctor(config: Path | None) -> None:
         click.echo(check.line())
     if not all(c.ok for c in checks):
         raise SystemExit(1)
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Print what it would do; change nothing.")
+@click.option("--keep-gated-pods", is_flag=True,
+              help="Leave the pods still waiting for Slurm (gated) in place, instead of "
+              "deleting them.")
+@click.option("--keep-running-pods", is_flag=True,
+              help="Leave the bridge's running pods and their Slurm jobs in place.")
+@click.option("--extender-deployment", metavar="NAME",
+              help="Scale this Deployment (in controllers.lease_namespace) to 0 first.")
+@click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=120.0,
+              show_default=True, help="Seconds to wait for the bridge's leader to stop.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation (the chart's hook).")
+@click.pass_obj
+def uninstall(config: Path | None, /, dry_run: bool, yes: bool, **options: Any) -> None:
+    """Release or delete what the bridge holds in Kubernetes and Slurm, one line per object."""
+    settings = load_settings(config)
+    if not (dry_run or yes):
+        click.confirm("Delete the bridge's pods, cancel its Slurm jobs and undo its marks on "
+                      "Nodes and in Slurm?", abort=True)
+    report = Report(click.echo, dry_run=dry_run)
+
+    async def run() -> None:
+        async with _admin_view(settings) as (kube, slurm, believe):
+            await Uninstall(settings, kube, slurm, believe, report=report,
+                            options=Options(**options)).run()
+
+    try:
+        asyncio.run(run())
+    finally:
+        click.echo(report.summary())
 
 
 @main.command("config-reference")

@@ -29,6 +29,6 @@ def slurm_client(settings: Settings, tenancy: TenancySource) -> SlurmClient:
     """Placeholders run as the namespaces' Slurm users: the tenancy says whose job may be
     ours, the owner key (required, checked after the Slurm credential: a clear error at start
     without it) signs and verifies the owner marker of each."""
-    client = SlurmClient(settings.slurm, trust=placeholder_trust(tenancy))
+    client = SlurmClient(settings.slurm, trust=placeholder_trust(tenancy))  # credential first
     client.signer = OwnerSigner.from_file(settings.slurm.owner_key_file)
     return client

@@ -16,6 +16,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import Resource
 from lightkube.models.meta_v1 import Status
 from lightkube.operators import UnaryOperator
+from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus
 from lightkube.types import PatchType
@@ -23,6 +24,7 @@ from lightkube.types import PatchType
 Obj = dict[str, Any]
 _SUBRESOURCES: dict[Any, type[Resource]] = {
     Pod.Status: Pod, Node.Status: Node, ResourceClaimStatus: ResourceClaim,
+    Deployment.Scale: Deployment,
 }
 
 

@@ -117,6 +117,13 @@ class FakeSlurm:
         job = self.jobs[job_id]
         return job.allocation if job.state is JobState.RUNNING else None
 
+    async def list_jobs(self, *, every_allocation: bool = False) -> list[SlurmJob]:
+        """Every job, as an admin's ``GET /jobs/`` (``slurmbridge status``, ``gpus``,
+        ``uninstall``); a test's jobs carry their allocations already."""
+        self._check_up()
+        self.requests["list_jobs"] += 1
+        return list(self.jobs.values())
+
     async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
         self._check_up()
         self.requests["job_states"] += 1

@@ -4,10 +4,14 @@ one of them, removed with their pods (no kubelet is there to finish them)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lightkube import AsyncClient
@@ -25,6 +29,8 @@ if TYPE_CHECKING:
     from slurmbridge_devkit.kube import ControlPlane
 
 TEST_LABEL = "slurmbridge.test/owner"
+# The virtualenv's console scripts: pip put kubectl-slurmbridge beside this Python.
+SCRIPTS = Path(sys.executable).parent
 
 
 def unique_name(prefix: str, max_len: int = 40) -> str:
@@ -85,6 +91,17 @@ async def namespace_user(
         "contexts": [{"name": name, "context": {"cluster": "local", "user": name,
                                                 "namespace": namespace}}],
     }
+
+
+def kubectl_plugin(cp: ControlPlane, kubeconfig: Path,
+                   *args: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl slurmbridge ARGS`` as a user runs it: kubectl finds the plugin on PATH."""
+    plugin = SCRIPTS / "kubectl-slurmbridge"
+    assert os.access(plugin, os.X_OK), f"{plugin} missing: pip install -e . puts it there"
+    env = {**os.environ, "PATH": f"{SCRIPTS}{os.pathsep}{os.environ.get('PATH', '')}",
+           "KUBECONFIG": str(kubeconfig)}
+    return subprocess.run([str(cp.bin_dir / "kubectl"), "slurmbridge", *args], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 async def delete_namespace(client: AsyncClient, name: str, timeout: float = 60) -> None:  # noqa: ASYNC109

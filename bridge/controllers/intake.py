@@ -7,10 +7,10 @@ pods and submitting their jobs in parallel lets Slurm allocate while the pods
 still queue in kube-scheduler, so most pass filter on their first attempt; the
 researcher also sees the job in ``squeue`` at once.  Only the leader runs this, fed
 by the pod cache's watch (bridge/link/podcache.py), which every replica keeps anyway: no
-watch of its own.  A pod the webhook gated is submitted here only, and handed to the
-releaser (bridge/placement/release.py), which lifts the gate once Slurm runs the job; for a
-pod that came without the gate, filter still submits anything intake misses (same code path,
-so a pod's job is submitted once either way).
+watch of its own.  Every pod of the bridge is submitted here and nowhere else, gated or not
+(the webhook skipped it, or failed open), and handed to the releaser
+(bridge/placement/release.py), which records the job on it once Slurm runs it (for a gated
+pod, in the write that lifts the gate); filter and bind only read that record.
 """
 
 import asyncio
@@ -24,12 +24,12 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from bridge import keys
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.kube.watchcache import resource_version
-from bridge.link.gate import gated
+from bridge.link.gate import unrecorded
 from bridge.link.ownership import pod_ref
 from bridge.link.podcache import PodCache
 from bridge.placement.eligibility import unplaceable_reason
 from bridge.placement.job_events import NO_LISTENER, JobEvents, JobListener
-from bridge.placement.outcomes import ClaimedElsewhere, PlacementError, Refused
+from bridge.placement.outcomes import PlacementError, Refused
 from bridge.placement.placer import Placer
 from bridge.placement.release import Releaser
 from bridge.placement.submit import REFUSED_RETRY_SECONDS
@@ -47,8 +47,8 @@ UNBOUND: dict[str, str | BinaryOperator | SequenceOperator] = {
 
 
 def ready_to_submit(pod: Pod) -> bool:
-    """Ours and placeable (the bridge's own gate allowed), pending, not being deleted, no job
-    recorded yet."""
+    """Ours and placeable (the bridge's own gate allowed), pending, not being deleted, its
+    job not recorded yet (link/gate.py)."""
     meta = pod.metadata
     if meta is None or pod.spec is None or not (meta.uid and meta.name and meta.namespace):
         return False
@@ -57,7 +57,7 @@ def ready_to_submit(pod: Pod) -> bool:
         unplaceable_reason(pod, own_gate_allowed=True) is None
         and not meta.deletionTimestamp
         and phase in (None, "Pending")
-        and keys.JOB_ID not in (meta.annotations or {})
+        and unrecorded(pod)
     )
 
 
@@ -68,17 +68,14 @@ class IntakeKube(KubeGet, KubeList, Protocol):
 class Intake(JobListener):
     def __init__(
         self, kube: IntakeKube, cache: PodCache, placer: Placer, releaser: Releaser, *,
-        workers: int, events: JobEvents = NO_LISTENER, ungated: bool = True,
+        workers: int, events: JobEvents = NO_LISTENER,
     ) -> None:
-        """``ungated``: submit early for pods without the bridge's gate too (else filter
-        submits theirs); a gated pod's job is submitted here whatever it says."""
         self._kube = kube
         self._cache = cache
         self._placer = placer
         self._releaser = releaser
-        self._events = events  # a gated pod's refusal: nobody else would say it
+        self._events = events  # a refusal: nobody else would say it
         self._workers = workers
-        self._ungated = ungated
         self._queue: asyncio.Queue[Pod] = asyncio.Queue()
         # uid → resourceVersion of each pod queued once, while unbound and not deleted.
         self._seen: dict[str, int] = {}
@@ -87,8 +84,8 @@ class Intake(JobListener):
     async def run(self) -> None:
         """Follow the pod cache, and list the unbound pods once (the cache keeps views, not
         Pods); submit with ``workers`` in parallel until cancelled.  Each term starts from
-        nothing seen: the last one's releases were dropped with its lead, so its gated pods
-        must be tracked again."""
+        nothing seen: the last one's releases were dropped with its lead, so its pods must be
+        tracked again."""
         self._seen.clear()
         self._cache.follow(self)
         try:
@@ -130,7 +127,7 @@ class Intake(JobListener):
             if seen < version:
                 self._seen[uid] = version
                 self._releaser.refresh(pod)
-        elif ready_to_submit(pod) and (self._ungated or gated(pod)):
+        elif ready_to_submit(pod):
             self._seen[uid] = version
             self._queue.put_nowait(pod)
 
@@ -141,7 +138,8 @@ class Intake(JobListener):
         for pod in self._releaser.take_unplaced(after):
             self._retry(pod, 0)
 
-    async def _gated_failed(self, pod: Pod, exc: Exception) -> None:
+    async def _failed(self, pod: Pod, exc: Exception) -> None:
+        """Told on the pod (filter only says it waits) and tried again while it waits."""
         refused = isinstance(exc, Refused | InvalidPodRequest)
         if refused:
             await self._events.submit_refused(pod, keys.REASON_CANNOT_SUBMIT, str(exc))
@@ -161,26 +159,19 @@ class Intake(JobListener):
             fresh = await self._kube.get(PodResource, meta.name, namespace=meta.namespace)
             if ready_to_submit(fresh):
                 self._queue.put_nowait(fresh)
-        except Exception as exc:  # gone, or the apiserver away: filter covers it
+        except Exception as exc:  # gone, or the apiserver away: the watch shows it again
             log.info("intake.retry_skipped", pod=pod_ref(pod), error=repr(exc))
 
     async def _work(self) -> None:
         while True:
-            pod = await self._queue.get()
-            try:
-                job = await self._placer.prepare(pod)
-                if gated(pod):
-                    self._releaser.track(pod, job)
-            except ClaimedElsewhere as exc:
-                # Its holder may have died between claim and job id: look again once the
-                # claim may be taken over (kube-scheduler would wait minutes for the pod).
-                log.info("intake.claimed_elsewhere", pod=pod_ref(pod), retry_in=exc.retry_in)
-                self._retry(pod, exc.retry_in + 1)
-            except (PlacementError, InvalidPodRequest, SlurmError) as exc:
-                # An ungated pod's filter meets the same problem and tells its owner; a gated
-                # pod never reaches filter: told here, and tried again while it waits.
-                log.info("intake.deferred", pod=pod_ref(pod), why=str(exc))
-                if gated(pod):
-                    await self._gated_failed(pod, exc)
-            except Exception:
-                log.exception("intake.failed", pod=pod_ref(pod))
+            await self.take(await self._queue.get())
+
+    async def take(self, pod: Pod) -> None:
+        """One pod: its job submitted (or found), and recorded on it once Slurm runs it."""
+        try:
+            self._releaser.track(pod, await self._placer.prepare(pod))
+        except (PlacementError, InvalidPodRequest, SlurmError) as exc:
+            log.info("intake.deferred", pod=pod_ref(pod), why=str(exc))
+            await self._failed(pod, exc)
+        except Exception:
+            log.exception("intake.failed", pod=pod_ref(pod))

@@ -20,6 +20,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from bridge import metrics
+from bridge.cancelling import cancel_and_wait
 from bridge.kube.apierrors import is_conflict, is_not_found
 from bridge.ports import KubeCreate, KubeGet, KubeReplace
 
@@ -112,14 +113,13 @@ class LeaderElector:
                     task = asyncio.create_task(lead(), name="controllers")
                 elif not leading and task is not None:
                     log.warning("leader.lost", identity=self.identity, lease=self._name)
-                    task.cancel()
+                    await cancel_and_wait([task])  # ended before anything else is done
                     task = None
                 await asyncio.sleep(renew)
         finally:
             metrics.LEADER.set(0)
             if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await cancel_and_wait([task])
                 await self._release()
 
     async def _release(self) -> None:

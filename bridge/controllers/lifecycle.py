@@ -9,7 +9,7 @@ bound to — the job ended (scancel, time limit, preemption, node failure), was
 requeued or suspended, or runs elsewhere now — is evicted, with an Event
 saying why, but only after re-reading the job from Slurm: one observation is
 never enough.  A waiting pod whose job ended is evicted too.
-Another replica's jobs: the leader adopts the job id recorded on any of the bridge's pods
+A former leader's jobs: the leader adopts the job id recorded on any of the bridge's pods
 its index does not hold (each id read once), so it releases them as it does its own; the
 poller does not scan Slurm's queue for them.  A job whose pod was deleted before any
 listing here saw its id waits for the next full resync, then the orphan grace.
@@ -29,7 +29,6 @@ from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube import writes
 from bridge.kube.apierrors import is_not_found, is_too_many_requests
 from bridge.link.bound import holds
-from bridge.link.claims import Claims
 from bridge.link.podcache import PodCache
 from bridge.link.views import PodView
 from bridge.placement.index import JobIndex
@@ -40,7 +39,6 @@ from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
 
-_PRUNE_SECONDS = 30.0  # group claims of ended jobs are deleted at most this often
 # Recorded jobs read per reconcile: a new leader catching up on many pods is spread over rounds.
 _ADOPT_PER_RECONCILE = 50
 
@@ -86,7 +84,6 @@ class Lifecycle:
         pods: PodCache,
         *,
         orphan_grace: float = 30.0,
-        claims: Claims | None = None,
         device_claims: ClaimReleaser | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -100,9 +97,7 @@ class Lifecycle:
         self._seen_owners: set[Owner] = set()
         self._orphan_since: dict[int, float] = {}
         self._evicted: set[str] = set()
-        self._claims = claims
         self._device_claims = device_claims
-        self._next_prune = 0.0
         self._adopted: set[int] = set()  # recorded job ids read once (while their pods exist)
 
     async def reconcile_once(self) -> None:
@@ -118,9 +113,6 @@ class Lifecycle:
             if job.state.is_live:
                 await self._release_if_done(job, members)
         self._seen_owners = set(by_owner)
-        if self._claims is not None and self._clock() >= self._next_prune:
-            self._next_prune = self._clock() + max(self._orphan_grace, _PRUNE_SECONDS)
-            await self._claims.prune_groups(self._job_live)
         if self._device_claims is not None:
             may_run = {p.uid for pods in by_owner.values() for p in pods
                        if not p.containers_stopped}
@@ -158,16 +150,6 @@ class Lifecycle:
         except SlurmJobNotFound:
             return False
         return job.state.holds_allocation
-
-    async def _job_live(self, job_id: int) -> bool:
-        """Still live in Slurm (a fresh read unless this process tracks it as live)."""
-        known = self._index.by_id(job_id)
-        if known is not None and known.state.is_live:
-            return True
-        try:
-            return (await self._slurm.get_job(job_id)).state.is_live
-        except SlurmJobNotFound:
-            return False
 
     async def _release_if_done(self, job: SlurmJob, members: list[PodView]) -> None:
         assert job.owner is not None

@@ -28,6 +28,7 @@ from bridge.config import DeviceClassGres
 from bridge.devices.asks import DeviceAsk, UnmappableClaim, claim_asks
 from bridge.devices.freeing import ClaimReleaser
 from bridge.devices.marks import DeviceId, PinRecord, allocated_devices, marks
+from bridge.devices.slices import device_indices
 from bridge.kube.apierrors import is_not_found
 from bridge.ports import KubeGet, KubeList, KubePatch
 
@@ -119,30 +120,8 @@ class ClaimPinner:
         """(driver, index) → device, from the node's ResourceSlices (each pool's newest)."""
         slices = [s async for s in self._kube.list(
             ResourceSlice, fields={"spec.nodeName": kube_node}) if s.spec.driver in drivers]
-        newest: dict[tuple[str, str], int] = {}
-        for s in slices:
-            key = (s.spec.driver, s.spec.pool.name)
-            newest[key] = max(newest.get(key, 0), s.spec.pool.generation)
-        found: dict[tuple[str, int], DeviceId] = {}
-        for s in slices:
-            pool = s.spec.pool
-            if pool.generation != newest[(s.spec.driver, pool.name)]:
-                continue
-            for device in s.spec.devices or []:
-                index = self._index(s.spec.driver, device.attributes or {})
-                if index is not None:
-                    found[(s.spec.driver, index)] = DeviceId(s.spec.driver, pool.name, device.name)
-        return found
-
-    def _index(self, driver: str, attributes: Mapping[str, Any]) -> int | None:
-        for name in self._index_names:
-            for key in (name, f"{driver}/{name}"):
-                value = attributes.get(key)  # lightkube leaves a map's values as dicts
-                number = (value.get("int") if isinstance(value, dict)
-                          else getattr(value, "int", None))
-                if isinstance(number, int):
-                    return number
-        return None
+        return {(device.driver, at.gpu): device
+                for device, at in device_indices(slices, self._index_names).items()}
 
     def _result(
         self, ask: DeviceAsk, index: int, devices: Mapping[tuple[str, int], DeviceId], node: str

@@ -36,16 +36,6 @@ class AlreadyBound(Exception):
     """The pod is bound already (HTTP 409): someone else's bind won."""
 
 
-async def annotate(
-    client: KubePatch, namespace: str, name: str, values: Mapping[str, str | None]
-) -> None:
-    """Merge annotations into the pod; a None value removes that annotation."""
-    await client.patch(
-        Pod, name, {"metadata": {"annotations": values}},
-        namespace=namespace, patch_type=PatchType.MERGE,
-    )
-
-
 async def set_slurm_condition(
     client: KubePatch, namespace: str, name: str, *, allocated: bool, reason: str, message: str
 ) -> None:

@@ -1,15 +1,13 @@
 """What the bridge writes on a pod about its job, and reads back.
 
-Two writes: the job id and owner as soon as the job is known (it replaces the submit
-claim, and other replicas adopt the job from it), and, in the Binding, where the job
-put the pod (Slurm node, GPU indices and CUDA's numbering of them).  A bound pod's job
-must keep running there, or the pod no longer has what it was bound to.
+One record, written by the leader once the job runs (its release, placement/release.py)
+and again in the Binding: the job and where it put the pod (Slurm node, GPU indices and
+CUDA's numbering of them).  A bound pod's job must keep running there, or the pod no longer
+has what it was bound to.
 """
 
 from collections.abc import Mapping
 from typing import Literal
-
-from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import Owner, owner_text
@@ -29,20 +27,6 @@ def cuda_visible_devices(gpu_ids: str, numbering: CudaNumbering) -> str:
     if numbering == "physical" or not gpu_ids:
         return gpu_ids
     return ",".join(str(i) for i in range(len(gpu_ids.split(","))))
-
-
-def record_changes(pod: Pod, job: SlurmJob) -> dict[str, str | None]:
-    """The annotation changes that record ``job`` on the pod (empty: recorded already).
-
-    The job id replaces the submit claim; the owner is fixed from now on (ownership.py)."""
-    annotations = (pod.metadata and pod.metadata.annotations) or {}
-    owner = owner_text(job.owner) if job.owner is not None else None
-    recorded = {keys.JOB_ID: str(job.job_id), keys.OWNER: owner}
-    if all(annotations.get(k) == v for k, v in recorded.items()) and (
-        keys.SUBMITTING not in annotations
-    ):
-        return {}
-    return {**recorded, keys.SUBMITTING: None}
 
 
 def bound(

@@ -8,7 +8,10 @@ metadata.name``, added to every term the pod has: the API server lets a gated po
 affinity narrow, KEP-3838) and lets it tolerate that node's slurm-unavailable taint (a
 drain after the allocation keeps the running job, so its pod must still start there).  Its
 ``test`` operations make the gates as read a precondition: of two writers only the first
-finds the bridge's gate, so exactly one job is ever recorded.
+finds the bridge's gate, so exactly one job is ever recorded.  A pod that came without the
+gate (the webhook skipped it) gets the same record in one write of its annotations alone
+(its node affinity can no longer change), under its resourceVersion; kube-scheduler's
+filter sends it to the recorded node.
 """
 
 from collections.abc import Mapping
@@ -17,6 +20,7 @@ from typing import Any
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
+from bridge.link.ownership import job_id_in
 
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -38,9 +42,34 @@ def other_gates(pod: Pod) -> list[str]:
 def released_node(pod: Pod, job_id: int) -> str | None:
     """The Slurm node the release (or the Binding) recorded for ``job_id``, if any."""
     annotations = (pod.metadata and pod.metadata.annotations) or {}
-    if annotations.get(keys.JOB_ID) != str(job_id):
+    if job_id_in(annotations) != job_id:
         return None
     return annotations.get(keys.SLURM_NODE) or None
+
+
+def unrecorded(pod: Pod) -> bool:
+    """Owed the leader's one write: held by the bridge's gate, or (came without it) unbound,
+    not being deleted and with no Slurm node recorded (a job id alone: an earlier version's
+    record, completed by the leader)."""
+    if gated(pod):
+        return True
+    meta, spec = pod.metadata, pod.spec
+    annotations = (meta.annotations if meta else None) or {}
+    return not (spec and spec.nodeName) and not (meta and meta.deletionTimestamp) and (
+        keys.SLURM_NODE not in annotations
+    )
+
+
+def record_patch(pod: Pod, recorded: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The JSON Patch recording the job on a pod that came without the gate: its
+    resourceVersion as read is the precondition (of two writers one records)."""
+    meta = pod.metadata
+    assert meta is not None and meta.uid and meta.resourceVersion
+    return [
+        {"op": "test", "path": "/metadata/uid", "value": meta.uid},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.resourceVersion},
+        *_annotation_ops(pod, recorded),
+    ]
 
 
 def release_patch(pod: Pod, kube_node: str, recorded: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -59,12 +88,16 @@ def release_patch(pod: Pod, kube_node: str, recorded: Mapping[str, str]) -> list
         {"op": "replace", "path": "/spec/schedulingGates", "value": remaining} if remaining
         else {"op": "remove", "path": "/spec/schedulingGates"},
     ]
-    if meta.annotations is None:
-        ops.append({"op": "add", "path": "/metadata/annotations", "value": dict(recorded)})
-    else:
-        ops += [{"op": "add", "path": f"/metadata/annotations/{escaped(k)}", "value": v}
-                for k, v in recorded.items()]
-    return ops + _affinity_ops(pod, kube_node) + _toleration_ops(pod)
+    return ops + _annotation_ops(pod, recorded) + _affinity_ops(pod, kube_node) + (
+        _toleration_ops(pod)
+    )
+
+
+def _annotation_ops(pod: Pod, recorded: Mapping[str, str]) -> list[dict[str, Any]]:
+    if pod.metadata is None or pod.metadata.annotations is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(recorded)}]
+    return [{"op": "add", "path": f"/metadata/annotations/{escaped(k)}", "value": v}
+            for k, v in recorded.items()]
 
 
 def _affinity_ops(pod: Pod, kube_node: str) -> list[dict[str, Any]]:

@@ -3,10 +3,11 @@
 The owner is what the job's comment records and what the index is keyed by.
 It is read from the pod's labels only until the bridge ties the pod to a job;
 from then on the bridge's own ``slurmbridge.io/owner`` annotation (written with
-the submit claim, the job id and the Binding) is the answer, so relabelling a
+the job id by the leader's record, and again by the Binding) is the answer, so relabelling a
 running pod cannot make its job look orphaned.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lightkube.models.core_v1 import Pod
@@ -60,10 +61,15 @@ def pod_ref(pod: Pod) -> str:
     return f"{meta.namespace}/{meta.name}" if meta else "<unnamed pod>"
 
 
-def recorded_job_id(pod: Pod) -> int | None:
-    """The job id the bridge recorded on the pod (None: none yet, or not a number)."""
-    text = ((pod.metadata and pod.metadata.annotations) or {}).get(keys.JOB_ID, "")
+def job_id_in(annotations: Mapping[str, str]) -> int | None:
+    """The job id the bridge recorded in a pod's annotations (None: none yet, or not a
+    number): the one reader of ``slurmbridge.io/job-id``."""
+    text = annotations.get(keys.JOB_ID, "")
     return int(text) if text.isdigit() else None
+
+
+def recorded_job_id(pod: Pod) -> int | None:
+    return job_id_in((pod.metadata and pod.metadata.annotations) or {})
 
 
 def tied_to(pod: Pod, job: SlurmJob) -> bool:

@@ -14,10 +14,10 @@ from bridge import keys
 from bridge.jobs.owner import Owner
 from bridge.kube.watchcache import resource_version
 from bridge.link.gate import gated, other_gates
-from bridge.link.ownership import owner_key
+from bridge.link.ownership import job_id_in, owner_key
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
-_KEPT_ANNOTATIONS = (keys.JOB_ID, keys.SLURM_NODE, keys.GPU_IDS, keys.SUBMITTING)
+_KEPT_ANNOTATIONS = (keys.JOB_ID, keys.SLURM_NODE, keys.GPU_IDS)
 DEFAULT_GRACE_SECONDS = 30  # Kubernetes' default terminationGracePeriodSeconds
 
 
@@ -60,8 +60,7 @@ class PodView:
 
     @property
     def job_id(self) -> int | None:
-        text = self.recorded.get(keys.JOB_ID, "")
-        return int(text) if text.isdigit() else None
+        return job_id_in(self.recorded)
 
 
 def view_of(pod: Pod) -> PodView:

@@ -31,7 +31,6 @@ from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
 from bridge.kube import writes
-from bridge.link.bound import record_changes
 from bridge.link.gate import gated
 from bridge.placement.job_events import JobListener
 from bridge.placement.reasons import expected_start, waiting_message
@@ -104,15 +103,12 @@ class PodNotifier(JobListener):
         self._slots = asyncio.Semaphore(NOTIFICATIONS_IN_FLIGHT)
 
     async def job_known(self, pod: Pod, job: SlurmJob) -> None:
-        """Called by filter for every pod it sees; cheap when nothing changed."""
+        """Called for every pod whose job filter or intake meets; cheap when nothing changed.
+        It only shows status: the job is recorded on the pod by the leader, which submitted
+        it (placement/release.py)."""
         key = _key(pod)
-        # A gated pod's job is recorded by its release (placement/release.py), in one write.
         if gated(pod):
             self._gated.add(key.uid)
-        recorded = key.uid in self._seen or key.uid in self._gated
-        changes = {} if recorded else record_changes(pod, job)
-        if changes:
-            self._spawn(writes.annotate(self._kube, key.namespace, key.name, changes))
         self._update(key, job)
 
     async def job_changed(self, before: SlurmJob, after: SlurmJob) -> None:

@@ -12,14 +12,13 @@ from bridge.slurm.types import SlurmJob
 class Outcome(StrEnum):
     ALLOCATED = "allocated"  # the job runs: the pod goes to its node
     PENDING = "pending"  # Slurm has not started the job yet, or the apiserver is away
-    CLAIMED_ELSEWHERE = "claimed_elsewhere"  # another replica is submitting the job
     REFUSED = "refused"  # it will not be placed as it is (Slurm or policy said no, job ended)
     SLURM_UNAVAILABLE = "slurm_unavailable"  # slurmrestd did not answer usefully
 
     @property
     def metric_label(self) -> str:
         """The label of ``slurmbridge_filter_total``: allocated, waiting or refused."""
-        if self in (Outcome.PENDING, Outcome.CLAIMED_ELSEWHERE):
+        if self is Outcome.PENDING:
             return "waiting"
         return "allocated" if self is Outcome.ALLOCATED else "refused"
 
@@ -38,16 +37,6 @@ class Pending(PlacementError):
     """Not yet: asking again later may succeed without anyone doing anything."""
 
     outcome = Outcome.PENDING
-
-
-class ClaimedElsewhere(Pending):
-    """Another replica's claim holds the pod; it may be taken over in ``retry_in`` seconds."""
-
-    outcome = Outcome.CLAIMED_ELSEWHERE
-
-    def __init__(self, message: str, retry_in: float) -> None:
-        super().__init__(message)
-        self.retry_in = retry_in
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,13 @@
 """The extender's decisions: which of the candidate nodes a pod may use, and where it binds.
 
 Slurm decides; this module only translates its answer.  No Slurm listing
-happens here: known jobs come from the index, new ones are submitted once
-(submit.py).  What a decision came to is a type (outcomes.py).
+happens here: known jobs come from the index; a new one is submitted by the leader's intake
+alone (``prepare``, submit.py), and filter and bind only read.  A pod's node is the one the
+leader recorded on it for its job (its release, or the same record on a pod that came
+without the gate; ``reserve`` keeps the leader's own in memory), so every replica answers
+alike.  What a decision came to is a type (outcomes.py).
 """
 
-from collections.abc import Mapping
 from datetime import datetime
 
 import structlog
@@ -15,7 +17,6 @@ from bridge import keys, metrics
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.nodecache import ContestedSlurmNode, NodeCache
-from bridge.link.claims import Claims
 from bridge.link.gate import released_node
 from bridge.link.ownership import LinkedPod, linked_pod, recorded_job_id, tied_to
 from bridge.link.views import PodView
@@ -31,7 +32,6 @@ from bridge.placement.outcomes import (
 )
 from bridge.placement.reasons import waiting_message
 from bridge.placement.registry import PodRegistry
-from bridge.placement.seats import SeatRefused, Seats, member_of, members_of
 from bridge.placement.submit import SubmitCheck, Submitter
 from bridge.ports import KubeList
 from bridge.slurm.allocation import format_gpu_ids
@@ -49,7 +49,6 @@ class Placer:
         pods: PodRegistry,
         events: JobEvents = NO_LISTENER,
         *,
-        claims: Claims | None = None,
         admit: SubmitCheck | None = None,
         members: KubeList | None = None,
     ) -> None:
@@ -60,22 +59,26 @@ class Placer:
         self._nodes = nodes
         self._pods = pods
         self._events = events
-        self._claims = claims
-        self._members = members
-        self._submitter = Submitter(index, claims, admit=admit, events=events, members=members)
+        self._submitter = Submitter(index, admit=admit, events=events, members=members)
 
     async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
         linked = linked_pod(pod)
         try:
             job = await self._job_for(pod, linked)
-            placement = await self._placement(pod, linked, job)
+            if job is None:
+                self._submitter.checked(pod, linked.owner)  # refused: say why, as intake does
+                raise Pending(
+                    f"waiting: no Slurm job for pod {linked} yet: the bridge's leader submits "
+                    "it (if it cannot, the pod's events say why)"
+                )
+            placement = self._placement(pod, linked, job)
         except (PlacementError, InvalidPodRequest, SlurmError) as exc:
             return self._not_placed(linked, candidates, exc)
         return _verdict(placement, job, candidates)
 
     def filter_known(self, pod: PodView, candidates: list[str]) -> Verdict | None:
         """The verdict from memory alone, for a pod the cache holds whose job is recorded on
-        it (a released gated pod, or one filter placed before); None: read the pod."""
+        it (by its release or the leader's record); None: read the pod."""
         if pod.gated or pod.held or pod.node_name or pod.deleting or pod.job_id is None:
             return None
         job = self._index.by_id(pod.job_id)
@@ -114,7 +117,10 @@ class Placer:
     async def placement_for(self, pod: Pod) -> Placement:
         """Where a pod that passed filter must bind (raises PlacementError otherwise)."""
         linked = linked_pod(pod)
-        return await self._placement(pod, linked, await self._job_for(pod, linked, submit=False))
+        job = await self._job_for(pod, linked)
+        if job is None:
+            raise Refused(f"no Slurm job for pod {linked}")
+        return self._placement(pod, linked, job)
 
     def created_at(self, pod_uid: str) -> datetime | None:
         return self._pods.created_at(pod_uid)
@@ -129,11 +135,23 @@ class Placer:
         self._pods.unpark(pod_uid)
 
     async def prepare(self, pod: Pod) -> SlurmJob:
-        """Submit (or adopt) the pod's job ahead of kube-scheduler's first filter."""
-        return await self._job_for(pod, linked_pod(pod))
+        """The pod's job, submitted if it has none (the leader's intake alone calls this)."""
+        linked = linked_pod(pod)
+        job = await self._job_for(pod, linked)
+        recorded = recorded_job_id(pod)
+        if job is None and recorded is not None:
+            raise Refused(
+                f"Slurm job {recorded} recorded on this pod is gone; the bridge will not "
+                "resubmit it: recreate the pod"
+            )
+        if job is None:
+            job = await self._submitter.submit(pod, linked.owner)
+            await self._events.job_known(pod, job)
+        return job
 
-    async def _job_for(self, pod: Pod, linked: LinkedPod, *, submit: bool = True) -> SlurmJob:
-        """``linked``: ``pod`` read once (the pod itself still gives the job's request)."""
+    async def _job_for(self, pod: Pod, linked: LinkedPod) -> SlurmJob | None:
+        """The pod's live job as far as is known (None: none yet); ``linked``: ``pod`` read
+        once (the pod itself still gives the job's request)."""
         owner = linked.owner
         self._pods.remember(linked, pod.metadata.creationTimestamp if pod.metadata else None)
         job = (
@@ -141,18 +159,15 @@ class Placer:
             or self._index.by_owner(owner)
             or await self._adopt_recorded(pod, owner)
         )
-        replacing = None
-        if job is not None and not job.state.is_live:
+        if job is None:
+            return None
+        if not job.state.is_live:
             if tied_to(pod, job):
                 raise Refused(
                     f"Slurm job {job.job_id} for this pod ended ({job.state_text}, reason "
                     f"{job.reason}); the bridge will not resubmit it: recreate the pod"
                 )
-            replacing, job = job.job_id, None  # the group's next run (e.g. a resumed Job)
-        if job is None:
-            if not submit:
-                raise Refused(f"no Slurm job for pod {linked}")
-            job = await self._submitter.submit(pod, owner, replacing)
+            return None  # the group's next run (e.g. a resumed Job)
         await self._events.job_known(pod, job)
         return job
 
@@ -193,7 +208,7 @@ class Placer:
         except PlacementError:  # not running: nowhere to bind yet
             return None
         node: str | None = allocated[0]
-        if isinstance(owner, GroupOwner):  # only a node recorded on the group's claim
+        if isinstance(owner, GroupOwner):  # only the node recorded for this member
             node = self._pods.reserved(owner, pod_uid)
         if node is None or node not in allocated:
             return None
@@ -202,42 +217,20 @@ class Placer:
         except PlacementError:  # no one Node is Slurm's node: a read says why
             return None
 
-    async def _placement(self, pod: Pod, linked: LinkedPod, job: SlurmJob) -> Placement:
+    def _placement(self, pod: Pod, linked: LinkedPod, job: SlurmJob) -> Placement:
+        """The node the leader recorded on the pod for ``job`` (filter_known's precedence:
+        the record, then the leader's memory of it); waiting until it has."""
         owner = linked.owner
         allocated = allocated_nodes(job)
-        if not isinstance(owner, GroupOwner):
-            return self.placement_at(owner, job, allocated[0])
-        node = self._pods.reserved(owner, linked.uid) or released_node(pod, job.job_id)
+        node = released_node(pod, job.job_id) or self._pods.reserved(owner, linked.uid)
         if node not in allocated:
-            node = await self._member_node(pod, owner, job, allocated)
-        else:
-            self._pods.reserve(owner, linked.uid, node)
+            raise Pending(
+                f"waiting: Slurm job {job.job_id} runs on {','.join(allocated)}; the bridge "
+                "records which of its nodes is this pod's"
+            )
+        assert node is not None
+        self.reserve(owner, linked.uid, node)
         return self.placement_at(owner, job, node)
-
-    async def _member_node(
-        self, pod: Pod, owner: GroupOwner, job: SlurmJob, allocated: tuple[str, ...]
-    ) -> str:
-        """This member's seat of the group's job (seats.py), reserved on the group's claim
-        (shared by every replica) before any replica may bind it there."""
-        assert pod.metadata is not None and pod.metadata.uid
-        try:
-            listed = await members_of(self._members, owner) if self._members else []
-            member = member_of(pod, job.job_id)
-
-            def seat(reserved: Mapping[str, str]) -> str:
-                held = [member_of(p, job.job_id) for p in listed]
-                return Seats(owner.group, job.job_id, allocated, held, reserved).take(member)
-
-            if self._claims is None:  # one process alone: in memory
-                node = seat(self._pods.reservations(owner))
-            else:
-                node = await self._claims.member_node(pod, owner, job.job_id, seat)
-        except SeatRefused as exc:
-            raise Refused(str(exc)) from exc
-        except Exception as exc:  # apiserver away: reserve nothing unrecorded
-            raise Pending(f"waiting: cannot reserve a node: {exc!r}") from exc
-        self._pods.reserve(owner, pod.metadata.uid, node)
-        return node
 
     def placement_at(self, owner: Owner, job: SlurmJob, slurm_node: str) -> Placement:
         """Where ``job`` puts its owner's pod on ``slurm_node`` (one of its nodes)."""

@@ -23,7 +23,7 @@ class PodRegistry:
         self._by_owner: dict[Owner, dict[str, LinkedPod]] = {}
         self._owner_of: dict[str, Owner] = {}  # pod uid → owner
         self._created: dict[str, datetime] = {}  # pod uid → creationTimestamp (bind latency)
-        # group owner → pod uid → Slurm node reserved for it (a cache of the group's claim)
+        # group owner → pod uid → Slurm node recorded for it by this process (the leader)
         self._group_nodes: dict[Owner, dict[str, str]] = {}
         # pods refused because Slurm could not be asked: requeued when it answers again
         self._slurm_trouble: dict[str, LinkedPod] = {}
@@ -95,12 +95,8 @@ class PodRegistry:
         """The node reserved for this group member, as far as this process knows."""
         return self._group_nodes.get(owner, {}).get(pod_uid)
 
-    def reservations(self, owner: Owner) -> dict[str, str]:
-        """Member pod uid → the node reserved for it, as far as this process knows."""
-        return dict(self._group_nodes.get(owner, {}))
-
     def reserve(self, owner: Owner, pod_uid: str, node: str) -> None:
-        """Remember a member's node once it is recorded on the group's claim."""
+        """Remember a member's node once it is recorded on the pod."""
         self._group_nodes.setdefault(owner, {})[pod_uid] = node
 
     def tie(self, pod_uid: str, job_id: int) -> None:

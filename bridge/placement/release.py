@@ -1,13 +1,15 @@
-"""Release gated pods to kube-scheduler when Slurm allocates their job (leader only).
+"""Record each pod's job on it when Slurm allocates the job (leader only): for a gated pod
+that write is its release to kube-scheduler.
 
-Intake submits a gated pod's job and hands the pod here; when the job runs (at once, or
-when the poller sees it change), each of the owner's gated pods gets one write
-(bridge/link/gate.py): gate lifted, job recorded, pod narrowed to its node.  A lone pod
-gets the job's node; a group's members are listed once per release and each gets its seat
+Intake submits a pod's job and hands the pod here; when the job runs (at once, or when the
+poller sees it change), each of the owner's pods still owed it gets one write
+(bridge/link/gate.py): a gated pod's lifts the gate, records the job and narrows the pod to
+its node; one that came without the gate gets the same record alone, which filter reads.
+A lone pod gets the job's node; a group's members are listed once per release and each gets its seat
 (seats.py: its rank's node, Slurm's i-th, never one a live member holds), so any leader
 computes the same answer and a member released before a failover keeps its node.  A member
 with no seat, or of a group whose members ask for different things (jobs/group_ask.py),
-stays gated and is told why; it is tried again while it waits.
+stays gated (unrecorded) and is told why; it is tried again while it waits.
 A write whose precondition fails (the gates changed) reads the pod once more; one the API
 server refuses for another reason is tried again after ``retry_seconds`` while it waits.
 """
@@ -27,7 +29,7 @@ from bridge.jobs.group_ask import rank_of
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.apierrors import is_conflict, is_not_found, is_unprocessable
 from bridge.link.bound import CudaNumbering, bound, cuda_visible_devices
-from bridge.link.gate import gated, release_patch
+from bridge.link.gate import gated, record_patch, release_patch, unrecorded
 from bridge.link.ownership import owner_key, pod_ref
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
@@ -57,11 +59,11 @@ class Releaser:
     def __init__(
         self, kube: ReleaserKube, placer: Placer, index: JobIndex, *,
         cuda_numbering: CudaNumbering = "renumbered", retry_seconds: float = 2.0,
-        claims: ClaimPinner | None = None, events: JobEvents = NO_LISTENER,
+        pinner: ClaimPinner | None = None, events: JobEvents = NO_LISTENER,
     ) -> None:
         """``events``: told of a pod whose claims cannot be written (it waits no more)."""
         self._kube = kube
-        self._claims = claims
+        self._pinner = pinner
         self._events = events
         self._placer = placer
         self._index = index
@@ -77,7 +79,7 @@ class Releaser:
         self._slots = asyncio.Semaphore(RELEASES_IN_FLIGHT)
 
     def track(self, pod: Pod, job: SlurmJob) -> None:
-        """``pod`` (gated) waits on ``job``: released as soon as the job runs."""
+        """``pod`` (gated, or unrecorded) waits on ``job``: recorded as soon as the job runs."""
         assert pod.metadata is not None and pod.metadata.uid
         owner = owner_key(pod)
         self._waiting.setdefault(owner, {})[pod.metadata.uid] = pod
@@ -172,7 +174,7 @@ class Releaser:
                 await self._release_pod(pod, owner, job, allocated[0])
             return
         members = await members_of(self._kube, owner)
-        waiting = sorted((p for p in members if gated(p)), key=_rank_then_name)
+        waiting = sorted((p for p in members if unrecorded(p)), key=_rank_then_name)
         for uid in set(self._waiting.get(owner, {})) - {_uid(p) for p in waiting}:
             self.forget(uid)  # released by someone else, or gone
         seats = Seats(owner.group, job.job_id, allocated,
@@ -212,8 +214,10 @@ class Releaser:
         recorded = bound(job.job_id, owner, slurm_node, placement.gpu_ids, cuda)
         meta = pod.metadata
         assert meta is not None and meta.name and meta.namespace
+        was_gated = gated(pod)
         for _ in range(_WRITE_ATTEMPTS):
-            patch = release_patch(pod, placement.kube_node, recorded)
+            patch = (release_patch(pod, placement.kube_node, recorded) if gated(pod)
+                     else record_patch(pod, recorded))
             try:
                 await self._kube.patch(PodResource, meta.name, patch, namespace=meta.namespace,
                                        patch_type=PatchType.JSON)
@@ -225,7 +229,7 @@ class Releaser:
                 if not (is_conflict(exc) or is_unprocessable(exc)):
                     raise
             pod = await self._kube.get(PodResource, meta.name, namespace=meta.namespace)
-            if _uid(pod) != uid or not gated(pod):  # recreated, or released meanwhile
+            if _uid(pod) != uid or not unrecorded(pod):  # recreated, or recorded meanwhile
                 self.forget(uid)
                 return False
         else:
@@ -233,9 +237,10 @@ class Releaser:
         self.forget(uid)
         self._index.pin(owner, job.job_id)
         self._placer.reserve(owner, uid, slurm_node)
-        metrics.PODS_RELEASED.inc()
+        if was_gated:
+            metrics.PODS_RELEASED.inc()
         log.info("release.done", pod=pod_ref(pod), job_id=job.job_id, node=placement.kube_node,
-                 gpu_ids=placement.gpu_ids)
+                 gpu_ids=placement.gpu_ids, gated=was_gated)
         return True
 
 
@@ -245,11 +250,11 @@ class Releaser:
         """The pod's DRA claims written with Slurm's GPUs (True at once without claims); a
         claim not made yet waits for the next try, one that cannot be written is told on the
         pod, which then waits no more."""
-        if self._claims is None or not (pod.spec and pod.spec.resourceClaims):
+        if self._pinner is None or not (pod.spec and pod.spec.resourceClaims):
             return True
         gpu_ids = job.allocation.gpu_ids.get(slurm_node, ()) if job.allocation else ()
         try:
-            await self._claims.pin(pod, job.job_id, kube_node, gpu_ids)
+            await self._pinner.pin(pod, job.job_id, kube_node, gpu_ids)
             return True
         except ClaimsNotReady as exc:
             log.info("release.claims_not_ready", pod=pod_ref(pod), reason=str(exc))

@@ -12,7 +12,7 @@ Computed from the group's members as listed, so any leader reaches the same answ
 one place that says who sits where.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lightkube.models.core_v1 import Pod
@@ -87,28 +87,13 @@ def member_slot(
 class Seats:
     def __init__(
         self, group: str, job_id: int, allocated: tuple[str, ...], members: Iterable[Member],
-        reserved: Mapping[str, str] | None = None,
     ) -> None:
-        """``allocated``: the job's nodes in Slurm's order; ``members``: every listed member;
-        ``reserved``: member uid → node given by filter (a group of pods without the
-        bridge's gate), whose holder counts as live unless the listing says otherwise."""
+        """``allocated``: the job's nodes in Slurm's order; ``members``: every listed member."""
         self._group = group
         self._job_id = job_id
         self._allocated = allocated
         listed = list(members)
-        by_uid = {m.uid: m for m in listed}
         self._holder = {m.seat: m.name for m in listed if m.seat in allocated}
-        # Reserved by a pod not listed (gone, most likely): a ranked member may take it over,
-        # a member without a rank may not.
-        self._unsure: set[str] = set()
-        for uid, node in (reserved or {}).items():
-            known = by_uid.get(uid)
-            if node not in allocated or node in self._holder or (known and not known.live):
-                continue
-            if known is None:
-                self._unsure.add(node)
-            else:
-                self._holder[node] = known.name
         self._ranked = frozenset(m.rank for m in listed if m.live and m.rank is not None)
 
     def take(self, member: Member) -> str:
@@ -117,13 +102,10 @@ class Seats:
             raise SeatRefused(member.unreadable)
         own = {n for n, name in self._holder.items() if name == member.name}
         taken = set(self._holder) - own
-        if member.rank is None:
-            taken |= self._unsure
         node = member_slot(self._allocated, taken, member.rank, self._ranked)
         if node is None:
             raise SeatRefused(self._refusal(member))
         self._holder[node] = member.name
-        self._unsure.discard(node)
         return node
 
     def _refusal(self, member: Member) -> str:

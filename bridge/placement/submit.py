@@ -1,7 +1,8 @@
-"""Submitting an owner's job once: one attempt per owner in this process (intake and filter
-share it), one claim across replicas (link/claims.py) for a pod that came without the
-bridge's gate (a gated one is submitted by the leader alone), and a refusal remembered for a
-while (an account removed from slurmdbd must not turn into a submission per filter)."""
+"""Submitting an owner's job once: by the leader's intake alone (bridge/controllers/intake.py),
+one attempt per owner at a time (the owner's pods share it), and a refusal remembered for a
+while (an account removed from slurmdbd must not turn into a submission per retry).  No other
+replica submits, so none needs a claim: a new leader first reads every job its predecessor
+submitted (``Poller.resynced``), and the index keeps one per owner (``JobIndex.ensure``)."""
 
 import asyncio
 import dataclasses
@@ -15,12 +16,9 @@ from bridge import keys
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import job_request_for_pod
-from bridge.link.claims import AlreadySubmitted, ClaimLost, Claims
-from bridge.link.gate import gated
-from bridge.link.records import OwnerChanged
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
-from bridge.placement.outcomes import ClaimedElsewhere, Pending, Refused
+from bridge.placement.outcomes import Refused
 from bridge.placement.reasons import refusal
 from bridge.placement.seats import members_differ, members_of
 from bridge.ports import KubeList
@@ -37,7 +35,7 @@ REFUSED_RETRY_SECONDS = 30.0
 
 class Submitter:
     def __init__(
-        self, index: JobIndex, claims: Claims | None, *, admit: SubmitCheck | None = None,
+        self, index: JobIndex, *, admit: SubmitCheck | None = None,
         events: JobEvents = NO_LISTENER, members: KubeList | None = None,
     ) -> None:
         """``admit``: the policy check before a submit; ``events`` hears of Slurm's answer
@@ -45,7 +43,6 @@ class Submitter:
         ``members``: where a group's members are listed, so that its job is never built
         from one member while the others ask for something else."""
         self._index = index
-        self._claims = claims
         self._admit = admit
         self._members = members
         self._events = events
@@ -53,12 +50,11 @@ class Submitter:
         self._refused: dict[Owner, tuple[float, str]] = {}
         self._attempts: dict[Owner, asyncio.Future[SlurmJob]] = {}
 
-    async def submit(self, pod: Pod, owner: Owner, replacing: int | None) -> SlurmJob:
-        """Claim and submit; callers racing on one owner (intake, filter) share one attempt.
-        ``replacing``: the owner's ended job that the new one follows (a group's next run)."""
+    async def submit(self, pod: Pod, owner: Owner) -> SlurmJob:
+        """Submit; the owner's pods taken at once share one attempt."""
         attempt = self._attempts.get(owner)
         if attempt is None:
-            attempt = asyncio.ensure_future(self._claim_and_submit(pod, owner, replacing))
+            attempt = asyncio.ensure_future(self._submit(pod, owner))
             self._attempts[owner] = attempt
             attempt.add_done_callback(lambda done: self._done(owner, done))
         return await asyncio.shield(attempt)
@@ -68,42 +64,24 @@ class Submitter:
         if not attempt.cancelled():
             attempt.exception()  # retrieved: every waiter has seen it, or none is left
 
-    async def _claim_and_submit(self, pod: Pod, owner: Owner, replacing: int | None) -> SlurmJob:
+    def checked(self, pod: Pod, owner: Owner) -> tuple[Pod, JobRequest]:
+        """The pod as its job would be submitted now (its namespace's tenancy filled in) and
+        that job; raises Refused or InvalidPodRequest when it must not be.  A read: filter
+        tells a pod that came without the gate why it waits."""
         refused = self._refused.get(owner)
         if refused is not None and refused[0] > time.monotonic():
             raise Refused(refused[1])  # Slurm said no moments ago: no retry storm
         if self._admit is not None:  # checked here too: the bridge trusts no admission
             pod = self._admit(pod)
-        request = dataclasses.replace(job_request_for_pod(pod), owner=owner)
+        return pod, dataclasses.replace(job_request_for_pod(pod), owner=owner)
+
+    async def _submit(self, pod: Pod, owner: Owner) -> SlurmJob:
+        pod, request = self.checked(pod, owner)
         if isinstance(owner, GroupOwner) and self._members is not None:
             differ = members_differ(owner, await members_of(self._members, owner))
             if differ is not None:
                 raise Refused(differ)
-        if self._claims is None or gated(pod):
-            # A gated pod's job is submitted by the leader alone (intake) and becomes the
-            # pod's in the release write, whose precondition admits one: no claim needed.
-            return await self._ensure(pod, request)
-        try:
-            took_over = await self._claims.claim(pod, owner, replacing=replacing)
-        except AlreadySubmitted as exc:
-            return await self._index.adopt(exc.job_id)
-        except ClaimLost as exc:
-            raise ClaimedElsewhere(f"waiting: {exc}", exc.retry_in) from exc
-        except OwnerChanged as exc:
-            raise Pending(f"waiting: {exc}; deciding again") from exc
-        except Exception as exc:  # apiserver unreachable: submit nothing unclaimed
-            raise Pending(f"waiting: cannot claim the pod's job: {exc!r}") from exc
-        # A taken-over claim's holder may have submitted, then died before recording it.
-        job = (await self._index.find_live(owner) if took_over else None) or (
-            await self._ensure(pod, request)
-        )
-        try:
-            await self._claims.submitted(pod, owner, job.job_id)
-        except Exception as exc:  # the claim goes stale; its taker finds the job in Slurm
-            log.warning(
-                "placement.record_failed", owner=str(owner), job_id=job.job_id, error=repr(exc)
-            )
-        return job
+        return await self._ensure(pod, request)
 
     async def _ensure(self, pod: Pod, request: JobRequest) -> SlurmJob:
         """Submit; a refusal is told to the pod's owner in words, and not retried for a while."""

@@ -99,6 +99,32 @@ def _shard_gpus(detail: str, entry: str) -> Iterator[int]:
     yield from (gpu for gpu, match in enumerate(held) if match and int(match[1]))
 
 
+def shard_gpu_indices(gres_detail_entry: str) -> tuple[int, ...]:
+    """Of a node's ``gres_detail`` entry, the GPUs the job holds shards of, sorted."""
+    entry = gres_detail_entry.strip()
+    found = {i for gres in (_split_top_level(entry) if entry else ())
+             if gres.strip().startswith("shard") for i in _gpu_indices_of(gres.strip(), entry)}
+    return tuple(sorted(found))
+
+
+def gpu_slots(gres: str) -> tuple[tuple[str, int], ...]:
+    """A node's configured GPUs (its ``gres``, e.g. ``gpu:8,shard:32`` or
+    ``gpu:1g.10gb:4(S:0),gpu:3g.40gb:4``) as (type, shards) per index: indices count up in
+    the order the node lists its GPU types, as gres.conf declares their files; a node's shards
+    are spread evenly over its GPUs ("" and 0: untyped, none)."""
+    types: list[str] = []
+    shards = 0
+    for item in _split_top_level(gres.strip()) if gres.strip() else ():
+        fields = item.strip().partition("(")[0].split(":")
+        count = int(fields[-1]) if len(fields) > 1 and _COUNT.fullmatch(fields[-1]) else 1
+        if fields[0] == "gpu":
+            types += [fields[1] if len(fields) == 3 else ""] * count
+        elif fields[0] == "shard":
+            shards += count
+    per_gpu = shards // len(types) if types else 0
+    return tuple((kind, per_gpu) for kind in types)
+
+
 def gpu_indices(gres_detail_entry: str) -> tuple[int, ...]:
     """GPU indices Slurm allocated on one node, sorted, from its ``gres_detail`` entry."""
     entry = gres_detail_entry.strip()
@@ -123,10 +149,12 @@ def allocation_from(nodes_expr: str, gres_detail: Sequence[str]) -> Allocation |
         raise ValueError(
             f"gres_detail {list(gres_detail)!r} does not have one entry per node of {nodes_expr!r}"
         )
-    entries = gres_detail or [""] * len(nodes)
+    entries = dict(zip(nodes, gres_detail or [""] * len(nodes), strict=True))
     return Allocation(
         nodes=nodes,
-        gpu_ids={node: gpu_indices(entry) for node, entry in zip(nodes, entries, strict=True)},
+        gpu_ids={node: gpu_indices(entry) for node, entry in entries.items()},
+        shared={node: shared for node, entry in entries.items()
+                if (shared := shard_gpu_indices(entry))},
     )
 
 

@@ -76,12 +76,11 @@ class SlurmClient:
         *,
         exchange: Exchange | None = None,
         trust: PlaceholderTrust | None = None,
+        signer: OwnerSigner | None = None,
     ) -> None:
         self._settings = settings
         self.rest = SlurmRest(settings, exchange)
-        # The bridge's own signer is set by slurmbridge_cli/compose.py; without a key the
-        # client signs no marker and finds none signed, as a tenant's would.
-        self.signer = OwnerSigner()
+        self.signer = signer or OwnerSigner()  # no key: signs nothing, finds nothing signed
         self.trust: PlaceholderTrust = trust or (lambda _user, _name: False)
         self._foreign_markers: set[int] = set()  # warned about once each
 
@@ -150,13 +149,14 @@ class SlurmClient:
                 f"slurmrestd: the allocation of job {job_id} cannot be read: {exc}"
             ) from exc
 
-    async def list_jobs(self) -> list[SlurmJob]:
-        """Every job with its allocation (the big answer, tens of kB a running job): only
-        ``slurmbridge status``, an admin's on-demand view, asks for it; the bridge itself
-        rebuilds its index from ``every_job_state`` (placement/index.py).  Not
-        ``?update_time=``: Slurm answers it with every job as soon as any changed."""
+    async def list_jobs(self, *, every_allocation: bool = False) -> list[SlurmJob]:
+        """Every job with its allocation (the big answer, tens of kB a running job): only an
+        admin's on-demand views (status, gpus, uninstall) ask for it; the bridge itself rebuilds
+        its index from ``every_job_state``.  Not ``?update_time=``: Slurm answers it with every
+        job as soon as any changed.  ``every_allocation``: native jobs' too (the GPU map)."""
         resp = await self.rest.call("GET", "/jobs/", "list_jobs", JobsResponse)
-        return [job for info in resp.jobs
+        return [convert.with_any_allocation(info, job) if every_allocation else job
+                for info in resp.jobs
                 if (job := self._listed(info, resp.last_backfill)) is not None]
 
     async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:

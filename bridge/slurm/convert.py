@@ -1,5 +1,6 @@
 """Wire models → the core's Slurm types (the only place that reads wire fields)."""
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from bridge import keys
@@ -170,3 +171,15 @@ def accounting(
         qos={q.name: SlurmQos(q.name, q.limits.grace_time, tuple(q.preempt.qos))
              for q in qos.qos},
     )
+
+
+def with_any_allocation(info: JobInfo, job: SlurmJob) -> SlurmJob:
+    """``job`` with where it holds nodes and GPUs, native jobs too: an admin's GPU map draws
+    them (``slurmbridge gpus``); the bridge itself never acts on it.  An allocation that cannot
+    be read is left ``unreadable``, never guessed."""
+    if job.allocation is not None or job.unreadable or job.state is JobState.PENDING:
+        return job
+    try:
+        return dataclasses.replace(job, allocation=allocation_from(info.nodes, info.gres_detail))
+    except ValueError as exc:
+        return dataclasses.replace(job, unreadable=str(exc))

@@ -47,6 +47,9 @@ class Allocation:
 
     nodes: tuple[str, ...]
     gpu_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # Of ``gpu_ids``, the GPUs held as shards (other jobs' shards may share them), per node;
+    # read from ``gres_detail`` (``GET /resources`` does not say).
+    shared: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

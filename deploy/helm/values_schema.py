@@ -195,6 +195,8 @@ def top_level() -> Schema:
         "shutdownDelaySeconds": drain,
         "extender": extender(), "monitoring": monitoring(), "webhook": webhook(),
         "managedNodes": managed, "certManager": cert_manager, "scheduler": scheduler(),
+        "uninstall": strict({"hook": BOOL, "keepGatedPods": BOOL, "keepRunningPods": BOOL,
+                             "activeDeadlineSeconds": POSITIVE}),
         "serviceAccount": strict({"annotations": STRING_MAP, "extenderName": STRING,
                                   "webhookName": STRING, "schedulerName": STRING}),
         "podSecurityContext": ANY_OBJECT, "securityContext": ANY_OBJECT,

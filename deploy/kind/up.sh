@@ -9,6 +9,7 @@
 #   deploy/kind/up.sh install [extra helm flags...]   only helm upgrade --install the bridge
 #     (on a cluster `up` made; SLURMBRIDGE_KIND_CHART and SLURMBRIDGE_IMAGE pick another chart
 #     directory and image, e.g. an older release's: tests/kind/test_upgrade.py)
+#   deploy/kind/up.sh demo     only run the demo pods (and the native job) on the installed bridge
 # Steps: Docker engine → kind (built from sigs.k8s.io/kind) and the node image
 # (deploy/kind/node-image.sh: control plane $KIND_K8S_VERSION, kubelet $KIND_KUBELET_VERSION,
 # containerd, slurmd 26.05) → kind
@@ -243,8 +244,12 @@ install_bridge() {
     --set-json 'managedNodes.daemonSets=["kube-system/kube-proxy","kube-system/kindnet","slurmbridge-dra/dra-gpu-plugin"]' \
     --set-json 'managedNodes.serviceAccounts=["kind-driver-check/default"]' \
     "$@" --wait --timeout 5m >/dev/null
-  kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  demo_namespace
   wait_admission
+}
+
+demo_namespace() {
+  kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 }
 
 # helm's --wait ends when the webhook's pods are Ready; the Service rules on the nodes follow
@@ -336,8 +341,9 @@ case "${1:-up}" in
   up) shift || true; up "$@" ;;
   build) build ;;
   install) shift; tools; node_images; install_bridge "$@" ;;
+  demo) tools; node_images; demo_namespace; demo ;;
   down) down ;;
   env) env_out ;;
   demo-clean) demo_clean ;;
-  *) echo "usage: $0 [up [extra helm flags...]] | build | install [extra helm flags...] | down | env | demo-clean" >&2; exit 2 ;;
+  *) echo "usage: $0 [up [extra helm flags...]] | build | install [extra helm flags...] | demo | down | env | demo-clean" >&2; exit 2 ;;
 esac

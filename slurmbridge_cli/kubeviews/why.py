@@ -113,7 +113,7 @@ async def read_why(
         slurm_state=state, slurm_reason=reason, said=said, said_age=said_age,
         asked=_short(ann, (*keys.USER_ANNOTATIONS, keys.GPUS)),
         # Not the submit claim: a replica's name and clock, nothing about the job.
-        recorded=_short(ann, (k for k in keys.BRIDGE_OWNED_ANNOTATIONS if k != keys.SUBMITTING)),
+        recorded=_short(ann, keys.BRIDGE_OWNED_ANNOTATIONS),
         group=_group(pod), gates=gates,
         events=None if events is None else [event_line(e, now) for e in mine[-shown:]],
     )

@@ -624,6 +624,36 @@ def test_helm_test_runs_doctor_as_the_extender() -> None:
     assert not selector.items() <= pod["metadata"]["labels"].items()
 
 
+def test_uninstall_hook_runs_uninstall_as_the_extender() -> None:
+    """`helm uninstall`: a pre-delete hook Job running `slurmbridge uninstall --yes` with the
+    extender's service account, environment and settings mounts, naming the extender's
+    Deployment to stop first; kept when it fails; none with `uninstall.hook=false`."""
+    docs = render(release_name(), "sb-render", "--set", "uninstall.keepGatedPods=true")
+    job = find(docs, "Job", "-uninstall")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert job["metadata"]["annotations"]["helm.sh/hook-delete-policy"] \
+        == "before-hook-creation,hook-succeeded"
+    deployment = find(docs, "Deployment", "-extender")
+    spec, extender = job["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == extender["serviceAccountName"]
+    (hook,), (served,) = spec["containers"], extender["containers"]
+    assert hook["args"][2:] == ["uninstall", "--yes", "--extender-deployment",
+                                deployment["metadata"]["name"], "--keep-gated-pods"]
+    assert hook["env"] == served["env"] and hook["image"] == served["image"]
+    for mount in served["volumeMounts"]:
+        if mount["name"] in ("config", "tenancy", "slurm-jwt"):
+            assert mount in hook["volumeMounts"]
+    # the owner key, and only it of the extender's TLS Secret: it tells placeholders from forgeries
+    config = find(docs, "ConfigMap", "-slurmbridge-config")["data"]["settings.yaml"]
+    settings = yaml.safe_load(config)
+    key_dir, _, key_file = settings["slurm"]["owner_key_file"].rpartition("/")
+    (owner_key,) = [m for m in hook["volumeMounts"] if m["mountPath"] == key_dir]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == owner_key["name"]]
+    assert volume["secret"]["items"] == [{"key": "owner-key", "path": key_file}]
+    off = render(release_name(), "sb-render", "--set", "uninstall.hook=false")
+    assert not [d for d in off if d["kind"] == "Job"]
+
+
 # --- against the API server ----------------------------------------------------------
 
 
@@ -724,6 +754,9 @@ def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
         "deviceclasses.resource.k8s.io": ["get"],
     })
     leases = grants({"leases.coordination.k8s.io": ["get", "list", "create", "update", "delete"]})
+    # the uninstall hook scales the extender (and nothing else) to 0 first
+    leases.add(("deployments.apps/scale", find(docs, "Deployment", "-extender")["metadata"]
+                ["name"], "patch"))
     assert permissions(control_plane, extender, namespace) - baseline \
         == extender_cluster | leases
     assert permissions(control_plane, extender, elsewhere) - baseline == extender_cluster

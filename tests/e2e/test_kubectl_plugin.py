@@ -3,9 +3,7 @@ apiserver and the e2e bridge, as a researcher whose RBAC reads only the pods and
 their namespace: no Slurm credentials, nothing but what the bridge wrote on Kubernetes."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from slurmbridge_devkit.e2e import (
 )
 from slurmbridge_devkit.kube import ControlPlane
 from slurmbridge_devkit.kubelet import set_pod_phase
+from slurmbridge_devkit.namespaces import kubectl_plugin as _kubectl
 from slurmbridge_devkit.namespaces import namespace_user
 from slurmbridge_devkit.stack import BridgeStack, NamespaceFactory
 from slurmbridge_devkit.waiting import wait_for
@@ -35,22 +34,10 @@ from slurmbridge_devkit.waiting import wait_for
 pytestmark = pytest.mark.e2e
 
 Job = create_namespaced_resource("batch", "v1", "Job", "jobs")
-# The virtualenv's console scripts: pip put kubectl-slurmbridge beside this Python.
-SCRIPTS = Path(sys.executable).parent
 READ_PODS_AND_EVENTS = [
     PolicyRule(apiGroups=[""], resources=["pods"], verbs=["get", "list"]),
     PolicyRule(apiGroups=[""], resources=["events"], verbs=["list"]),
 ]
-
-
-def _kubectl(cp: ControlPlane, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``kubectl slurmbridge ARGS`` as a user runs it: kubectl finds the plugin on PATH."""
-    plugin = SCRIPTS / "kubectl-slurmbridge"
-    assert os.access(plugin, os.X_OK), f"{plugin} missing: pip install -e . puts it there"
-    env = {**os.environ, "PATH": f"{SCRIPTS}{os.pathsep}{os.environ.get('PATH', '')}",
-           "KUBECONFIG": str(kubeconfig)}
-    return subprocess.run([str(cp.bin_dir / "kubectl"), "slurmbridge", *args], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
 
 
 async def _slurm_refused(kube: AsyncClient, ns: str, name: str) -> bool:

@@ -121,13 +121,20 @@ async def test_a_refused_submit_reaches_the_pod_once_without_a_retry_storm() -> 
     events = RecordedEvents()
     told = events.refusals
     placer = Placer(JobIndex(slurm), NodeCache(FakeKube()), PodRegistry(), events)
-    verdicts = [await placer.filter(_pod(), ["node1"]) for _ in range(5)]
-    assert slurm.submits == 1  # kube-scheduler retries; Slurm is asked once per backoff
-    assert told == [("InvalidAccount", verdicts[0].message)]
-    assert "'team-b'" in verdicts[0].message and "'bob'" in verdicts[0].message
-    assert all(v.message == verdicts[0].message and not v.keep for v in verdicts)
+    messages = [await _refusal(placer) for _ in range(5)]
+    assert slurm.submits == 1  # the leader's intake retries; Slurm is asked once per backoff
+    assert told == [("InvalidAccount", messages[0])]
+    assert "'team-b'" in messages[0] and "'bob'" in messages[0]
+    assert all(m == messages[0] for m in messages)
     with pytest.raises(PlacementError, match="team-b"):
         await placer.prepare(_pod())
+
+
+async def _refusal(placer: Placer) -> str:
+    """What the leader's intake is told when it submits the pod's job."""
+    with pytest.raises(PlacementError) as refused:
+        await placer.prepare(_pod())
+    return str(refused.value)
 
 
 def _kube(*pods: PodResource) -> FakeKube:

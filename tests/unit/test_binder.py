@@ -20,10 +20,12 @@ JOB = 7
 
 
 def _world(node: str = "node1", gpus: tuple[int, ...] = (4, 5)) -> tuple[Bridge, FakeKube]:
-    """Pod ns/p carries the id of its job, which Slurm runs on ``node`` with ``gpus``."""
+    """Pod ns/p carries the leader's record of its job, which Slurm runs on ``node`` with
+    ``gpus``."""
     kube, slurm = FakeKube(), FakeSlurm()
     slurm.put(JobBuilder(JOB).owner(PodOwner(UID)).running(node, gpus=gpus).build())
-    kube.add(PodBuilder("p", "ns").uid(UID).annotate(keys.JOB_ID, str(JOB)).build())
+    kube.add(PodBuilder("p", "ns").uid(UID).annotate(keys.JOB_ID, str(JOB))
+             .annotate(keys.SLURM_NODE, node).build())
     return _bridge(slurm, kube), kube
 
 

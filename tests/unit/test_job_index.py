@@ -1,10 +1,8 @@
 """JobIndex invariants against the dev kit's fake Slurm (the real one is in tests/integration)."""
 
 import asyncio
-from typing import cast
 
 from lightkube.models.core_v1 import Pod
-from lightkube.resources.core_v1 import Pod as PodResource
 from prometheus_client import REGISTRY
 
 from bridge import keys
@@ -12,7 +10,6 @@ from bridge.controllers.poller import Poller
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
 from bridge.kube.nodecache import NodeCache
-from bridge.link.claims import Claims
 from bridge.placement.index import JobIndex
 from bridge.placement.placer import Placer
 from bridge.placement.registry import PodRegistry
@@ -109,24 +106,6 @@ async def test_a_job_submitted_as_a_resync_began_and_started_before_its_listing_
     await Poller(fake, index, events).resync()
     seen = [(before.state, after.state) for before, after in events.changes]
     assert seen == [(JobState.PENDING, JobState.RUNNING)]
-
-
-async def test_intake_and_filter_racing_on_one_pod_claim_and_submit_once() -> None:
-    fake, kube = FakeSlurm(), FakeKube()
-    claims = Claims(kube, "replica-a", namespace="slurmbridge")
-    placer = Placer(_index(fake), NodeCache(FakeKube()), PodRegistry(), claims=claims)
-    pod = cast(PodResource, PodResource.from_dict({
-        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-9"},
-        "spec": {"schedulerName": "slurmbridge", "containers": [
-            {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]},
-    }))
-    kube.add(pod)
-    early, verdict = await asyncio.gather(placer.prepare(pod), placer.filter(pod, ["kube-node1"]))
-    claimed = [body for verb, kind, body in kube.written
-               if (verb, kind) == ("patch", "Pod")
-               and keys.SUBMITTING in body["metadata"]["annotations"]]
-    assert len(claimed) == 1 and len(fake.jobs) == 1
-    assert verdict.keep == [] and f"Slurm job {early.job_id}" in verdict.message
 
 
 def _member(uid: str, annotations: dict[str, str] | None = None) -> Pod:

@@ -141,3 +141,26 @@ async def test_controllers_that_fail_are_started_again_while_the_lease_is_held()
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
     assert starts == 2
+
+
+async def test_a_leader_whose_controllers_swallow_a_cancellation_still_stops_and_hands_over(
+) -> None:
+    """A library in the controllers' path that turns the cancellation into an error their
+    retry loop absorbs kept a stopped extender leading for ever (its SIGTERM done, nodesync
+    still calling a slurmrestd long gone): cancelled until they end, then the Lease goes."""
+    kube = FakeKube()
+    swallowed = asyncio.Event()
+
+    async def controllers() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+        swallowed.set()
+        while True:  # carries on, as a retry loop would
+            await asyncio.sleep(0.05)
+
+    elector = asyncio.create_task(_elector(kube, "a").run(controllers))
+    await asyncio.sleep(0.2)
+    elector.cancel()
+    await asyncio.wait_for(asyncio.gather(elector, return_exceptions=True), 10)
+    assert swallowed.is_set()
+    assert await _elector(kube, "b").try_acquire(), "the Lease was not handed over"

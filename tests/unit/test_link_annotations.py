@@ -1,12 +1,12 @@
-"""What the bridge writes on a pod about its job: the record other replicas adopt the job
-from, and the Binding's annotations the containers read their GPUs from."""
+"""What the bridge writes on a pod about its job: the Binding's annotations the containers
+read their GPUs from, and whether the job still holds what the pod was bound to."""
 
 
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner
-from bridge.link.bound import bound, holds, record_changes
+from bridge.link.bound import bound, holds
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 
@@ -19,15 +19,6 @@ def _job(state: JobState = JobState.RUNNING, gpus: tuple[int, ...] = (4, 5)) -> 
     allocation = Allocation(("n1",), {"n1": gpus}) if state is JobState.RUNNING else None
     return (JobBuilder(12, "k8s:ns/g").owner(GroupOwner("ns", "g")).state(state)
             .allocation(allocation).build())
-
-
-def test_the_job_id_and_owner_replace_the_submit_claim_once() -> None:
-    claimed = _pod(**{keys.SUBMITTING: "replica-a@1700000000"})
-    assert record_changes(claimed, _job()) == {
-        keys.JOB_ID: "12", keys.OWNER: "group:ns/g", keys.SUBMITTING: None,
-    }
-    recorded = _pod(**{keys.JOB_ID: "12", keys.OWNER: "group:ns/g"})
-    assert record_changes(recorded, _job()) == {}  # nothing to write: no apiserver call
 
 
 def test_the_binding_carries_where_the_job_put_the_pod() -> None:

@@ -81,7 +81,8 @@ def _contest() -> tuple[FakeKube, FakeSlurm]:
     kube.add(_node("kube-node1", {keys.NODE_SLURM_NODE: "node1"}))
     kube.add(_node("kube-node5", {keys.NODE_SLURM_NODE: "node1"}))
     slurm.put(JobBuilder(7).owner(PodOwner(UID)).running("node1", gpus=(0,)).build())
-    kube.add(PodBuilder("p", "ns").uid(UID).annotate(keys.JOB_ID, "7").build())
+    kube.add(PodBuilder("p", "ns").uid(UID).annotate(keys.JOB_ID, "7")
+             .annotate(keys.SLURM_NODE, "node1").build())  # the leader's record
     return kube, slurm
 
 

@@ -9,7 +9,6 @@ from lightkube.models.meta_v1 import ObjectMeta
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, PodOwner, owner_text, parse_owner
 from bridge.link.ownership import LinkedPod, linked_pod, owner_key
-from bridge.link.records import group_claim_name
 from bridge.slurm.convert import comment_for, owner_from_comment
 from slurmbridge_devkit.builders import PodBuilder
 
@@ -21,7 +20,6 @@ def test_owners_are_written_as_every_earlier_bridge_wrote_them() -> None:
     group = GroupOwner("research", "train")
     assert comment_for(group) == "slurmbridge.io/pod-uid=group:research/train"
     assert str(GroupOwner("research", "train")) == "group:research/train"
-    assert group_claim_name(GroupOwner("research", "Train.v2")) == "group-train-v2-a0b9d449d163"
 
 
 def test_recorded_owners_are_read_back_as_the_same_owner() -> None:

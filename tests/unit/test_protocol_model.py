@@ -4,9 +4,11 @@
 Two bridge replicas (``Bridge`` as ``slurmbridge extender`` wires it) share one fake
 apiserver and one fake Slurm.  Hypothesis draws sequences of: pods created, deleted,
 finishing, stopped by their kubelet (lone pods and one 2-pod group); kube-scheduler's
-filter and bind on either replica; the leader's intake (``Placer.prepare``), lifecycle
-reconcile and resync; either replica's poller; leadership moving; Slurm starting, ending
-(completed, cancelled, preempted, time limit) or requeueing a job; a slurmrestd outage.
+filter and bind on either replica; the leader's intake (``Placer.prepare``, then the
+record of the job on the pod once it runs: ``Releaser``) once it has resynced since it began
+to lead (as ``Bridge._intake`` waits), lifecycle reconcile and resync; either replica's
+poller; leadership moving; Slurm starting, ending (completed, cancelled, preempted, time
+limit) or requeueing a job; a slurmrestd outage.
 Any replica operation may be given a budget of N writes (apiserver create/patch/replace/
 delete, Slurm submit/cancel): at the next write its process dies (``Crash``, which no
 ``except Exception`` in the bridge catches) and comes back empty (a new ``Bridge``).
@@ -30,15 +32,14 @@ of the protocol, not the code; this one runs the bridge's own code in the fast p
 """
 
 import asyncio
+import contextlib
 import copy
 import itertools
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from types import SimpleNamespace
 from typing import Any, cast
-from unittest import mock
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -57,7 +58,6 @@ from bridge.binding.binder import BindError
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner, PodOwner
-from bridge.link import claims as claims_module
 from bridge.placement.outcomes import Outcome, PlacementError
 from bridge.runtime import Bridge
 from bridge.slurm.errors import SlurmError
@@ -177,7 +177,7 @@ class Replica:
         )
         b = self.bridge
         b.lifecycle = Lifecycle(b.kube, b.slurm, b.index, b.pods, b.pod_cache,
-                                orphan_grace=ORPHAN_GRACE, claims=b.claims, clock=self._clock)
+                                orphan_grace=ORPHAN_GRACE, clock=self._clock)
         b.index.clock = self._clock  # the model's time passes between polls: blind spells
 
 
@@ -190,11 +190,7 @@ def _owner_text(owner: Owner) -> str:
 class PodJobProtocol(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.now = 1_800_000_000.0  # the model's clock: claims' staleness and orphan grace
-        self._time = mock.patch.object(
-            claims_module, "time", SimpleNamespace(time=lambda: self.now)
-        )
-        self._time.start()
+        self.now = 1_800_000_000.0  # the model's clock: orphan grace
         self._dir = TemporaryDirectory()
         self.loop = asyncio.new_event_loop()
         self.loop.set_exception_handler(_quiet_about_crashes)
@@ -204,6 +200,8 @@ class PodJobProtocol(RuleBasedStateMachine):
             for n in REPLICAS
         }
         self.leader = "a"
+        self.leader_resynced = True  # the leader's intake runs only while this holds (Slurm
+        # starts empty: nothing for a first leader to adopt)
         self.created = 0
         self.group_created: set[int] = set()
         self.owners: dict[str, Owner] = {}  # pod name -> its owner
@@ -228,6 +226,7 @@ class PodJobProtocol(RuleBasedStateMachine):
         async def run() -> bool:
             try:
                 await work(r.bridge)
+                await _releases(r.bridge)
                 await r.bridge.notifier.drain()
             except (PlacementError, InvalidPodRequest, SlurmError, BindError):
                 return False
@@ -240,11 +239,17 @@ class PodJobProtocol(RuleBasedStateMachine):
         crashed = crashed or r.budget.dead
         self._settle()
         if crashed:
-            self.crashes += 1
-            r.restart()
+            self._died(replica)
             return False
         r.budget.left = None
         return ok
+
+    def _died(self, replica: str) -> None:
+        """The replica's process comes back empty: as leader, it resyncs before intake."""
+        self.crashes += 1
+        self.replicas[replica].restart()
+        if replica == self.leader:
+            self.leader_resynced = False
 
     def _settle(self) -> None:
         """Tasks a dead process left behind die with it."""
@@ -381,8 +386,8 @@ class PodJobProtocol(RuleBasedStateMachine):
         async def one(replica: str) -> bool:
             bridge = self.replicas[replica].bridge
             try:
-                if leader_intake and replica == self.leader:
-                    await bridge.placer.prepare(pod)
+                if leader_intake and replica == self.leader and self.leader_resynced:
+                    await _take(bridge, pod)
                 else:
                     await bridge.placer.filter(pod, list(NODES))
                 await bridge.notifier.drain()
@@ -398,21 +403,25 @@ class PodJobProtocol(RuleBasedStateMachine):
         for replica in REPLICAS:
             r = self.replicas[replica]
             if r.budget.dead:
-                self.crashes += 1
-                r.restart()
+                self._died(replica)
             r.budget.left = None
 
     # -- the leader --------------------------------------------------------------------------
 
-    @precondition(lambda self: any(self._unbound(n) for n in self.pods()))
-    @rule(data=st.data(), crash_after=crash)
-    def intake(self, data: st.DataObject, crash_after: int | None) -> None:
-        names = sorted(n for n in self.pods() if self._unbound(n))
-        if not names:
-            return
-        name = data.draw(st.sampled_from(names))
-        pod = cast(Pod, Pod.from_dict(copy.deepcopy(self.pods()[name])))
-        self._run(self.leader, lambda b: b.placer.prepare(pod), crash_after)
+    @precondition(lambda self: self.leader_resynced
+                  and any(self._unbound(n) for n in self.pods()))
+    @rule(crash_after=crash)
+    def intake(self, crash_after: int | None) -> None:
+        """The leader's intake takes every unbound pod in turn, as its listing does."""
+        pods = [cast(Pod, Pod.from_dict(copy.deepcopy(obj)))
+                for name, obj in sorted(self.pods().items()) if self._unbound(name)]
+
+        async def take_all(bridge: Bridge) -> None:
+            for pod in pods:
+                with contextlib.suppress(PlacementError, InvalidPodRequest, SlurmError):
+                    await _take(bridge, pod)
+
+        self._run(self.leader, take_all, crash_after)
 
     @rule(crash_after=crash)
     def reconcile(self, crash_after: int | None) -> None:
@@ -421,6 +430,8 @@ class PodJobProtocol(RuleBasedStateMachine):
     @rule(replica=st.sampled_from(REPLICAS), crash_after=crash)
     def resync(self, replica: str, crash_after: int | None) -> None:
         self.resynced = self._run(replica, lambda b: b.poller.resync(), crash_after)
+        if replica == self.leader and self.resynced:
+            self.leader_resynced = True
 
     @rule()
     def poll(self) -> None:
@@ -431,11 +442,11 @@ class PodJobProtocol(RuleBasedStateMachine):
     def leadership_moves(self) -> None:
         self.leader = "b" if self.leader == "a" else "a"
         self.resynced = self._run(self.leader, lambda b: b.poller.resync())  # _lead's resync_soon
+        self.leader_resynced = self.resynced
 
     @rule(replica=st.sampled_from(REPLICAS))
     def replica_dies(self, replica: str) -> None:
-        self.crashes += 1
-        self.replicas[replica].restart()
+        self._died(replica)
 
     @rule(seconds=st.sampled_from([1.0, 10.0, 31.0, REQUEUE_HOLD_SECONDS]))
     def time_passes(self, seconds: float) -> None:
@@ -493,7 +504,8 @@ class PodJobProtocol(RuleBasedStateMachine):
 
     @invariant()
     def no_second_job_without_a_crash(self) -> None:
-        """Claims alone keep one job per owner; only a crash may leave two (for resync)."""
+        """The leader alone submits, after its resync: one job per owner; only a crash may
+        leave two (for resync)."""
         if not self.crashes:
             dupes = {o: js for o, js in self._live_jobs().items() if len(js) > 1}
             assert not dupes, f"two live jobs and no replica died: {dupes}"
@@ -511,7 +523,6 @@ class PodJobProtocol(RuleBasedStateMachine):
         finally:
             self._settle()
             self.loop.close()
-            self._time.stop()
             self._dir.cleanup()
 
     def _quiesce_and_check(self) -> None:
@@ -543,6 +554,18 @@ class PodJobProtocol(RuleBasedStateMachine):
                 f"{name} left bound on {obj['spec']['nodeName']} but its job is {job}")
 
 
+async def _take(bridge: Bridge, pod: Pod) -> None:
+    """What the leader's intake does with one pod: its job, recorded on it once it runs."""
+    bridge.releaser.track(pod, await bridge.placer.prepare(pod))
+
+
+async def _releases(bridge: Bridge) -> None:
+    """The releases under way get a moment (one waiting on an apiserver or a member keeps
+    trying every few seconds: left for the next step, as a process would)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(bridge.releaser.drain(), 0.02)
+
+
 def _quiet_about_crashes(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     """A dead replica's leftover tasks end in Crash: nobody reads them, as in a dead process."""
     if not isinstance(context.get("exception"), Crash):
@@ -570,9 +593,10 @@ async def test_a_job_restarted_elsewhere_while_the_bridge_was_blind_evicts_its_p
     async def fresh() -> Pod:
         return cast(Pod, await kube.get(Pod, "p", namespace="ns"))
 
-    await bridge.placer.filter(await fresh(), list(NODES))  # submits job 100
+    await _take(bridge, await fresh())  # the leader submits job 100
     slurm.start(100, "node1", gpus=(0,))
     await bridge.poller.poll_once()
+    await bridge.releaser.drain()  # and records it on the pod
     verdict = await bridge.placer.filter(await fresh(), list(NODES))
     assert verdict.keep == ["node1"]
     await bridge.binder.bind("ns", "p", "uid-p", "node1")

@@ -98,7 +98,6 @@ async def test_a_gated_pod_is_released_to_slurms_node_in_one_write(world: World)
     assert annotations[keys.SLURM_NODE] == "node2"
     assert annotations[keys.GPU_IDS] == "1,3"
     assert annotations[keys.CUDA_DEVICES] == "0,1"
-    assert keys.SUBMITTING not in annotations
 
 
 async def test_a_job_running_at_once_releases_its_pod_without_a_poll(world: World) -> None:

@@ -101,6 +101,7 @@ def test_installing_the_plugin_pulls_none_of_the_server_stack() -> None:
     (["status", "--kubeconfig", "kubeconfig"], 2, "cannot reach the API server"),
     (["why", "p", "--kubeconfig", "kubeconfig"], 2, "cannot reach the API server"),
     (["nodes", "--kubeconfig", "kubeconfig"], 2, "cannot reach the API server"),
+    (["gpus", "--kubeconfig", "kubeconfig"], 2, "cannot reach the API server"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_the_plugin_runs_on_the_base_install_alone(
     args: list[str], code: int, says: str, tmp_path: Path
