@@ -18,6 +18,7 @@ from tests.docs_text import REPO, columns, output_blocks, section, table_rows
 README = REPO / "README.md"
 INSTALL = REPO / "docs" / "install.md"
 OPERATIONS = REPO / "docs" / "operations.md"
+CONTROL_PLANE = REPO / "docs" / "control-plane.md"
 CI = REPO / ".ci" / "run"
 RUN_SH = REPO / "tests" / "run.sh"
 KIND = REPO / "deploy" / "kind"
@@ -105,7 +106,7 @@ def _kind_shape() -> tuple[int, int, int]:
     return len(nodes) - len(workers), len(workers) - len(bare), len(bare)
 
 
-@pytest.mark.parametrize("where", [README, INSTALL], ids=lambda p: p.name)
+@pytest.mark.parametrize("where", [README, INSTALL, CONTROL_PLANE], ids=lambda p: p.name)
 def test_the_kind_cluster_is_described_as_cluster_yaml_makes_it(where: Path) -> None:
     text = where.read_text()
     said = re.findall(r"(\d+)\s+control\s+planes?\s+\+\s+(\d+)\s+hybrid\s+workers?\s+\+\s+"
