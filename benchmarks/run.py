@@ -220,6 +220,7 @@ def beside(before: Outcome | None, added: Outcome) -> Outcome:
     return dataclasses.replace(
         before, figures=kept + fresh,
         notes=[*before.notes, f"Rows {rows}: `{added.command}` ({added.date}).", *added.notes],
+        series=before.series | added.series,
     )
 
 
@@ -241,7 +242,8 @@ def merged(stored: dict[str, Outcome], other: Path, only: list[str]) -> dict[str
         rows |= {f.name: dataclasses.replace(f, date=f.date or added.date) for f in added.figures}
         out[bench] = dataclasses.replace(
             ours, figures=list(rows.values()),
-            notes=[*ours.notes, *(n for n in added.notes if n not in ours.notes)])
+            notes=[*ours.notes, *(n for n in added.notes if n not in ours.notes)],
+            series=ours.series | added.series)
     return out
 
 
@@ -252,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.merge:
             stored = merged(stored, args.merge, args.only)
             report.save(args.results.with_name("results.json"), stored)
-        args.results.write_text(report.markdown(stored, TITLES))
+        report.write(args.results, stored, TITLES)
         print(report.table([stored[b] for b in report.ORDER if b in stored]))
         return 0
     command = "python -m benchmarks.run " + shlex.join(sys.argv[1:] if argv is None else argv)
@@ -288,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(ran))
     if not args.no_write:
-        args.results.write_text(report.markdown(stored, TITLES))
-        print(f"\nwrote {args.results}")
+        report.write(args.results, stored, TITLES)
+        print(f"\nwrote {args.results} and its plots")
     return 0 if all(o.status == MEASURED for o in ran) else 1
 
 

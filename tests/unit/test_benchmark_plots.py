@@ -1,0 +1,147 @@
+"""The benchmarks' plots (issue 45): ``python -m benchmarks.run --render`` draws every PNG that
+benchmarks/RESULTS.md links, from results.json and the per-pod / per-fault series stored beside
+it; a curve whose series a stored run lacks is named as awaiting the next run, never linked."""
+
+import json
+import re
+from pathlib import Path
+
+from benchmarks import run
+from benchmarks.b1_measure import SystemRun
+from benchmarks.b1_report import curves
+from benchmarks.soak.tracker import Timeline
+
+PNG = b"\x89PNG\r\n\x1a\n"
+LINK = re.compile(r"!\[[^\]]*\]\(([^)]+)\)")
+
+
+def _figure(name: str, unit: str, *samples: float) -> dict[str, object]:
+    return {"name": name, "unit": unit, "samples": list(samples)}
+
+
+def _outcome(bench: str, figures: list[dict[str, object]]) -> dict[str, object]:
+    return {"bench": bench, "title": f"{bench} title", "figures": figures,
+            "date": "2026-12-01 10:00 UTC", "command": "python -m benchmarks.run", "repeats": 1}
+
+
+def _b1_round(tag: str) -> list[dict[str, object]]:
+    return [
+        _figure(f"{tag} bridge: pods/s", "pods/s", 30.0, 32.0),
+        _figure(f"{tag} Slurm alone: pods/s", "pods/s", 200.0),
+        _figure(f"{tag} default scheduler: pods/s", "pods/s", 60.0),
+        _figure(f"{tag} Slurm alone: submit -> RUNNING p50", "ms", 800.0),
+        _figure(f"{tag} Slurm alone: submit -> RUNNING p99", "ms", 1200.0),
+        _figure(f"{tag} default scheduler: create -> bound p50", "ms", 700.0),
+        _figure(f"{tag} default scheduler: create -> bound p99", "ms", 1300.0),
+        _figure(f"{tag} bridge: create -> bound p50", "ms", 5000.0),
+        _figure(f"{tag} bridge: create -> bound p99", "ms", 6000.0),
+    ]
+
+
+def _results() -> dict[str, object]:
+    b3 = [_figure(f"filter p{q}, one at a time, {n} ({side})", "ms", base * q / 50, base)
+          for n, base in (("1 node, released pod", 0.3), ("256 nodes", 0.5),
+                          ("5,000 nodes", 1.0))
+          for q in (50, 99) for side in ("bridge", "bare")]
+    b4 = [_figure(f"{what}, {n:,} pods", "MB", mb, mb + 1)
+          for n, scale in ((10_000, 1.0), (50_000, 2.0))
+          for what, mb in (("RSS with all jobs and pods tracked", 120 * scale),
+                           ("RSS before loading (bridge imported and built)", 90.0),
+                           ("peak RSS (VmHWM)", 125 * scale))]
+    soak = [_figure(f"[{row}] faults: kube-apiserver restart", "faults", 2.0)
+            for row in ("seed 1", "seed 2")]
+    soak += [_figure(f"[{row}] invariant violations", "violations", 0.0)
+             for row in ("seed 1", "seed 2")]
+    return {
+        "B1": _outcome("B1", _b1_round("[50 pods, qps 50]") + _b1_round("[50 pods, qps 400]")),
+        "B3": _outcome("B3", b3),
+        "B4": _outcome("B4", b4),
+        "SOAK": _outcome("SOAK", soak),
+    }
+
+
+def _round(pods: int, speed: float) -> SystemRun:
+    created = [i * 0.01 for i in range(pods)]
+    bound = [c + speed * (1 + i % 7) for i, c in enumerate(created)]
+    return SystemRun(pods, max(bound), [b - c for b, c in zip(bound, created, strict=True)],
+                     {}, created=created, bound=bound)
+
+
+def _series() -> dict[str, object]:
+    """B1's qps-50 round and SOAK's seed 1 have their series; qps 400 and seed 2 do not."""
+    b1 = curves({(50, 50.0): {"a": [_round(50, 0.1)], "b": [_round(50, 0.3)],
+                              "bridge": [_round(50, 0.9), _round(50, 1.0)]}})
+    timeline = Timeline(faults=[(30.0, "kube-apiserver restart"), (70.0, "drain of a node"),
+                                (75.0, "kube-apiserver restart")],
+                        checks=[(t, t // 5, t % 2, 0) for t in range(5, 120, 5)],
+                        skipped=[35.0, 40.0])
+    return {"B1": b1, "SOAK": {"seed 1": timeline.to_json()}}
+
+
+def _render(folder: Path, *, series: bool = True) -> str:
+    (folder / "results.json").write_text(json.dumps(_results()))
+    if series:
+        (folder / "series.json").write_text(json.dumps(_series()))
+    assert run.main(["--render", "--results", str(folder / "RESULTS.md")]) == 0
+    return (folder / "RESULTS.md").read_text()
+
+
+def _links(markdown: str) -> list[str]:
+    return LINK.findall(markdown)
+
+
+def test_render_writes_every_png_results_md_links(tmp_path: Path) -> None:
+    markdown = _render(tmp_path)
+    links = _links(markdown)
+    assert links, "RESULTS.md links no plot"
+    for link in links:
+        assert not link.startswith("/"), f"{link}: not a relative link"
+        png = tmp_path / link
+        assert png.is_file(), f"RESULTS.md links {link}, which was not written"
+        assert png.read_bytes().startswith(PNG), f"{link} is not a PNG"
+    named = " ".join(links)
+    for expected in ("b1-50-pods-qps-50-bound", "b1-50-pods-qps-50-cdf", "b1-throughput",
+                     "b3-latency-by-candidates", "b4-rss", "soak-seed-1"):
+        assert expected in named, f"no {expected} plot among {links}"
+
+
+def test_a_curve_whose_series_a_stored_run_lacks_awaits_the_next_run_unlinked(
+    tmp_path: Path,
+) -> None:
+    markdown = _render(tmp_path)
+    named = " ".join(_links(markdown))
+    assert "qps-400-bound" not in named and "soak-seed-2" not in named
+    assert "[50 pods, qps 400]: pods bound over time and create->bound CDFs await" in markdown
+    assert "[seed 2]: the timeline awaits" in markdown
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    markdown = _render(bare, series=False)
+    assert all((bare / link).is_file() for link in _links(markdown))
+    assert "bound" not in " ".join(_links(markdown))
+    assert "[50 pods, qps 50]: pods bound over time and create->bound CDFs await" in markdown
+
+
+def test_rendering_again_gives_the_same_bytes_and_drops_plots_no_longer_linked(
+    tmp_path: Path,
+) -> None:
+    _render(tmp_path)
+    plots = tmp_path / "plots"
+    first = {p.name: p.read_bytes() for p in plots.glob("*.png")}
+    (plots / "b1-9-pods-qps-1-bound.png").write_bytes(PNG)  # from a round since replaced
+    _render(tmp_path)
+    again = {p.name: p.read_bytes() for p in plots.glob("*.png")}
+    assert again == first
+
+
+def test_the_stored_series_survive_a_save_and_a_load(tmp_path: Path) -> None:
+    from benchmarks import report  # noqa: PLC0415
+
+    (tmp_path / "results.json").write_text(json.dumps(_results()))
+    (tmp_path / "series.json").write_text(json.dumps(_series()))
+    stored = report.load(tmp_path / "results.json")
+    report.save(tmp_path / "copy.json", stored)
+    assert report.load(tmp_path / "copy.json")["B1"].series == stored["B1"].series
+    assert "series" not in json.loads((tmp_path / "copy.json").read_text())["B1"]
+    b1 = stored["B1"].series["[50 pods, qps 50]"]
+    assert [len(r["bound_ms"]) for r in b1["bridge"]] == [50, 50]
+    assert b1["a"][0]["created_ms"][:3] == [0, 10, 20]
