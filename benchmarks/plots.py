@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure as Canvas
 
 from benchmarks.common import MEASURED, Outcome
+from benchmarks.soak.schedule import FaultKind
 
 DPI = 100
 SYSTEMS = {"a": "Slurm alone", "b": "default scheduler", "bridge": "bridge"}
@@ -67,6 +69,15 @@ def _save(fig: Canvas, folder: Path, name: str, caption: str) -> Plot:
     return Plot(caption, f"{name}.png")
 
 
+def _kind_color(kind: str) -> tuple[float, float, float, float]:
+    """A fault kind's colour in every soak plot, its skipped or failed attempts' too: the ten
+    dark hues of tab20 first, then the light ones."""
+    known = [k.value for k in FaultKind]
+    base = kind.split(" (", maxsplit=1)[0]
+    index = known.index(base) if base in known else len(known)
+    return colormaps["tab20"]((2 * index) % 20 + (2 * index) // 20 % 2)
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
 
@@ -99,15 +110,18 @@ def _rounds(o: Outcome, folder: Path, prefix: str, row: re.Pattern[str], only: s
     section = Section()
     if values:
         section.plots.append(_throughput(o.bench, values, folder, prefix))
+    lacking = []
     for group in values:
         tag = next((t for t in o.series if t.endswith(f"{group}]")), None)
         if tag is None:
-            section.awaiting.append(
-                f"[{group}]: pods bound over time and create->bound CDFs await the next "
-                f"measuring run (`python -m benchmarks.run {only}`): the stored run ({o.date}) "
-                "kept no per-pod times.")
+            lacking.append(f"[{group}]")
             continue
         section.plots += _round_curves(o.bench, tag, o.series[tag], folder, prefix)
+    if lacking:
+        section.awaiting.append(
+            f"pods bound over time and create->bound CDFs of {', '.join(lacking)} await the "
+            f"next measuring run (`python -m benchmarks.run {only}`): the stored run "
+            f"({o.date}) kept no per-pod times.")
     return section
 
 
@@ -255,10 +269,13 @@ def _soak(o: Outcome, folder: Path) -> Section:
         section.plots.append(_fault_counts(counts, folder))
     for row in sorted(o.series):
         section.plots.append(_timeline(row, o.series[row], folder))
-    section.awaiting += [
-        f"[{row}]: the timeline awaits the next soak of that seed (`python -m benchmarks.run "
-        f"--only SOAK --seed N`): the stored run kept no timeline of its faults, placements "
-        "and checks." for row in counts if row and row not in o.series]
+    lacking = [f"[{row}]" for row in counts if row and row not in o.series]
+    if lacking:
+        section.awaiting.append(
+            f"the timelines of {', '.join(lacking)} await the next soak of those seeds "
+            "(`python -m benchmarks.run --only SOAK --seed N`, with `--adversarial` for the "
+            "adversarial rows): those runs kept no timeline of their faults, placements and "
+            "checks.")
     return section
 
 
@@ -267,8 +284,8 @@ def _fault_counts(counts: dict[str, dict[str, float]], folder: Path) -> Plot:
     kinds = sorted({k for by in counts.values() for k in by})
     fig, (ax,) = _canvas(height=1.5 + 0.45 * len(rows))
     left = [0.0] * len(rows)
-    palette = [f"C{i % 10}" for i in range(len(kinds))]
-    for kind, color in zip(kinds, palette, strict=True):
+    for kind in kinds:
+        color = _kind_color(kind)
         widths = [counts[r].get(kind, 0.0) for r in rows]
         ax.barh(range(len(rows)), widths, left=left, color=color, label=kind,
                 hatch="//" if "(" in kind else None)
@@ -286,8 +303,10 @@ def _timeline(row: str, timeline: dict[str, list[Any]], folder: Path) -> Plot:
     skipped = [t / 60 for t in timeline.get("skipped", [])]
     kinds = sorted({kind for _, kind in faults})
     fig, (top, mid, low) = _canvas(3, 1, height=7.0)
-    top.scatter([t / 60 for t, _ in faults], [kinds.index(k) for _, k in faults],
-                c=[f"C{kinds.index(k) % 10}" for _, k in faults], marker="v", s=30)
+    for line, kind in enumerate(kinds):  # skipped or failed attempts: crosses
+        at = [t / 60 for t, k in faults if k == kind]
+        top.scatter(at, [line] * len(at), color=_kind_color(kind), s=30,
+                    marker="x" if "(" in kind else "v")
     top.set_yticks(range(len(kinds)), kinds, fontsize=7)
     top.set_ylim(-0.5, max(len(kinds), 1) - 0.5)
     top.set_title("faults, by kind", fontsize=9)

@@ -111,14 +111,23 @@ def test_a_curve_whose_series_a_stored_run_lacks_awaits_the_next_run_unlinked(
     markdown = _render(tmp_path)
     named = " ".join(_links(markdown))
     assert "qps-400-bound" not in named and "soak-seed-2" not in named
-    assert "[50 pods, qps 400]: pods bound over time and create->bound CDFs await" in markdown
-    assert "[seed 2]: the timeline awaits" in markdown
+    assert _not_drawn(markdown) == [
+        "pods bound over time and create->bound CDFs of [50 pods, qps 400] await",
+        "the timelines of [seed 2] await"]
     bare = tmp_path / "bare"
     bare.mkdir()
     markdown = _render(bare, series=False)
     assert all((bare / link).is_file() for link in _links(markdown))
     assert "bound" not in " ".join(_links(markdown))
-    assert "[50 pods, qps 50]: pods bound over time and create->bound CDFs await" in markdown
+    assert _not_drawn(markdown) == [
+        "pods bound over time and create->bound CDFs of [50 pods, qps 50], [50 pods, qps 400] "
+        "await", "the timelines of [seed 1], [seed 2] await"]
+
+
+def _not_drawn(markdown: str) -> list[str]:
+    """What RESULTS.md says awaits a measuring run, up to its "await"."""
+    return [line.removeprefix("- Not drawn: ").partition(" await")[0] + " await"
+            for line in markdown.splitlines() if line.startswith("- Not drawn: ")]
 
 
 def test_rendering_again_gives_the_same_bytes_and_drops_plots_no_longer_linked(
