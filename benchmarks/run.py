@@ -1,6 +1,7 @@
 """One command for the benchmarks: ``python -m benchmarks.run [--only B3,B4] [--repeats N]``.
 
-Prints a table and writes benchmarks/RESULTS.md.  B3, B4 and B7 run in-process (no Slurm, no
+Prints a table and writes benchmarks/RESULTS.md and the plots it links (benchmarks/plots/,
+drawn by benchmarks/plots.py).  B3, B4 and B7 run in-process (no Slurm, no
 Kubernetes); B1, B5 and B6 use the project's local Slurm (B1 and B6 also the control plane), as
 does SOAK (``--only SOAK --minutes M --seed S[,S...]``: faults, not timings; never in the
 default set; ``--adversarial``: a tenant tries issue 41's attacks beside the faults, its rows
@@ -58,7 +59,8 @@ TITLES = {
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
-        description="slurmbridge benchmarks: prints a table, writes benchmarks/RESULTS.md.",
+        description="slurmbridge benchmarks: prints a table, writes benchmarks/RESULTS.md "
+                    "and its plots.",
     )
     p.add_argument("--only", default="B1,B3,B4,B5,B6,B7",
                    help="comma-separated benchmarks to run (default: all)")
@@ -66,7 +68,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=BENCH_DIR / "RESULTS.md")
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--render", action="store_true",
-                   help="run nothing: rewrite RESULTS.md from benchmarks/results.json")
+                   help="run nothing: rewrite RESULTS.md and redraw its plots from "
+                        "benchmarks/results.json and series.json")
     p.add_argument("--merge", type=Path, metavar="RESULTS_JSON",
                    help="run nothing: set the --only sections of another clone's results.json "
                         "beside this one's (rows of the same name replaced), then rewrite")

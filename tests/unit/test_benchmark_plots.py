@@ -4,12 +4,19 @@ it; a curve whose series a stored run lacks is named as awaiting the next run, n
 
 import json
 import re
+import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
-from benchmarks import run
+from benchmarks import report, run
+from benchmarks.b1_end_to_end import Config, Runs, Shape
 from benchmarks.b1_measure import SystemRun
-from benchmarks.b1_report import curves
-from benchmarks.soak.tracker import Timeline
+from benchmarks.b1_report import curves, outcome
+from benchmarks.common import Figure, Outcome
+from benchmarks.soak.faults import Injector
+from benchmarks.soak.schedule import Fault, FaultKind
+from benchmarks.soak.tracker import Timeline, Tracker
 
 PNG = b"\x89PNG\r\n\x1a\n"
 LINK = re.compile(r"!\[[^\]]*\]\(([^)]+)\)")
@@ -64,7 +71,7 @@ def _round(pods: int, speed: float) -> SystemRun:
     created = [i * 0.01 for i in range(pods)]
     bound = [c + speed * (1 + i % 7) for i, c in enumerate(created)]
     return SystemRun(pods, max(bound), [b - c for b, c in zip(bound, created, strict=True)],
-                     {}, created=created, bound=bound)
+                     {"kube-apiserver": 1.0}, created=created, bound=bound)
 
 
 def _series() -> dict[str, object]:
@@ -143,8 +150,6 @@ def test_rendering_again_gives_the_same_bytes_and_drops_plots_no_longer_linked(
 
 
 def test_the_stored_series_survive_a_save_and_a_load(tmp_path: Path) -> None:
-    from benchmarks import report  # noqa: PLC0415
-
     (tmp_path / "results.json").write_text(json.dumps(_results()))
     (tmp_path / "series.json").write_text(json.dumps(_series()))
     stored = report.load(tmp_path / "results.json")
@@ -154,3 +159,56 @@ def test_the_stored_series_survive_a_save_and_a_load(tmp_path: Path) -> None:
     b1 = stored["B1"].series["[50 pods, qps 50]"]
     assert [len(r["bound_ms"]) for r in b1["bridge"]] == [50, 50]
     assert b1["a"][0]["created_ms"][:3] == [0, 10, 20]
+
+
+# --- the measuring code keeps what the curves need ---------------------------------------------
+
+
+def test_b1_keeps_each_complete_rounds_per_pod_times_per_system_and_repeat() -> None:
+    runs = Runs()
+    for system, speed in (("a", 0.1), ("b", 0.3), ("bridge", 0.9)):
+        runs.add(50, 50.0, system, _round(50, speed))
+    runs.add(50, 400.0, "bridge", _round(50, 1.0))  # its other systems failed: no figures
+    slurm = cast(Any, SimpleNamespace(version="26.05", url="http://127.0.0.1:6820"))
+    got = outcome(Config(pods=(50,), limits=((50, 100), (400, 800))), runs, slurm,
+                  Shape(cpus=128, memory_mb=262144, pods=250))
+    assert list(got.series) == ["[50 pods, qps 50]"]
+    assert {k: len(v) for k, v in got.series["[50 pods, qps 50]"].items()} == {
+        "a": 1, "b": 1, "bridge": 1}
+    curve = got.series["[50 pods, qps 50]"]["bridge"][0]
+    assert curve["created_ms"][:2] == [0, 10] and curve["bound_ms"][:2] == [900, 1810]
+    assert all(f.name.startswith("[50 pods, qps 50]") for f in got.figures)
+
+
+class _Nodes:
+    async def patch(self, *args: object) -> None:
+        pass
+
+
+async def test_a_soak_keeps_a_timeline_of_its_faults_placements_and_checks() -> None:
+    tracker = Tracker(seed=1, load_start=time.time() - 60)
+    injector = Injector(cast(Any, None), cast(Any, _Nodes()), [], cast(Any, None),
+                        {"kube-node1": "node1"}, tracker, Path("/"), cast(Any, None),
+                        lambda: None)
+    await injector.inject(Fault(at=60, kind=FaultKind.CORDON, hold=10, pick=0.0))
+    tracker.observe([], placed=4)
+    tracker.observe([], placed=6)
+    saved = tracker.timeline.to_json()
+    ((at, kind),) = saved["faults"]
+    assert kind == FaultKind.CORDON.value and 59 <= at <= 62
+    assert [c[1:] for c in saved["checks"]] == [[4, 0, 0], [6, 0, 0]]
+
+
+def test_an_adversarial_soaks_timeline_joins_the_stored_ones(tmp_path: Path) -> None:
+    row = Figure("[seed 1] invariant violations", "violations", [0.0])
+    before = Outcome("SOAK", "soak", figures=[row], series={"seed 1": {"faults": []}},
+                     date="2026-12-04 03:05 UTC")
+    added = Outcome("SOAK", "soak", date="2026-12-05 01:00 UTC",
+                    figures=[Figure("[adversarial seed 1] invariant violations", "v", [0.0])],
+                    series={"adversarial seed 1": {"faults": [[1.0, "x"]]}})
+    joined = run.beside(before, added)
+    assert set(joined.series) == {"seed 1", "adversarial seed 1"}
+    other = tmp_path / "results.json"
+    report.save(other, {"SOAK": added})
+    ours = run.merged({"SOAK": before}, other, ["SOAK"])["SOAK"]
+    assert ours.series == joined.series
