@@ -112,7 +112,9 @@ def _rounds(o: Outcome, folder: Path, prefix: str, row: re.Pattern[str], only: s
         section.plots.append(_throughput(o.bench, values, folder, prefix))
     lacking = []
     for group in values:
-        tag = next((t for t in o.series if t.endswith(f"{group}]")), None)
+        # B1's group is the whole tag, B6's its client limit ("qps 50" of "[5000 pods, qps 50]")
+        tag = next((t for t in o.series if t == f"[{group}]" or t.endswith(f", {group}]")),
+                   None)
         if tag is None:
             lacking.append(f"[{group}]")
             continue

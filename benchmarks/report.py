@@ -125,7 +125,9 @@ def _plots(section: plots.Section | None) -> list[str]:
     """A section's images and what awaits a run that keeps the series; nothing if neither."""
     if section is None or not (section.plots or section.awaiting):
         return []
-    out = [f"![{p.caption}]({PLOTS}/{p.file})" for p in section.plots]
-    out = [line for image in out for line in (image, "")]
-    return out + [f"- Not drawn: {why}" for why in section.awaiting] + (
-        [""] if section.awaiting else [])
+    out: list[str] = []
+    for p in section.plots:
+        out += [f"![{p.caption}]({PLOTS}/{p.file})", ""]
+    if section.awaiting:
+        out += [*(f"- Not drawn: {why}" for why in section.awaiting), ""]
+    return out

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from benchmarks import report, run
+from benchmarks import plots, report, run
 from benchmarks.b1_end_to_end import Config, Runs, Shape
 from benchmarks.b1_measure import SystemRun
 from benchmarks.b1_report import curves, outcome
@@ -22,7 +22,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 LINK = re.compile(r"!\[[^\]]*\]\(([^)]+)\)")
 
 
-def _figure(name: str, unit: str, *samples: float) -> dict[str, object]:
+def _figure(name: str, unit: str, *samples: float) -> dict[str, Any]:
     return {"name": name, "unit": unit, "samples": list(samples)}
 
 
@@ -31,7 +31,7 @@ def _outcome(bench: str, figures: list[dict[str, object]]) -> dict[str, object]:
             "date": "2026-12-01 10:00 UTC", "command": "python -m benchmarks.run", "repeats": 1}
 
 
-def _b1_round(tag: str) -> list[dict[str, object]]:
+def _b1_round(tag: str) -> list[dict[str, Any]]:
     return [
         _figure(f"{tag} bridge: pods/s", "pods/s", 30.0, 32.0),
         _figure(f"{tag} Slurm alone: pods/s", "pods/s", 200.0),
@@ -212,3 +212,12 @@ def test_an_adversarial_soaks_timeline_joins_the_stored_ones(tmp_path: Path) -> 
     report.save(other, {"SOAK": added})
     ours = run.merged({"SOAK": before}, other, ["SOAK"])["SOAK"]
     assert ours.series == joined.series
+
+
+def test_a_round_is_never_drawn_from_another_sizes_series(tmp_path: Path) -> None:
+    b1 = Outcome("B1", "b1", figures=[Figure(**f) for f in _b1_round("[500 pods, qps 50]")],
+                 series=curves({(1500, 50.0): {"a": [_round(5, 0.1)], "b": [_round(5, 0.2)],
+                                               "bridge": [_round(5, 0.3)]}}))
+    section = plots.draw({"B1": b1}, tmp_path)["B1"]
+    assert [p.file for p in section.plots] == ["b1-throughput.png"]
+    assert "[500 pods, qps 50] await" in section.awaiting[0]
