@@ -59,8 +59,7 @@ TITLES = {
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
-        description="slurmbridge benchmarks: prints a table, writes benchmarks/RESULTS.md "
-                    "and its plots.",
+        description="slurmbridge benchmarks: prints a table, writes RESULTS.md and its plots.",
     )
     p.add_argument("--only", default="B1,B3,B4,B5,B6,B7",
                    help="comma-separated benchmarks to run (default: all)")
@@ -68,8 +67,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=BENCH_DIR / "RESULTS.md")
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--render", action="store_true",
-                   help="run nothing: rewrite RESULTS.md and redraw its plots from "
-                        "benchmarks/results.json and series.json")
+                   help="run nothing: RESULTS.md and its plots from benchmarks/results.json")
     p.add_argument("--merge", type=Path, metavar="RESULTS_JSON",
                    help="run nothing: set the --only sections of another clone's results.json "
                         "beside this one's (rows of the same name replaced), then rewrite")
