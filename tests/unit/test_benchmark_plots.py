@@ -112,6 +112,15 @@ def test_render_writes_every_png_results_md_links(tmp_path: Path) -> None:
         assert expected in named, f"no {expected} plot among {links}"
 
 
+def test_the_committed_results_md_links_every_committed_plot_and_no_other() -> None:
+    """benchmarks/RESULTS.md and benchmarks/plots/ as --render left them: no link to a missing
+    image, no image no section shows."""
+    bench = Path(run.__file__).parent
+    links = _links((bench / "RESULTS.md").read_text())
+    assert sorted(links) == sorted(f"plots/{p.name}" for p in (bench / "plots").glob("*.png"))
+    assert all((bench / link).read_bytes().startswith(PNG) for link in links)
+
+
 def test_a_curve_whose_series_a_stored_run_lacks_awaits_the_next_run_unlinked(
     tmp_path: Path,
 ) -> None:
