@@ -151,7 +151,17 @@ def _throughput(bench: str, values: dict[str, dict[tuple[str, str], float]], fol
 
 
 def _round_curves(bench: str, tag: str, curves: Curves, folder: Path, prefix: str) -> list[Plot]:
-    name = f"{prefix}-{_slug(tag)}"
+    name, caption = f"{prefix}-{_slug(tag)}", f"{bench}, {tag.strip('[]')}"  # alt text: no [ ]
+    fig = _bound_over_time(curves)
+    fig.suptitle(f"{bench} {tag}: pods bound over time, the bridge's median repeat")
+    bound = _save(fig, folder, f"{name}-bound", f"{caption}: pods bound over time")
+    fig = _latency_cdf(curves)
+    fig.suptitle(f"{bench} {tag}: latency CDF, every repeat")
+    return [bound, _save(fig, folder, f"{name}-cdf", f"{caption}: create->bound latency CDF")]
+
+
+def _bound_over_time(curves: Curves) -> Canvas:
+    """One repeat of the round (the bridge's median wall time), the three systems in it."""
     walls = [max(r["bound_ms"], default=0) for r in curves.get("bridge", [])]
     pick = sorted(range(len(walls)), key=walls.__getitem__)[len(walls) // 2] if walls else 0
     fig, (ax,) = _canvas()
@@ -168,9 +178,11 @@ def _round_curves(bench: str, tag: str, curves: Curves, folder: Path, prefix: st
            ylabel="pods bound (jobs RUNNING)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.suptitle(f"{bench} {tag}: pods bound over time, repeat {pick + 1} (the bridge's median)")
-    caption = f"{bench}, {tag.strip('[]')}"  # no brackets in a Markdown image's alt text
-    bound = _save(fig, folder, f"{name}-bound", f"{caption}: pods bound over time")
+    return fig
+
+
+def _latency_cdf(curves: Curves) -> Canvas:
+    """Every repeat's pods pooled, per system; log seconds (a 0 ms wait drawn at 1 ms)."""
     fig, (ax,) = _canvas()
     for key, runs in _ordered(curves):
         waits = sorted(max(b - c, 1) / 1000 for r in runs
@@ -182,9 +194,7 @@ def _round_curves(bench: str, tag: str, curves: Curves, folder: Path, prefix: st
            ylabel="fraction of pods")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.suptitle(f"{bench} {tag}: latency CDF, every repeat")
-    cdf = _save(fig, folder, f"{name}-cdf", f"{caption}: create->bound latency CDF")
-    return [bound, cdf]
+    return fig
 
 
 def _ordered(curves: Curves) -> list[tuple[str, list[dict[str, list[int]]]]]:
