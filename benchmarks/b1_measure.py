@@ -60,6 +60,15 @@ class SystemRun:
     requests: dict[str, float] = field(default_factory=dict)  # apiserver "VERB resource"
     work: str = ""  # the bridge's /metrics deltas (bridge only)
     slurm_cycles: str = ""  # slurmctld's scheduler cycles while the clock ran (sdiag)
+    # per pod, in the order of ``latencies``: seconds from the round's first create (submit)
+    # to its own create and to its bind (RUNNING): the plots' curves
+    created: list[float] = field(default_factory=list)
+    bound: list[float] = field(default_factory=list)
+
+    def curve(self) -> dict[str, list[int]]:
+        """``created`` and ``bound`` in whole milliseconds, as series.json keeps them."""
+        return {"created_ms": [round(t * 1000) for t in self.created],
+                "bound_ms": [round(t * 1000) for t in self.bound]}
 
     @property
     def pods_per_s(self) -> float:
@@ -192,7 +201,8 @@ async def slurm_alone(slurm: SlurmTarget, n: int, lim: Limits) -> SystemRun:
             used = live.cpu_since(cpu0)
             cycles = scheduler_cycles(await asyncio.to_thread(_sdiag, slurm))
             return SystemRun(n, took, [running[i] - sent[i] for i in ids], used,
-                             slurm_cycles=cycles)
+                             slurm_cycles=cycles, created=[sent[i] - t0 for i in ids],
+                             bound=[running[i] - t0 for i in ids])
         finally:
             await asyncio.to_thread(live.cancel_jobs, slurm, list(ids))
             await live.wait_slurm_quiet(slurm)
@@ -244,7 +254,8 @@ async def pods_bound(
         latencies = [bound[name] - sent[name] for name in sent]
         cycles = scheduler_cycles(await asyncio.to_thread(_sdiag, slurm))
         return SystemRun(n, took, latencies, used, live.counts_since(calls0, calls),
-                         slurm_cycles=cycles)
+                         slurm_cycles=cycles, created=[sent[name] - t0 for name in sent],
+                         bound=[bound[name] - t0 for name in sent])
     finally:
         watcher.cancel()
         with contextlib.suppress(BaseException):

@@ -36,12 +36,27 @@ def outcome(cfg: Config, runs: Runs, slurm: SlurmTarget, shape: Shape) -> Outcom
         bench="B1", title="end to end: pods/s, per-pod latency and cost per pod",
         figures=figures, notes=notes, profile=runs.profile,
         repeats=max(cfg.repeats_for(i) for i in range(len(cfg.pods))),
+        series=curves({k: by for k, by in runs.by.items() if {"a", "b", "bridge"} <= by.keys()}),
     )
+
+
+def round_tag(pods: int, qps: float) -> str:
+    """The tag of one size at one client limit, as its figures' names and its series carry it."""
+    return f"[{pods} pods, qps {qps:g}]"
+
+
+def curves(
+    by: dict[tuple[int, float], dict[str, list[SystemRun]]],
+) -> dict[str, dict[str, list[dict[str, list[int]]]]]:
+    """Per round tag, per system, per repeat: each pod's create and bind times (B1 and B6
+    alike), what the plots draw the pods bound over time and the latency CDFs from."""
+    return {round_tag(pods, qps): {k: [r.curve() for r in runs] for k, runs in systems.items()}
+            for (pods, qps), systems in by.items()}
 
 
 def combo_figures(pods: int, qps: float, by: dict[str, list[SystemRun]]) -> list[Figure]:
     """One size at one client limit: throughput, latency, cost; each target judged."""
-    tag = f"[{pods} pods, qps {qps:g}]"
+    tag = round_tag(pods, qps)
     a, b, c = by["a"], by["b"], by["bridge"]
 
     def fig(name: str, unit: str, values: list[float]) -> Figure:
@@ -77,7 +92,7 @@ def combo_figures(pods: int, qps: float, by: dict[str, list[SystemRun]]) -> list
 
 def combo_notes(pods: int, qps: float, by: dict[str, list[SystemRun]]) -> list[str]:
     """Where the time, CPU and writes go: medians per process kind and request, bridge work."""
-    tag = f"[{pods} pods, qps {qps:g}]"
+    tag = round_tag(pods, qps)
     notes = [f"{tag} median seconds until all running/bound: " + ", ".join(
         f"{NAMES[k]} {fmt(statistics.median(r.seconds for r in runs))} s"
         for k, runs in by.items())]

@@ -27,7 +27,7 @@ from lightkube import AsyncClient
 from benchmarks import b1_measure, b6_filter, live
 from benchmarks.b1_end_to_end import SHIPPED_TIMINGS
 from benchmarks.b1_measure import Limits, SystemRun
-from benchmarks.b1_report import combo_notes
+from benchmarks.b1_report import combo_notes, curves
 from benchmarks.b6_setup import (
     Shape,
     ensure_pid_room,
@@ -231,4 +231,5 @@ def _outcome(cfg: Config, all_series: list[Series], notes: list[str]) -> Outcome
     return Outcome(
         bench="B6", title="site scale: B1 with 256 nodes and 10,000 native jobs",
         figures=figures, notes=[head, *notes], repeats=cfg.repeats,
+        series=curves({(cfg.pods, s.qps): s.runs for s in all_series if s.runs}),
     )

@@ -62,6 +62,10 @@ class Outcome:
     date: str = ""
     repeats: int = 0
     machine: dict[str, str] = field(default_factory=dict)
+    # What the plots' curves need beyond the figures (B1's per-pod times, a soak's timeline),
+    # keyed by the row tag of the figures it belongs to; stored in series.json beside
+    # results.json (benchmarks/report.py), drawn by benchmarks/plots.py.
+    series: dict[str, Any] = field(default_factory=dict)
 
     def figure(self, name: str) -> Figure:
         for f in self.figures:
@@ -70,7 +74,10 @@ class Outcome:
         raise KeyError(name)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """Everything but ``series`` (kept in a file of its own: thousands of numbers)."""
+        out = asdict(self)
+        del out["series"]
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Outcome:

@@ -5,21 +5,44 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmarks import plots
 from benchmarks.common import MEASURED, NOT_RUN, Outcome, fmt
 
+PLOTS = "plots"  # the plots' folder beside RESULTS.md, which links them relatively
 ORDER = ("B1", "B3", "B4", "B5", "B6", "B7", "SOAK")
 LIVE_COMMAND = "cd /work/main && python -m benchmarks.run --only B1,B5,B6"
+
+
+def series_path(results_json: Path) -> Path:
+    """The plots' series (per-pod times, soak timelines) beside results.json."""
+    return results_json.with_name("series.json")
 
 
 def load(path: Path) -> dict[str, Outcome]:
     if not path.exists():
         return {}
     data = json.loads(path.read_text())
-    return {k: Outcome.from_json(v) for k, v in data.items()}
+    outcomes = {k: Outcome.from_json(v) for k, v in data.items()}
+    beside = series_path(path)
+    for bench, series in (json.loads(beside.read_text()) if beside.exists() else {}).items():
+        if bench in outcomes:
+            outcomes[bench].series = series
+    return outcomes
 
 
 def save(path: Path, outcomes: dict[str, Outcome]) -> None:
     path.write_text(json.dumps({k: v.to_json() for k, v in outcomes.items()}, indent=1) + "\n")
+    series = {k: v.series for k, v in outcomes.items() if v.series}
+    # one line per benchmark: thousands of numbers, kept out of results.json's diffs
+    series_path(path).write_text("{\n" + ",\n".join(
+        f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in series.items()
+    ) + "\n}\n")
+
+
+def write(results_md: Path, outcomes: dict[str, Outcome], pending: dict[str, str]) -> None:
+    """RESULTS.md and the plots it links (plots/ beside it), both from ``outcomes``."""
+    drawn = plots.draw(outcomes, results_md.parent / PLOTS)
+    results_md.write_text(markdown(outcomes, pending, drawn))
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -39,7 +62,8 @@ def table(outcomes: list[Outcome]) -> str:
     )
 
 
-def markdown(outcomes: dict[str, Outcome], pending: dict[str, str]) -> str:
+def markdown(outcomes: dict[str, Outcome], pending: dict[str, str],
+             drawn: dict[str, plots.Section] | None = None) -> str:
     out = [
         "# slurmbridge benchmarks: results",
         "",
@@ -70,6 +94,7 @@ def markdown(outcomes: dict[str, Outcome], pending: dict[str, str]) -> str:
                 f"Measured {o.date}, {o.repeats} repeats, with `{o.command}`.", ""]
         for paragraph in o.conditions:
             out += [paragraph, ""]
+        out += _plots((drawn or {}).get(bench))
         out += ["| figure | median | unit | min-max | samples | target | verdict |",
                 "|---|---|---|---|---|---|---|"]
         for f in o.figures:
@@ -94,3 +119,15 @@ def markdown(outcomes: dict[str, Outcome], pending: dict[str, str]) -> str:
             why = f" (last attempt failed: {o.error})" if o is not None and o.error else ""
             out.append(f"- **{bench}**: {pending.get(bench, '')}{why}")
     return "\n".join(out) + "\n"
+
+
+def _plots(section: plots.Section | None) -> list[str]:
+    """A section's images and what awaits a run that keeps the series; nothing if neither."""
+    if section is None or not (section.plots or section.awaiting):
+        return []
+    out: list[str] = []
+    for p in section.plots:
+        out += [f"![{p.caption}]({PLOTS}/{p.file})", ""]
+    if section.awaiting:
+        out += [*(f"- Not drawn: {why}" for why in section.awaiting), ""]
+    return out

@@ -1,6 +1,7 @@
 """One command for the benchmarks: ``python -m benchmarks.run [--only B3,B4] [--repeats N]``.
 
-Prints a table and writes benchmarks/RESULTS.md.  B3, B4 and B7 run in-process (no Slurm, no
+Prints a table and writes benchmarks/RESULTS.md and the plots it links (benchmarks/plots/,
+drawn by benchmarks/plots.py).  B3, B4 and B7 run in-process (no Slurm, no
 Kubernetes); B1, B5 and B6 use the project's local Slurm (B1 and B6 also the control plane), as
 does SOAK (``--only SOAK --minutes M --seed S[,S...]``: faults, not timings; never in the
 default set; ``--adversarial``: a tenant tries issue 41's attacks beside the faults, its rows
@@ -58,7 +59,7 @@ TITLES = {
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
-        description="slurmbridge benchmarks: prints a table, writes benchmarks/RESULTS.md.",
+        description="slurmbridge benchmarks: prints a table, writes RESULTS.md and its plots.",
     )
     p.add_argument("--only", default="B1,B3,B4,B5,B6,B7",
                    help="comma-separated benchmarks to run (default: all)")
@@ -66,7 +67,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=BENCH_DIR / "RESULTS.md")
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--render", action="store_true",
-                   help="run nothing: rewrite RESULTS.md from benchmarks/results.json")
+                   help="run nothing: RESULTS.md and its plots from benchmarks/results.json")
     p.add_argument("--merge", type=Path, metavar="RESULTS_JSON",
                    help="run nothing: set the --only sections of another clone's results.json "
                         "beside this one's (rows of the same name replaced), then rewrite")
@@ -220,6 +221,7 @@ def beside(before: Outcome | None, added: Outcome) -> Outcome:
     return dataclasses.replace(
         before, figures=kept + fresh,
         notes=[*before.notes, f"Rows {rows}: `{added.command}` ({added.date}).", *added.notes],
+        series=before.series | added.series,
     )
 
 
@@ -241,7 +243,8 @@ def merged(stored: dict[str, Outcome], other: Path, only: list[str]) -> dict[str
         rows |= {f.name: dataclasses.replace(f, date=f.date or added.date) for f in added.figures}
         out[bench] = dataclasses.replace(
             ours, figures=list(rows.values()),
-            notes=[*ours.notes, *(n for n in added.notes if n not in ours.notes)])
+            notes=[*ours.notes, *(n for n in added.notes if n not in ours.notes)],
+            series=ours.series | added.series)
     return out
 
 
@@ -252,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.merge:
             stored = merged(stored, args.merge, args.only)
             report.save(args.results.with_name("results.json"), stored)
-        args.results.write_text(report.markdown(stored, TITLES))
+        report.write(args.results, stored, TITLES)
         print(report.table([stored[b] for b in report.ORDER if b in stored]))
         return 0
     command = "python -m benchmarks.run " + shlex.join(sys.argv[1:] if argv is None else argv)
@@ -288,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(ran))
     if not args.no_write:
-        args.results.write_text(report.markdown(stored, TITLES))
-        print(f"\nwrote {args.results}")
+        report.write(args.results, stored, TITLES)
+        print(f"\nwrote {args.results} and its plots")
     return 0 if all(o.status == MEASURED for o in ran) else 1
 
 

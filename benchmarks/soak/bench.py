@@ -71,6 +71,7 @@ def run_seeds(cfg: Config, seeds: list[int]) -> Outcome:
         merged.figures += [dataclasses.replace(f, name=f"[{one_cfg.label}] {f.name}")
                            for f in one.figures]
         merged.notes += [f"[{one_cfg.label}] {note}" for note in one.notes]
+        merged.series |= one.series
         if one.status == FAILED:
             merged.status, merged.error = FAILED, f"seed {seed}: {one.error}"
     return merged
@@ -215,10 +216,12 @@ class Soak:
                                               timeout=20, scope=self._scope())
             except Exception:
                 self.skipped += 1
+                self.tracker.timeline.skipped.append(time.time() - self.tracker.load_start)
                 raise
         self.latest = snap
         suspects = check_all(snap, frozenset(self.injector.faulted_jobs))
-        for violation in self.tracker.observe(suspects, snap.at):
+        placed = len(self.kubelet.placed)
+        for violation in self.tracker.observe(suspects, snap.at, placed=placed):
             print("  " + violation.describe(), flush=True)
 
     def final_violation(self, invariant: str, detail: str) -> None:
@@ -230,10 +233,13 @@ class Soak:
             delay = self.tracker.load_start + fault.at - time.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+            started = time.time() - self.tracker.load_start
             try:
                 await asyncio.wait_for(self.injector.inject(fault), 240)
             except (Exception, live.HarnessFailure) as exc:  # counted, go on
-                self.injector.counts[f"{fault.kind.value} (failed to inject)"] += 1
+                failed = f"{fault.kind.value} (failed to inject)"
+                self.injector.counts[failed] += 1
+                self.tracker.timeline.faults.append((started, failed))
                 print(f"  fault {fault.describe()} failed: {type(exc).__name__}: "
                       f"{str(exc)[:300]}", flush=True)
 
@@ -309,7 +315,8 @@ class Soak:
             "Faults in order: " + " | ".join(self.tracker.faults),
             *(self.adversary.notes() if self.adversary is not None else []),
         ]
-        outcome = Outcome(bench="SOAK", title=TITLE, figures=figures, notes=notes, repeats=1)
+        outcome = Outcome(bench="SOAK", title=TITLE, figures=figures, notes=notes, repeats=1,
+                          series={self.cfg.label: self.tracker.timeline.to_json()})
         if not self.kubelet.placed:
             outcome.status, outcome.error = FAILED, "no pod was ever placed: the harness is broken"
         return outcome

@@ -105,8 +105,9 @@ class Injector:
             FaultKind.CORDON: self._cordon,
         }
         tail = TAIL_SECONDS.get(fault.kind)
-        outage = self.tracker.open_outage(time.time()) if tail is not None else None
-        started = time.strftime("%H:%M:%S", time.gmtime())
+        at = time.time()
+        outage = self.tracker.open_outage(at) if tail is not None else None
+        started = time.strftime("%H:%M:%S", time.gmtime(at))
         victim, skipped = "failed", ""
         try:
             victim = await handlers[fault.kind](fault)
@@ -119,7 +120,9 @@ class Injector:
             described = f"{fault.describe()}: {victim or skipped}"
             self.tracker.fault(f"{started} UTC {described}")
             print(f"  fault {described}", flush=True)
-        self.counts[fault.kind.value if victim else f"{fault.kind.value} (skipped)"] += 1
+        counted = fault.kind.value if victim else f"{fault.kind.value} (skipped)"
+        self.counts[counted] += 1
+        self.tracker.timeline.faults.append((at - self.tracker.load_start, counted))
 
     async def _kill_replica(self, fault: Fault) -> str:
         try:

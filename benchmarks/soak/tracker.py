@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from benchmarks.soak.invariants import BOUND_SECONDS, Suspect
 
@@ -59,9 +60,25 @@ class Violation:
 
 
 @dataclass
+class Timeline:
+    """What a soak's plot draws (benchmarks/plots.py), in seconds since the load began."""
+
+    faults: list[tuple[float, str]] = field(default_factory=list)  # (t, kind as counted)
+    # one per snapshot judged: (t, pods placed so far, suspects seen, violations so far)
+    checks: list[tuple[float, int, int, int]] = field(default_factory=list)
+    skipped: list[float] = field(default_factory=list)  # snapshots Slurm or the API refused
+
+    def to_json(self) -> dict[str, list[Any]]:
+        return {"faults": [[round(t, 1), kind] for t, kind in self.faults],
+                "checks": [[round(t, 1), *rest] for t, *rest in self.checks],
+                "skipped": [round(t, 1) for t in self.skipped]}
+
+
+@dataclass
 class Tracker:
     seed: int
     load_start: float
+    timeline: Timeline = field(default_factory=Timeline)
     outages: list[Outage] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)  # described, in order
     checks: int = 0
@@ -81,10 +98,18 @@ class Tracker:
     def close_outage(self, index: int, end: float) -> None:
         self.outages[index] = Outage(self.outages[index].start, end)
 
-    def observe(self, suspects: list[Suspect], now: float | None = None) -> list[Violation]:
-        """Take one snapshot's suspects; return the violations judged now (new ones only)."""
+    def observe(self, suspects: list[Suspect], now: float | None = None, *,
+                placed: int = 0) -> list[Violation]:
+        """Take one snapshot's suspects (``placed``: pods placed so far, for the timeline);
+        return the violations judged now (new ones only)."""
         now = time.time() if now is None else now
         self.checks += 1
+        new = self._judge(suspects, now)
+        self.timeline.checks.append((now - self.load_start, placed, len(suspects),
+                                     len(self.violations)))
+        return new
+
+    def _judge(self, suspects: list[Suspect], now: float) -> list[Violation]:
         current = {s.key: s for s in suspects}
         for key in list(self._first_seen):
             if key not in current:  # resolved: a later return starts afresh
