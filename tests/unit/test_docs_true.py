@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bridge.gpumap.model import GpuMap
+from slurmbridge_cli.gpumap_text import table as gpu_table
 from slurmbridge_cli.kubeviews.text import nodes_table, status_table
 from slurmbridge_cli.status_view import render_table
 from tests.docs_text import REPO, columns, output_blocks, section, table_rows
@@ -28,6 +30,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "slurmbridge status": lambda: render_table([]),
     "kubectl slurmbridge status": lambda: status_table([]),
     "kubectl slurmbridge nodes": lambda: nodes_table([]),
+    "slurmbridge gpus": lambda: gpu_table(GpuMap([])).splitlines()[0],  # then bars, legend
+    "kubectl slurmbridge gpus": lambda: gpu_table(GpuMap([]), mine="ns").splitlines()[0],
 }
 HEADER_LINE = re.compile(r"^(POD|NODE)\s{2,}[A-Z]", re.M)
 
