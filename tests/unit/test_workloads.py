@@ -336,10 +336,10 @@ async def test_a_burst_of_pods_reviewed_at_once_reads_their_owner_once() -> None
             return resource.from_dict({"metadata": {"name": name}, "spec": {}})
 
     read = kube_owner_reader(cast(AsyncClient, Client()))
-    burst = [asyncio.create_task(read(JOB, NS, "train")) for _ in range(8)]
+    burst = asyncio.gather(*(read(JOB, NS, "train") for _ in range(8)))
     await asyncio.sleep(0)
     Client.answer.set()
-    assert all(found is not None for found in await asyncio.gather(*burst))
+    assert all(found is not None for found in await burst)
     assert Client.gets == 1
 
 
