@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 import structlog
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from admission import ephemeral, mutate, telemetry, validate, workloads
@@ -21,7 +22,7 @@ from admission.device_claims import claimed_gpus, extended_gpu_resources
 from admission.lookups import Lookups
 from admission.owners import WorkloadError, WorkloadLookupError
 from admission.pod import PodShape
-from admission.review import AdmissionRequest, AdmissionResponse, AdmissionReview
+from admission.review import AdmissionRequest, AdmissionResponse, decode_request, encode_response
 from admission.scope import CachedNamespaceLabels, NamespaceLookupError, Scope
 from bridge.config import AdmissionSettings, DeviceClassGres
 from bridge.devices.asks import UnmappableClaim
@@ -72,7 +73,7 @@ def create_app(
     )
     app = telemetry.webhook_app()  # /metrics, and each review timed
 
-    async def review(endpoint: Endpoint, http: Request) -> JSONResponse:
+    async def review(endpoint: Endpoint, http: Request) -> Response:
         try:
             request = _parse(await http.body())
             response = await _decide(endpoint, request, context)
@@ -80,14 +81,14 @@ def create_app(
             log.warning("admission.bad_review", endpoint=endpoint, reason=str(err))
             return JSONResponse({"error": str(err)}, status_code=400)
         _log_review(endpoint, request, response)
-        return JSONResponse(AdmissionReview(response=response).to_wire())
+        return Response(encode_response(response), media_type="application/json")
 
     @app.post("/mutate")
-    async def mutate_endpoint(http: Request) -> JSONResponse:
+    async def mutate_endpoint(http: Request) -> Response:
         return await review("mutate", http)
 
     @app.post("/validate")
-    async def validate_endpoint(http: Request) -> JSONResponse:
+    async def validate_endpoint(http: Request) -> Response:
         return await review("validate", http)
 
     @app.get("/healthz")
@@ -115,12 +116,12 @@ def _log_review(endpoint: Endpoint, request: AdmissionRequest, response: Admissi
 
 def _parse(body: bytes) -> AdmissionRequest:
     try:
-        review = AdmissionReview.model_validate_json(body)
-    except ValidationError as err:
-        raise BadReview(f"not an AdmissionReview v1: {_describe(err)}") from None
-    if review.request is None:
+        request = decode_request(body)
+    except msgspec.DecodeError as err:
+        raise BadReview(f"not an AdmissionReview v1: {err}") from None
+    if request is None:
         raise BadReview("not an AdmissionReview v1: request is missing")
-    return review.request
+    return request
 
 
 def _pod(raw: object, field: str) -> PodShape:
