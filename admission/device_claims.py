@@ -18,6 +18,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 
 from admission.owners import Kind, OwnerReader, WorkloadLookupError
 from admission.pod import PodResourceClaim, PodShape
+from admission.ttl_cache import TtlCache
 from bridge import keys
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import DeviceAsk, GpuTotal, UnmappableClaim, claim_asks, gpu_total
@@ -125,26 +126,23 @@ async def extended_gpu_resources(
 
 
 def kube_extended_resources(
-    client: AsyncClient | None = None, clock: Callable[[], float] = time.monotonic
+    client: AsyncClient, clock: Callable[[], float] = time.monotonic
 ) -> ExtendedResources:
-    """The DeviceClasses' extended resource names, listed through the API server (a client
-    made on first use) and kept CLASS_CACHE_SECONDS, for a burst of a workload's pods."""
-    cached: tuple[float, dict[str, str]] | None = None
+    """The DeviceClasses' extended resource names, listed through the API server and kept
+    CLASS_CACHE_SECONDS, for a burst of a workload's pods."""
+    kept = TtlCache[None, Mapping[str, str]](CLASS_CACHE_SECONDS, clock)
 
-    async def read() -> Mapping[str, str]:
-        nonlocal client, cached
-        if cached is not None and clock() - cached[0] < CLASS_CACHE_SECONDS:
-            return cached[1]
-        client = client or AsyncClient()
+    async def listed() -> Mapping[str, str]:
         try:
-            names = {c.spec.extendedResourceName: c.metadata.name
-                     async for c in client.list(DeviceClass)
-                     if c.spec and c.spec.extendedResourceName and c.metadata and c.metadata.name}
+            return {c.spec.extendedResourceName: c.metadata.name
+                    async for c in client.list(DeviceClass)
+                    if c.spec and c.spec.extendedResourceName and c.metadata and c.metadata.name}
         except ApiError as err:
             if not is_not_found(err):
                 raise
-            names = {}  # resource.k8s.io/v1 not served here (Kubernetes before 1.34): no DRA
-        cached = (clock(), names)
-        return names
+            return {}  # resource.k8s.io/v1 not served here (Kubernetes before 1.34): no DRA
+
+    async def read() -> Mapping[str, str]:
+        return await kept.get(None, listed)
 
     return read

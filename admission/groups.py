@@ -24,12 +24,10 @@ MemberLister = Callable[[str, str], Awaitable[list[Pod]]]
 """The pods labelled ``slurmbridge.io/group=<group>`` in a namespace, as stored."""
 
 
-def kube_member_lister(client: AsyncClient | None = None) -> MemberLister:
-    """Lists through the API server (a client made on first use, as owners.py does)."""
+def kube_member_lister(client: AsyncClient) -> MemberLister:
+    """Lists through the API server, never kept: a group's members change member by member."""
 
     async def list_members(namespace: str, group: str) -> list[Pod]:
-        nonlocal client
-        client = client or AsyncClient()
         return [p async for p in client.list(
             PodResource, namespace=namespace, labels={keys.GROUP: group})]
 

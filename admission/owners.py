@@ -15,6 +15,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from admission.ttl_cache import TtlCache
 from bridge.kube.apierrors import is_not_found
 
 
@@ -139,28 +140,16 @@ OWNER_CACHE_SECONDS = 2.0
 
 
 def kube_owner_reader(
-    client: AsyncClient | None = None, clock: Callable[[], float] = time.monotonic
+    client: AsyncClient, clock: Callable[[], float] = time.monotonic
 ) -> OwnerReader:
-    """Reads owners through the API server (a client from in-cluster config or
-    ``$KUBECONFIG`` is made on first use, so building the app needs no cluster), each
-    answer kept for OWNER_CACHE_SECONDS."""
+    """Reads owners through the API server, each answer kept for OWNER_CACHE_SECONDS."""
     served: dict[Kind, str] = {}  # the version the server answered for, once it has
-    answers: dict[tuple[Kind, str, str], tuple[float, dict[str, Any] | None]] = {}
+    answers = TtlCache[tuple[Kind, str, str], dict[str, Any] | None](OWNER_CACHE_SECONDS, clock)
 
     async def read(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
-        key = (kind, namespace, name)
-        cached = answers.get(key)
-        if cached is not None and clock() - cached[0] < OWNER_CACHE_SECONDS:
-            return cached[1]
-        for stale in [k for k, (at, _) in answers.items() if clock() - at >= OWNER_CACHE_SECONDS]:
-            del answers[stale]
-        answer = await fetch(kind, namespace, name)
-        answers[key] = (clock(), answer)
-        return answer
+        return await answers.get((kind, namespace, name), lambda: fetch(kind, namespace, name))
 
     async def fetch(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
-        nonlocal client
-        client = client or AsyncClient()
         known = served.get(kind)
         for version in [known] if known else [kind.version, *kind.older]:
             resource: Any = create_namespaced_resource(kind.group, version, kind.kind, kind.plural)

@@ -8,6 +8,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Namespace
 
 from admission.pod import PodShape
+from admission.ttl_cache import TtlCache
 from bridge import keys
 from bridge.config import AdmissionSettings
 from bridge.kube.apierrors import is_not_found
@@ -20,23 +21,17 @@ class NamespaceLookupError(RuntimeError):
     """The labels of a namespace could not be read (API unreachable, RBAC)."""
 
 
-def kube_namespace_labels(client: AsyncClient | None = None) -> NamespaceLabels:
-    """A lookup reading labels from the API server through ``client``.
-
-    Without one, a client (in-cluster config or ``$KUBECONFIG``) is created on
-    first use, so building the app needs no cluster access.
-    """
+def kube_namespace_labels(client: AsyncClient) -> NamespaceLabels:
+    """A lookup reading labels from the API server through ``client``."""
 
     async def lookup(name: str) -> Mapping[str, str]:
-        nonlocal client
         try:
-            client = client or AsyncClient()
             namespace = await client.get(Namespace, name)
         except ApiError as err:
             if is_not_found(err):
                 return {}
             raise NamespaceLookupError(f"reading namespace {name!r}: {err}") from err
-        except Exception as err:  # no config, connection refused, ...: report, never crash
+        except Exception as err:  # connection refused, timeout, ...: report, never crash
             raise NamespaceLookupError(f"reading namespace {name!r}: {err}") from err
         return (namespace.metadata.labels if namespace.metadata else None) or {}
 
@@ -53,18 +48,10 @@ class CachedNamespaceLabels:
         self, lookup: NamespaceLabels, ttl: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._lookup = lookup
-        self._ttl = ttl
-        self._clock = clock
-        self._entries: dict[str, tuple[float, Mapping[str, str]]] = {}
+        self._kept = TtlCache[str, Mapping[str, str]](ttl, clock)
 
     async def __call__(self, name: str) -> Mapping[str, str]:
-        now = self._clock()
-        cached = self._entries.get(name)
-        if cached is not None and now - cached[0] < self._ttl:
-            return cached[1]
-        labels = await self._lookup(name)
-        self._entries[name] = (now, labels)
-        return labels
+        return await self._kept.get(name, lambda: self._lookup(name))
 
 
 class Scope:

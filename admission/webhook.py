@@ -10,30 +10,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 import structlog
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from admission import ephemeral, mutate, telemetry, validate, workloads
-from admission.device_claims import (
-    ExtendedResources,
-    claimed_gpus,
-    extended_gpu_resources,
-    kube_extended_resources,
-)
-from admission.groups import MemberLister, kube_member_lister
-from admission.owners import OwnerReader, WorkloadError, WorkloadLookupError, kube_owner_reader
+from admission.device_claims import claimed_gpus, extended_gpu_resources
+from admission.lookups import Lookups
+from admission.owners import WorkloadError, WorkloadLookupError
 from admission.pod import PodShape
-from admission.review import AdmissionRequest, AdmissionResponse, AdmissionReview
-from admission.scope import (
-    CachedNamespaceLabels,
-    NamespaceLabels,
-    NamespaceLookupError,
-    Scope,
-    kube_namespace_labels,
-)
+from admission.review import AdmissionRequest, AdmissionResponse, decode_request, encode_response
+from admission.scope import CachedNamespaceLabels, NamespaceLookupError, Scope
 from bridge.config import AdmissionSettings, DeviceClassGres
 from bridge.devices.asks import UnmappableClaim
 from bridge.draining import SERVING, DrainingServer
@@ -49,62 +39,56 @@ class BadReview(ValueError):
     """The body cannot be reviewed; the message says why (answered with HTTP 400)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Devices:
-    """What the webhook knows of DRA: the classes Slurm allocates, and which class stands
-    for an extended resource."""
-
-    classes: Mapping[str, DeviceClassGres]
-    extended: ExtendedResources
-
-
 class TLSConfigError(ValueError):
     """The webhook was asked to start without usable TLS material."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What every review is decided with."""
+
+    settings: AdmissionSettings
+    scope: Scope
+    translate: validate.PodTranslator
+    tenancy: TenancySource
+    lookups: Lookups
+    device_classes: Mapping[str, DeviceClassGres]
+
+
 def create_app(
     settings: AdmissionSettings,
-    namespace_lookup: NamespaceLabels | None = None,
+    lookups: Lookups,
     translate: validate.PodTranslator = job_request_for_pod,
     tenancy: TenancySource | None = None,
-    owners: OwnerReader | None = None,
     *,
     device_classes: Mapping[str, DeviceClassGres] | None = None,
-    extended_resources: ExtendedResources | None = None,
-    members: MemberLister | None = None,
 ) -> FastAPI:
-    """The webhook app; ``namespace_lookup`` (cached), ``owners`` (what sizes a pod's group,
-    and its DRA claims), ``members`` (a new member's group) and ``extended_resources`` (which
-    DeviceClass stands for an extended resource) default to the API server, ``tenancy`` to the
-    file ``settings.tenancy_file``; ``device_classes``: the DRA classes Slurm allocates."""
-    tenancy = tenancy or TenancySource(settings.tenancy_file)
-    read_owner, list_members = owners or kube_owner_reader(), members or kube_member_lister()
-    devices = _Devices(device_classes or {}, extended_resources or kube_extended_resources())
-    labels = CachedNamespaceLabels(
-        namespace_lookup or kube_namespace_labels(), settings.namespace_cache_ttl_seconds
+    """The webhook app reading the API server through ``lookups`` (a namespace's labels kept
+    ``settings.namespace_cache_ttl_seconds``); ``tenancy`` defaults to the file
+    ``settings.tenancy_file``; ``device_classes``: the DRA classes Slurm allocates."""
+    labels = CachedNamespaceLabels(lookups.namespace_labels, settings.namespace_cache_ttl_seconds)
+    context = _Context(
+        settings, Scope(settings, labels), translate,
+        tenancy or TenancySource(settings.tenancy_file), lookups, device_classes or {},
     )
-    scope = Scope(settings, labels)
     app = telemetry.webhook_app()  # /metrics, and each review timed
 
-    async def review(endpoint: Endpoint, http: Request) -> JSONResponse:
+    async def review(endpoint: Endpoint, http: Request) -> Response:
         try:
             request = _parse(await http.body())
-            response = await _decide(
-                endpoint, request, scope, settings, translate, tenancy=tenancy,
-                owners=read_owner, devices=devices, members=list_members,
-            )
+            response = await _decide(endpoint, request, context)
         except BadReview as err:
             log.warning("admission.bad_review", endpoint=endpoint, reason=str(err))
             return JSONResponse({"error": str(err)}, status_code=400)
         _log_review(endpoint, request, response)
-        return JSONResponse(AdmissionReview(response=response).to_wire())
+        return Response(encode_response(response), media_type="application/json")
 
     @app.post("/mutate")
-    async def mutate_endpoint(http: Request) -> JSONResponse:
+    async def mutate_endpoint(http: Request) -> Response:
         return await review("mutate", http)
 
     @app.post("/validate")
-    async def validate_endpoint(http: Request) -> JSONResponse:
+    async def validate_endpoint(http: Request) -> Response:
         return await review("validate", http)
 
     @app.get("/healthz")
@@ -132,12 +116,12 @@ def _log_review(endpoint: Endpoint, request: AdmissionRequest, response: Admissi
 
 def _parse(body: bytes) -> AdmissionRequest:
     try:
-        review = AdmissionReview.model_validate_json(body)
-    except ValidationError as err:
-        raise BadReview(f"not an AdmissionReview v1: {_describe(err)}") from None
-    if review.request is None:
+        request = decode_request(body)
+    except msgspec.DecodeError as err:
+        raise BadReview(f"not an AdmissionReview v1: {err}") from None
+    if request is None:
         raise BadReview("not an AdmissionReview v1: request is missing")
-    return review.request
+    return request
 
 
 def _pod(raw: object, field: str) -> PodShape:
@@ -155,18 +139,8 @@ def _describe(err: ValidationError, limit: int = 3) -> str:
     return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
 
 
-async def _decide(
-    endpoint: Endpoint,
-    request: AdmissionRequest,
-    scope: Scope,
-    settings: AdmissionSettings,
-    translate: validate.PodTranslator,
-    *,
-    tenancy: TenancySource,
-    owners: OwnerReader,
-    devices: _Devices,
-    members: MemberLister,
-) -> AdmissionResponse:
+async def _decide(endpoint: Endpoint, request: AdmissionRequest, context: _Context
+                  ) -> AdmissionResponse:
     """One review's answer."""
     if (request.resource.group, request.resource.resource) != ("", "pods"):
         raise BadReview(f"this webhook only reviews pods, got {request.resource.resource!r}")
@@ -179,7 +153,7 @@ async def _decide(
     pod = _pod(request.object, "object")
     old = _pod(request.old_object, "oldObject") if request.operation == "UPDATE" else None
     try:
-        in_scope = await scope.includes(request.namespace, pod)
+        in_scope = await context.scope.includes(request.namespace, pod)
     except NamespaceLookupError as err:
         log.error("admission.namespace_lookup_failed", uid=request.uid, reason=str(err))
         warning = f"slurmbridge could not check whether this namespace is enrolled: {err}"
@@ -187,16 +161,18 @@ async def _decide(
     if not in_scope:
         return AdmissionResponse.allow(request.uid)
     if endpoint == "validate":
-        verdict = validate.check(request, pod, old, settings, translate, tenancy=tenancy)
+        verdict = validate.check(request, pod, old, context.settings, context.translate,
+                                 tenancy=context.tenancy)
         if isinstance(verdict, validate.Denial):
             return AdmissionResponse.deny(request.uid, verdict.code, verdict.message)
-        denial = await validate.group_check(request, members) if old is None else None
+        denial = (await validate.group_check(request, context.lookups.members)
+                  if old is None else None)
         if denial is not None:
             return AdmissionResponse.deny(request.uid, denial.code, denial.message)
         return AdmissionResponse.allow(request.uid, warnings=verdict)
     if old is not None:  # a pod's spec is (nearly) immutable: mutate on creation only
         return AdmissionResponse.allow(request.uid)
-    return await _mutation(request, pod, tenancy=tenancy, owners=owners, devices=devices)
+    return await _mutation(request, pod, context)
 
 
 def _ephemeral(endpoint: Endpoint, request: AdmissionRequest) -> AdmissionResponse:
@@ -213,16 +189,17 @@ def _ephemeral(endpoint: Endpoint, request: AdmissionRequest) -> AdmissionRespon
 
 
 async def _mutation(
-    request: AdmissionRequest, pod: PodShape, *, tenancy: TenancySource, owners: OwnerReader,
-    devices: _Devices,
+    request: AdmissionRequest, pod: PodShape, context: _Context
 ) -> AdmissionResponse:
     """A new pod's patch: its group and its claims' GPUs read first."""
+    owners, classes = context.lookups.owners, context.device_classes
     try:
         group = await workloads.membership(pod, request.namespace, owners)
         if group is not None:
             workloads.check_creator(pod, request.namespace, request.user_info)
-        claimed = await claimed_gpus(pod, request.namespace, owners, devices.classes)
-        extended = await extended_gpu_resources(pod, devices.extended, devices.classes)
+        claimed = await claimed_gpus(pod, request.namespace, owners, classes)
+        extended = await extended_gpu_resources(
+            pod, context.lookups.extended_resources, classes)
     except WorkloadError as err:
         return AdmissionResponse.deny(request.uid, 422, f"slurmbridge cannot group this pod: {err}")
     except UnmappableClaim as err:
@@ -231,7 +208,7 @@ async def _mutation(
         log.error("admission.owner_lookup_failed", uid=request.uid, reason=str(err))
         return AdmissionResponse.deny(request.uid, 503, f"slurmbridge: {err}; retry")
     try:
-        defaults = tenancy.current().defaults(
+        defaults = context.tenancy.current().defaults(
             request.namespace, pod.annotations, pod.spec.priority_class_name
         )
         patch = mutate.patch_for(pod, defaults, group, claimed, extended)
@@ -240,11 +217,8 @@ async def _mutation(
         return AdmissionResponse.deny(request.uid, 422, str(err))
 
 
-def server_config(
-    settings: AdmissionSettings, namespace_lookup: NamespaceLabels | None = None,
-    device_classes: Mapping[str, DeviceClassGres] | None = None,
-) -> uvicorn.Config:
-    """The uvicorn configuration serving the webhook; refuses to go without TLS."""
+def server_config(settings: AdmissionSettings, app: FastAPI) -> uvicorn.Config:
+    """The uvicorn configuration serving ``app``; refuses to go without TLS."""
     cert, key = settings.tls_cert_file, settings.tls_key_file
     if cert is None or key is None:
         raise TLSConfigError(
@@ -255,7 +229,7 @@ def server_config(
     if missing:
         raise TLSConfigError(f"TLS file(s) not found: {', '.join(missing)}")
     return uvicorn.Config(
-        create_app(settings, namespace_lookup, device_classes=device_classes),
+        app,
         host=settings.host,
         port=settings.port,
         ssl_certfile=str(cert),
@@ -264,10 +238,6 @@ def server_config(
     )
 
 
-def serve(
-    settings: AdmissionSettings, namespace_lookup: NamespaceLabels | None = None,
-    device_classes: Mapping[str, DeviceClassGres] | None = None,
-) -> None:
-    """Run the webhook over HTTPS until stopped."""
-    config = server_config(settings, namespace_lookup, device_classes)
-    DrainingServer(config, settings.drain_seconds).run()
+def serve(settings: AdmissionSettings, app: FastAPI) -> None:
+    """Serve ``app`` over HTTPS until stopped."""
+    DrainingServer(server_config(settings, app), settings.drain_seconds).run()

@@ -11,11 +11,10 @@ import click
 import yaml
 from lightkube import AsyncClient, ConfigError
 
-from admission.scope import kube_namespace_labels
 from admission.webhook import TLSConfigError, serve
 from bridge import logs
 from bridge.config import Settings
-from bridge.kube.connection import kube_client, opened_kube
+from bridge.kube.connection import opened_kube
 from bridge.policy.tenancy import OwnerTrust, TenancyError, TenancySource, owner_trust
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError
@@ -23,7 +22,7 @@ from bridge.slurm.signing import OwnerKeyError
 from extender.server import TLSConfigError as ExtenderTLSError
 from extender.server import serve as serve_extender
 from slurmbridge_cli import gpumap_text, gpumap_view, status_view
-from slurmbridge_cli.compose import build_bridge, slurm_client
+from slurmbridge_cli.compose import build_bridge, build_webhook, slurm_client
 from slurmbridge_cli.config_reference import markdown
 from slurmbridge_cli.doctor import Check
 from slurmbridge_cli.doctor import run as run_doctor
@@ -102,8 +101,7 @@ def extender(config: Path | None) -> None:
 def webhook(config: Path | None) -> None:
     """Serve the mutating and validating admission webhooks (HTTPS)."""
     settings = load_settings(config)
-    labels = kube_namespace_labels(kube_client(settings.kube.kubeconfig))
-    serve(settings.admission, namespace_lookup=labels, device_classes=settings.device_classes)
+    serve(settings.admission, build_webhook(settings))
 
 
 @main.command()

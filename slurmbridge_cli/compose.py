@@ -1,10 +1,17 @@
-"""The composition root: the real Slurm and Kubernetes clients, handed to the bridge.
+"""The composition root: the real Slurm and Kubernetes clients, handed to the bridge and
+the webhook.
 
-Everything below takes the ports of bridge/ports.py; this is the one place that decides
-they are slurmrestd and the apiserver.  A test or an offline benchmark passes its fakes
-(slurmbridge_devkit/fakes.py) for either and gets the same wiring otherwise.
+Everything below takes the ports of bridge/ports.py (the webhook: admission/lookups.py); this
+is the one place that decides they are slurmrestd and the apiserver.  A test or an offline
+benchmark passes its fakes (slurmbridge_devkit/fakes.py) for either and gets the same wiring
+otherwise.
 """
 
+from fastapi import FastAPI
+from lightkube import AsyncClient
+
+from admission.lookups import Lookups
+from admission.webhook import create_app
 from bridge.config import Settings
 from bridge.kube.connection import kube_client
 from bridge.policy.tenancy import TenancySource, placeholder_trust
@@ -32,3 +39,13 @@ def slurm_client(settings: Settings, tenancy: TenancySource) -> SlurmClient:
     client = SlurmClient(settings.slurm, trust=placeholder_trust(tenancy))  # credential first
     client.signer = OwnerSigner.from_file(settings.slurm.owner_key_file)
     return client
+
+
+def build_webhook(settings: Settings, *, kube: AsyncClient | None = None) -> FastAPI:
+    """The webhook over the apiserver of ``settings`` (unless given another client): its
+    process's one client, on the bridge's transport, through which every review reads."""
+    kube = kube or kube_client(settings.kube.kubeconfig)
+    return create_app(
+        settings.admission, Lookups.through(kube), device_classes=settings.device_classes
+    )
+

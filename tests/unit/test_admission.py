@@ -21,7 +21,16 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.models.core_v1 import Pod
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from admission.scope import CachedNamespaceLabels, NamespaceLookupError, kube_namespace_labels
+from admission.device_claims import ExtendedResources
+from admission.groups import MemberLister
+from admission.lookups import Lookups
+from admission.owners import Kind, OwnerReader
+from admission.scope import (
+    CachedNamespaceLabels,
+    NamespaceLabels,
+    NamespaceLookupError,
+    kube_namespace_labels,
+)
 from admission.webhook import TLSConfigError, create_app, server_config
 from bridge import keys
 from bridge.config import AdmissionSettings, NamespacePolicy
@@ -122,6 +131,27 @@ class FakeLabels:
         return self.labels.get(name, {})
 
 
+async def _no_owner(kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+    return None
+
+
+async def _no_members(namespace: str, group: str) -> list[Pod]:
+    return []
+
+
+async def _no_classes() -> Mapping[str, str]:
+    return {}
+
+
+def lookups(
+    namespace_labels: NamespaceLabels | None = None, *, owners: OwnerReader | None = None,
+    members: MemberLister | None = None, extended_resources: ExtendedResources | None = None,
+) -> Lookups:
+    """The webhook's reads of a cluster holding what the test gives and nothing else."""
+    return Lookups(namespace_labels or FakeLabels(), owners or _no_owner,
+                   members or _no_members, extended_resources or _no_classes)
+
+
 SETTINGS = AdmissionSettings(
     enrolled_namespaces=["team-a"],
     policies={"team-a": NamespacePolicy(accounts=["physics", "chem"], qos=["normal"])},
@@ -138,7 +168,7 @@ def labels() -> FakeLabels:
 
 @pytest.fixture
 async def client(labels: FakeLabels) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(SETTINGS, namespace_lookup=labels, tenancy=OPEN)
+    app = create_app(SETTINGS, lookups(labels), tenancy=OPEN)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as c:
         yield c
@@ -369,7 +399,7 @@ async def test_policy_refusals_name_value_namespace_and_allowed(
 
 async def test_default_policy_applies_to_namespaces_without_their_own() -> None:
     settings = AdmissionSettings(default_policy=NamespacePolicy(partitions=["gpu"]))
-    app = create_app(settings, namespace_lookup=FakeLabels(), tenancy=OPEN)
+    app = create_app(settings, lookups(), tenancy=OPEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         pod = make_pod(
             namespace="x",
@@ -386,9 +416,7 @@ async def test_translation_refusal_is_reported() -> None:
             keys.TIME_LIMIT, "forever", "minutes or D-HH:MM:SS", kind="annotation"
         )
 
-    app = create_app(
-        SETTINGS, namespace_lookup=FakeLabels(), translate=translate, tenancy=OPEN
-    )
+    app = create_app(SETTINGS, lookups(), translate=translate, tenancy=OPEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"})
         message = await denial(c, make_review(pod))
@@ -560,13 +588,14 @@ async def test_healthz(client: httpx.AsyncClient) -> None:
 
 
 def test_serve_refuses_to_start_without_tls(tmp_path: Path) -> None:
+    app = create_app(AdmissionSettings(), lookups())
     with pytest.raises(TLSConfigError, match="HTTPS only"):
-        server_config(AdmissionSettings())
+        server_config(AdmissionSettings(), app)
     missing = AdmissionSettings(
         tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key"
     )
     with pytest.raises(TLSConfigError, match=r"tls\.crt"):
-        server_config(missing)
+        server_config(missing, app)
 
 
 async def test_serves_https(tmp_path: Path, unused_tcp_port: int) -> None:
@@ -580,7 +609,7 @@ async def test_serves_https(tmp_path: Path, unused_tcp_port: int) -> None:
         host="127.0.0.1",
         port=unused_tcp_port,
     )
-    server = uvicorn.Server(server_config(settings))
+    server = uvicorn.Server(server_config(settings, create_app(settings, lookups())))
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:
@@ -660,16 +689,6 @@ async def test_kube_namespace_labels() -> None:
     assert await lookup("gone") == {}
     with pytest.raises(NamespaceLookupError, match="denied"):
         await lookup("denied")
-
-
-async def test_kube_namespace_labels_without_cluster_config(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    with pytest.raises(NamespaceLookupError):
-        await kube_namespace_labels()("default")
 
 
 def test_settings_nest_under_the_product_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -760,7 +779,7 @@ async def test_preset_node_name_is_refused(client: httpx.AsyncClient) -> None:
 
 async def test_a_deadline_above_the_namespace_maximum_is_refused() -> None:
     settings = AdmissionSettings(default_policy=NamespacePolicy(max_time_limit_minutes=60))
-    app = create_app(settings, namespace_lookup=FakeLabels(), tenancy=OPEN)
+    app = create_app(settings, lookups(), tenancy=OPEN)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="https://webhook") as c:
         long = make_pod(schedulerName=keys.SCHEDULER_NAME, activeDeadlineSeconds=3601)
@@ -804,9 +823,7 @@ async def test_an_unexpected_translation_failure_names_no_python_class() -> None
     def translate(pod: Pod) -> JobRequest:
         raise KeyError("containers")
 
-    app = create_app(
-        SETTINGS, namespace_lookup=FakeLabels(), translate=translate, tenancy=OPEN
-    )
+    app = create_app(SETTINGS, lookups(), translate=translate, tenancy=OPEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"})
         message = await denial(c, make_review(pod))

@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from admission.webhook import create_app
 from bridge import keys
-from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, apply, make_pod, make_review
+from tests.unit.test_admission import (
+    OPEN,
+    SETTINGS,
+    FakeLabels,
+    apply,
+    lookups,
+    make_pod,
+    make_review,
+)
 
 ENDPOINTS = st.sampled_from(["/mutate", "/validate"])
 FUZZ = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -150,7 +158,7 @@ class Client:
 
     def __init__(self) -> None:
         labels = FakeLabels({"labelled": {keys.NAMESPACE_ENROLLED: "true"}})
-        app = create_app(SETTINGS, namespace_lookup=labels, tenancy=OPEN)  # every ns mapped
+        app = create_app(SETTINGS, lookups(labels), tenancy=OPEN)  # every ns mapped
         transport = httpx.ASGITransport(app=app)
         self.runner = asyncio.Runner()
         self.http = httpx.AsyncClient(transport=transport, base_url="http://webhook")

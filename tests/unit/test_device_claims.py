@@ -16,7 +16,7 @@ from bridge import keys
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import UnmappableClaim, claim_asks
 from slurmbridge_devkit.fake_kube import api_error
-from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, apply, make_pod, make_review, post
+from tests.unit.test_admission import OPEN, SETTINGS, apply, lookups, make_pod, make_review, post
 
 CLASSES = {
     "gpu.example.com": DeviceClassGres(),
@@ -118,8 +118,8 @@ EXTENDED = ExtendedClasses()
 
 
 async def review(endpoint: str, pod: dict[str, Any]) -> dict[str, Any]:
-    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), tenancy=OPEN, owners=OBJECTS,
-                     device_classes=CLASSES, extended_resources=EXTENDED)
+    app = create_app(SETTINGS, lookups(owners=OBJECTS, extended_resources=EXTENDED),
+                     tenancy=OPEN, device_classes=CLASSES)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         return await post(c, endpoint, make_review(pod))
 

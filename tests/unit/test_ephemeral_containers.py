@@ -10,7 +10,7 @@ import pytest
 
 from admission.webhook import create_app
 from bridge import keys
-from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, apply, make_pod, make_review, post
+from tests.unit.test_admission import OPEN, SETTINGS, apply, lookups, make_pod, make_review, post
 
 SOURCES = {name: f"metadata.annotations['{source}']"
            for name, source in keys.GPU_ENV_SOURCES.items()}
@@ -18,7 +18,7 @@ SOURCES = {name: f"metadata.annotations['{source}']"
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), tenancy=OPEN)
+    app = create_app(SETTINGS, lookups(), tenancy=OPEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://webhook") as c:
         yield c

@@ -18,7 +18,7 @@ from bridge.slurm.wire.base import ResourcesResponse
 from bridge.slurm.wire.v0041 import describe as describe_batch
 from bridge.slurm.wire.v0044 import describe as describe_external
 from tests.unit.slurm_answers import captured_job
-from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, denial, make_review
+from tests.unit.test_admission import OPEN, SETTINGS, denial, lookups, make_review
 from tests.unit.test_admission import make_pod as admission_pod
 from tests.unit.test_resources import GPU, container, make_pod
 
@@ -75,7 +75,7 @@ def test_gpu_requests_slurm_cannot_express_are_refused_naming_the_annotation(
 
 @pytest.fixture
 async def webhook() -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), tenancy=OPEN)
+    app = create_app(SETTINGS, lookups(), tenancy=OPEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         yield c
 

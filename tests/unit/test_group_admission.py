@@ -10,7 +10,7 @@ from lightkube.models.core_v1 import Pod
 
 from admission.webhook import create_app
 from bridge import keys
-from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, make_pod, make_review, post
+from tests.unit.test_admission import OPEN, SETTINGS, lookups, make_pod, make_review, post
 
 NS = "team-a"
 
@@ -50,7 +50,7 @@ def members() -> Members:
 
 @pytest.fixture
 async def client(members: Members) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), tenancy=OPEN, members=members)
+    app = create_app(SETTINGS, lookups(members=members), tenancy=OPEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://webhook") as http:
         yield http
@@ -138,8 +138,7 @@ async def test_a_pod_pointing_at_a_colleagues_gang_job_is_refused(members: Membe
     async def owners(kind: Any, namespace: str, name: str) -> dict[str, Any] | None:
         return gang if (kind.kind, name) == ("Job", "train") else None
 
-    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), tenancy=OPEN, members=members,
-                     owners=owners)
+    app = create_app(SETTINGS, lookups(owners=owners, members=members), tenancy=OPEN)
     pod = make_pod(name="train-1-x", annotations={keys.JOB_COMPLETION_INDEX: "1"},
                    containers=[{"name": "c", "image": "busybox"}])
     pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job",

@@ -17,7 +17,7 @@ from bridge.jobs.translate import job_request_for_pod
 from bridge.policy.check import SubmitRefused, for_submit
 from bridge.policy.tenancy import TenancyError, TenancyMap, TenancySource, Tenant, placeholder_trust
 from slurmbridge_devkit.builders import PodBuilder
-from tests.unit.test_admission import FakeLabels, apply, make_pod, make_review
+from tests.unit.test_admission import apply, lookups, make_pod, make_review
 
 MAPPING = """
 namespaces:
@@ -41,7 +41,7 @@ async def tenancy_webhook(
     """The webhook over ``tenancy_file`` (the ``tenancy_file`` fixture: tests/unit/conftest.py),
     serving the ``enrolled`` namespaces."""
     settings = AdmissionSettings(enrolled_namespaces=enrolled, tenancy_file=tenancy_file)
-    app = create_app(settings, namespace_lookup=FakeLabels())
+    app = create_app(settings, lookups())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         yield c
 
@@ -132,7 +132,7 @@ async def test_unmapped_namespace_is_refused_naming_what_to_configure(
 
 async def test_without_a_tenancy_file_every_pod_is_refused_saying_so() -> None:
     settings = AdmissionSettings(enrolled_namespaces=["ml"])
-    app = create_app(settings, namespace_lookup=FakeLabels())
+    app = create_app(settings, lookups())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         with pytest.raises(PermissionError) as refused:
             await admit(c, webhook_pod("ml"))

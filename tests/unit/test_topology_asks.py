@@ -20,7 +20,7 @@ from bridge.slurm.types import SlurmJob
 from bridge.slurm.wire.base import JobInfo
 from bridge.slurm.wire.v0041 import describe as describe_batch
 from bridge.slurm.wire.v0044 import describe as describe_external
-from tests.unit.test_admission import OPEN, FakeLabels, make_pod, make_review, post
+from tests.unit.test_admission import OPEN, lookups, make_pod, make_review, post
 from tests.unit.test_resources import container
 from tests.unit.test_resources import make_pod as translated_pod
 
@@ -109,7 +109,7 @@ SWITCH_KEY = keys.TOPOLOGY_LABEL_PREFIX + "tree"
 
 @pytest.fixture
 async def webhook() -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), tenancy=OPEN)
+    app = create_app(SETTINGS, lookups(), tenancy=OPEN)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://w") as c:
         yield c
 

@@ -12,14 +12,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from admission.webhook import create_app
 from bridge import keys
-from tests.unit.test_admission import OPEN, SETTINGS, FakeLabels, make_pod, make_review
+from tests.unit.test_admission import OPEN, SETTINGS, lookups, make_pod, make_review
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture
 async def webhook() -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(SETTINGS, namespace_lookup=FakeLabels(), tenancy=OPEN)
+    app = create_app(SETTINGS, lookups(), tenancy=OPEN)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as client:
         yield client

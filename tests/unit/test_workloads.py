@@ -4,6 +4,7 @@ Owners are plain dicts shaped as the API server returns them, served by a fake r
 the pods are shaped as each controller creates them (keys cited in bridge/keys.py).
 """
 
+import asyncio
 import re
 from typing import Any, cast
 
@@ -322,6 +323,24 @@ async def test_one_read_of_the_owner_serves_a_burst_of_pods() -> None:
     now[0] += OWNER_CACHE_SECONDS
     await read(JOB, NS, "train")
     assert Client.gets == 2
+
+
+async def test_a_burst_of_pods_reviewed_at_once_reads_their_owner_once() -> None:
+    class Client:
+        gets = 0
+        answer = asyncio.Event()
+
+        async def get(self, resource: Any, name: str, *, namespace: str) -> Any:
+            Client.gets += 1
+            await Client.answer.wait()  # the apiserver answers after every review has asked
+            return resource.from_dict({"metadata": {"name": name}, "spec": {}})
+
+    read = kube_owner_reader(cast(AsyncClient, Client()))
+    burst = asyncio.gather(*(read(JOB, NS, "train") for _ in range(8)))
+    await asyncio.sleep(0)
+    Client.answer.set()
+    assert all(found is not None for found in await burst)
+    assert Client.gets == 1
 
 
 class VersionedServer:
