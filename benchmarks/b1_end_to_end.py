@@ -11,12 +11,13 @@ Slurm and an empty namespace:
     so (a) runs once per size and repeat and serves every client limit.
 (b) the default kube-scheduler: N plain pods (profile ``bench-default``, default plugins,
     no extender) to the same Nodes; time from the first create until all have a node.
-(c) the bridge: N pods with ``schedulerName: slurmbridge`` through kube-scheduler +
-    extender + Slurm; same clock.
+(c) the bridge: N pods with ``schedulerName: slurmbridge``, written plain as a researcher
+    writes them, through the webhook (which adds the toleration and the gate), the leader's
+    submit and release, kube-scheduler + extender; same clock.  Its CPU per pod is judged
+    against the floor, (a) + (b) of the same round.
 
 Pods are created by this process (lightkube, no client-side rate limit) with 50 requests
-in flight, identically for (b) and (c); they carry the managed-taint toleration themselves:
-the webhook is not in the timed path.  Nodes: the 4 ``kube-node<k>`` of ``start_stack``,
+in flight, identically for (b) and (c); (b)'s carry the managed-taint toleration.  Nodes: the 4 ``kube-node<k>`` of ``start_stack``,
 resized to hold the largest size; Slurm is restarted with as many CPUs and as much memory
 per node if it has fewer (and put back afterwards).
 

@@ -59,6 +59,7 @@ class SystemRun:
     cpu: dict[str, float]  # CPU seconds per process kind while the clock ran
     requests: dict[str, float] = field(default_factory=dict)  # apiserver "VERB resource"
     work: str = ""  # the bridge's /metrics deltas (bridge only)
+    handshakes: float = 0.0  # TLS handshakes on the extender's protocol port (bridge only)
     slurm_cycles: str = ""  # slurmctld's scheduler cycles while the clock ran (sdiag)
     # per pod, in the order of ``latencies``: seconds from the round's first create (submit)
     # to its own create and to its bind (RUNNING): the plots' curves
@@ -82,6 +83,10 @@ class SystemRun:
         """CPU of every process under test (apiserver, etcd, schedulers, bridge, Slurm)."""
         used = sum(v for k, v in self.cpu.items() if not k.startswith(NOT_COUNTED))
         return used * 1000 / self.pods
+
+    def cpu_ms_per_pod_of(self, kind: str) -> float:
+        """One process kind's share (``slurmbridge webhook``: what admission costs)."""
+        return self.cpu.get(kind, 0.0) * 1000 / self.pods
 
     @property
     def writes_per_pod(self) -> float:
@@ -136,6 +141,8 @@ async def measure_round(
     out["bridge"] = await pods_bound(kube, slurm, cp, keys.SCHEDULER_NAME, pods, lim=lim)
     after = await asyncio.to_thread(live.metric_samples, metrics_port)
     out["bridge"].work = bridge_work(before, after)
+    key = "slurmbridge_extender_tls_handshakes_total{}"
+    out["bridge"].handshakes = after.get(key, 0.0) - before.get(key, 0.0)
     return out
 
 

@@ -87,7 +87,24 @@ def combo_figures(pods: int, qps: float, by: dict[str, list[SystemRun]]) -> list
                    [r.writes_per_pod for r in b])
     writes_c = fig("bridge: apiserver writes per pod", "writes", [r.writes_per_pod for r in c])
     at_most(writes_c, 3, "<= 3")
-    return [*out, cpu_c, cpu_b, cpu_ratio, writes_c, writes_b]
+    return [*out, cpu_c, cpu_b, cpu_ratio, *floor_figures(tag, a, b, c), writes_c, writes_b]
+
+
+def floor_figures(
+    tag: str, a: list[SystemRun], b: list[SystemRun], c: list[SystemRun]
+) -> list[Figure]:
+    """What a pod costs against the floor, Slurm alone (a) + the default scheduler (b), in the
+    same round: every process, the webhook included; and the extender's TLS handshakes."""
+    floor = Figure(f"{tag} CPU per pod, bridge / floor", "x", samples=[
+        z.cpu_ms_per_pod / (x.cpu_ms_per_pod + y.cpu_ms_per_pod)
+        for x, y, z in zip(a, b, c, strict=False)])
+    at_most(floor, 1.25, "<= 1.25x (floor: Slurm alone + default scheduler)")
+    webhook = Figure(f"{tag} bridge: webhook CPU-ms per bound pod", "ms",
+                     samples=[r.cpu_ms_per_pod_of("slurmbridge webhook") for r in c])
+    handshakes = Figure(f"{tag} TLS handshakes per bound pod", "handshakes",
+                        samples=[r.handshakes / r.pods for r in c])
+    at_most(handshakes, 0.01, "<= 0.01 (none after warm-up)")
+    return [floor, webhook, handshakes]
 
 
 def combo_notes(pods: int, qps: float, by: dict[str, list[SystemRun]]) -> list[str]:

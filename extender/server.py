@@ -9,10 +9,11 @@ plain port that serves nothing that acts.
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
+from bridge import metrics
 from bridge.config import ExtenderSettings
 from bridge.draining import SERVING, DrainingServer
 from bridge.runtime import Bridge
@@ -51,7 +52,22 @@ def api_config(bridge: Bridge, settings: ExtenderSettings) -> uvicorn.Config:
         create_app(bridge), host=settings.host, port=settings.port, **SERVING,
         ssl_certfile=str(settings.tls_cert_file), ssl_keyfile=str(settings.tls_key_file),
         ssl_ca_certs=str(settings.client_ca_file), ssl_cert_reqs=ssl.CERT_REQUIRED,
+        ssl_context_factory=_counting_handshakes,
     )
+
+
+def _counting_handshakes(
+    config: uvicorn.Config, default: Callable[[], ssl.SSLContext]
+) -> ssl.SSLContext:
+    """uvicorn's context, counting each handshake (OpenSSL asks the SNI callback once per
+    ClientHello, with or without a name): B1 reports them per bound pod."""
+    context = default()
+    context.sni_callback = _handshake
+    return context
+
+
+def _handshake(sock: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> None:
+    metrics.EXTENDER_TLS_HANDSHAKES.inc()
 
 
 def serve(bridge: Bridge, settings: ExtenderSettings) -> None:

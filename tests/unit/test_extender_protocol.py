@@ -1,6 +1,8 @@
 """The extender's HTTP surface: exact protocol keys, and no 5xx whatever the body."""
 
+import asyncio
 import json
+import socket
 import ssl
 import uuid
 from collections.abc import AsyncIterator
@@ -10,8 +12,10 @@ from typing import Any
 import httpx
 import pytest
 import trustme
+import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import REGISTRY
 
 from bridge.config import ExtenderSettings, Settings, SlurmSettings
 from bridge.runtime import Bridge
@@ -121,6 +125,45 @@ def test_the_protocol_port_requires_a_client_certificate(tmp_path: Path) -> None
     config = api_config(unreachable(cfg), tls)
     config.load()
     assert config.ssl is not None and config.ssl.verify_mode == ssl.CERT_REQUIRED
+
+
+async def test_each_connection_to_the_protocol_port_is_one_handshake_counted(
+    tmp_path: Path,
+) -> None:
+    """B1 reports TLS handshakes per bound pod from this counter: a connection kept alive
+    costs one, however many calls it carries."""
+    cfg = Settings(slurm=SlurmSettings(url="http://127.0.0.1:9", token="t"))
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
+    served = ca.issue_cert("127.0.0.1")
+    served.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    served.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    tls = ExtenderSettings(tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key",
+                           client_ca_file=tmp_path / "ca.crt")
+    server = uvicorn.Server(api_config(unreachable(cfg), tls))
+    sock = socket.create_server(("127.0.0.1", 0))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    url = f"https://127.0.0.1:{sock.getsockname()[1]}/nothing"
+    client = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
+    ca.issue_cert("kube-scheduler").configure_cert(client)
+
+    def count() -> float:
+        return REGISTRY.get_sample_value("slurmbridge_extender_tls_handshakes_total") or 0.0
+
+    before = count()
+    try:
+        for _ in range(3):  # a connection each
+            async with httpx.AsyncClient(verify=client) as http:
+                await http.get(url)
+        async with httpx.AsyncClient(verify=client) as http:  # one, kept alive
+            for _ in range(3):
+                await http.get(url)
+        assert count() - before == 4
+    finally:
+        server.should_exit = True
+        await serving
 
 
 async def test_health_app_serves_probes_and_metrics_only() -> None:
