@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpu_picture import draw as draw_gpu_map  # beside this script
 from lightkube import AsyncClient, KubeConfig
 from lightkube.resources.core_v1 import Pod
 
@@ -96,6 +97,14 @@ async def up() -> None:
     print("\n$ slurmbridge status")
     status = [sys.executable, "-m", "slurmbridge_cli", "--log-level", "warning", "status"]
     await asyncio.to_thread(subprocess.run, status, env=env_vars, check=True)
+    print("\n$ slurmbridge gpus")
+    await asyncio.to_thread(subprocess.run, [*status[:-1], "gpus"], env=env_vars, check=True)
+    if picture := os.environ.get("SLURMBRIDGE_DEMO_PICTURE"):  # README's, from this run
+        drawn = await asyncio.to_thread(
+            subprocess.run, [*status[:-1], "gpus", "-o", "json"], env=env_vars, check=True,
+            capture_output=True, text=True)
+        draw_gpu_map(json.loads(drawn.stdout), Path(picture))
+        print(f"(the GPU map drawn to {picture})")
     print("\n$ squeue")
     print(slurm.admin("squeue", "-o", "%.6i %.28j %.9T %.8N %.12b"))
     print("$ scontrol show job -d (GPU indices per job)")
