@@ -17,8 +17,10 @@ Slurm and an empty namespace:
     against the floor, (a) + (b) of the same round.
 
 Pods are created by this process (lightkube, no client-side rate limit) with 50 requests
-in flight, identically for (b) and (c); (b)'s carry the managed-taint toleration.  Nodes: the 4 ``kube-node<k>`` of ``start_stack``,
-resized to hold the largest size; Slurm is restarted with as many CPUs and as much memory
+in flight, identically for (b) and (c).  Nodes: the 4 ``kube-node<k>`` of ``start_stack``,
+resized to hold the largest size, and for (b) as many unmanaged twins (``live.floor_nodes``:
+the API server refuses the managed toleration on pods the bridge does not place); Slurm is
+restarted with as many CPUs and as much memory
 per node if it has fewer (and put back afterwards).
 
 Then B1-full (b1_full.py), at the last client limit: pods created while Slurm is full, their
@@ -28,6 +30,7 @@ cost while they wait and the time from the release of capacity until all are bou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,11 +136,14 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, shape: Shape) 
     try:
         async with live.bridge_stack(
             slurm, cp, kube, work, settings=SHIPPED_TIMINGS, log_level="info"
-        ) as stack:
+        ) as stack, contextlib.AsyncExitStack() as stack_exit:
             await live.resize_nodes(
                 kube, list(stack.kube_nodes), cpu=str(shape.cpus),
                 memory=f"{shape.memory_mb}Mi", pods=str(shape.pods),
             )
+            floor = await stack_exit.enter_async_context(
+                live.floor_nodes(kube, list(stack.kube_nodes)))
+            print(f"  B1: the default scheduler's pods go to {', '.join(floor)}", flush=True)
             await live.wait_slurm_quiet(slurm)
             for k, (qps, burst) in enumerate(cfg.limits):
                 default = await asyncio.to_thread(

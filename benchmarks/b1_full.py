@@ -23,7 +23,6 @@ from benchmarks.b1_measure import WRITE_VERBS, Limits, create_pods, drop_pods, w
 from benchmarks.common import percentile
 from bridge import keys
 from slurmbridge_devkit.kube import ControlPlane
-from slurmbridge_devkit.namespaces import create_namespace, unique_name
 from slurmbridge_devkit.slurm import SlurmTarget
 
 HOLDER = "b1-full-holder"
@@ -92,8 +91,7 @@ async def pods_bound_when_full(
     metrics_port: int, lim: Limits,
 ) -> FullRun:
     job = await _holder(slurm)
-    ns = unique_name("bench-b1-full")
-    await create_namespace(kube, ns)
+    ns = await live.bench_namespace(kube, "bench-b1-full", bridge=True)
     bound: dict[str, float] = {}
     watcher = asyncio.create_task(watch_binds(kube, ns, n, bound))
     try:

@@ -38,7 +38,7 @@ from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
 from bridge.slurm.wire.base import JobStatesResponse
 from slurmbridge_devkit.kube import ControlPlane, scheduler_config, start_scheduler, stop_scheduler
-from slurmbridge_devkit.namespaces import create_namespace, unique_name
+from slurmbridge_devkit.namespaces import unique_name
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import BridgeStack, replace_scheduler
 
@@ -237,8 +237,9 @@ async def pods_bound(
     *, lim: Limits,
 ) -> SystemRun:
     """N pods for ``scheduler`` created at once; until all have a node."""
-    ns = unique_name(f"bench-b1-{'bridge' if scheduler == keys.SCHEDULER_NAME else 'dflt'}")
-    await create_namespace(kube, ns)
+    bridge = scheduler == keys.SCHEDULER_NAME
+    ns = await live.bench_namespace(kube, f"bench-b1-{'bridge' if bridge else 'dflt'}",
+                                    bridge=bridge)
     bound: dict[str, float] = {}
     watcher = asyncio.create_task(watch_binds(kube, ns, n, bound))
     try:
@@ -268,7 +269,7 @@ async def pods_bound(
         with contextlib.suppress(BaseException):
             await watcher
         await drop_pods(kube, ns)
-        if scheduler == keys.SCHEDULER_NAME:  # the lifecycle controller cancels; make sure
+        if bridge:  # the lifecycle controller cancels; make sure
             await asyncio.sleep(3)
             await asyncio.to_thread(slurm.admin, "scancel", "-u", slurm.user, check=False)
             await live.wait_slurm_quiet(slurm)

@@ -16,6 +16,7 @@ benchmarks/results.json), i.e. at least 0.8x B1's ratio; better is better.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -134,8 +135,9 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, pid_note: str)
             kube, cfg.shape
         ) as names, live.bridge_stack(
             slurm, cp, kube, work, settings=SHIPPED_TIMINGS, log_level="info"
-        ) as stack:
+        ) as stack, contextlib.AsyncExitStack() as stack_exit:
             await mirror(kube, cfg.shape, range(1, len(stack.kube_nodes) + 1))
+            await stack_exit.enter_async_context(live.floor_nodes(kube, names))
             notes.append(queue_note)
             notes.append(f"{len(names)} Kubernetes Nodes kube-node1..{len(names)} mirror "
                          f"Slurm's node1..{cfg.shape.nodes}: {cfg.shape.cpus} CPUs, "

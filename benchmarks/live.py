@@ -26,7 +26,6 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge import keys
 from bridge.config import SlurmSettings
 from bridge.jobs.owner import PodOwner
 from bridge.jobs.request import JobRequest
@@ -42,10 +41,11 @@ from slurmbridge_devkit.kube import (
     parse_env,
     run_controlplane,
 )
-from slurmbridge_devkit.kubelet import node_status
-from slurmbridge_devkit.namespaces import delete_namespace
+from slurmbridge_devkit.kubelet import create_node, node_status
+from slurmbridge_devkit.namespaces import create_namespace, delete_namespace, unique_name
 from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget, external_target, local_target
 from slurmbridge_devkit.stack import BridgeStack, start_stack, stop_stack
+from slurmbridge_devkit.stack_objects import E2E_LABEL
 
 HarnessFailure: type[BaseException] = pytest.fail.Exception  # the harness reports via pytest.fail
 
@@ -155,6 +155,39 @@ async def bridge_stack(
             await stop_stack(stack, kube)
 
 
+FLOOR_NODE_PREFIX = "bench-floor-node"
+
+
+async def bench_namespace(kube: AsyncClient, prefix: str, *, bridge: bool) -> str:
+    """A fresh namespace; the bridge's in the webhooks' scope (as a site's would be)."""
+    ns = unique_name(prefix)
+    await create_namespace(kube, ns, {E2E_LABEL: "true"} if bridge else None)
+    return ns
+
+
+@contextlib.asynccontextmanager
+async def floor_nodes(kube: AsyncClient, like: list[str]) -> AsyncIterator[list[str]]:
+    """Twins of the managed Nodes ``like`` (same capacity), neither labelled nor tainted
+    managed: the default kube-scheduler's pods, the floor, go there, as the API server
+    refuses any pod the bridge does not place the managed toleration (issue 41, case 5)."""
+    names = []
+    try:
+        for k, name in enumerate(like, start=1):
+            node = await kube.get(Node, name)
+            capacity = node.status.capacity if node.status and node.status.capacity else {}
+            names.append(f"{FLOOR_NODE_PREFIX}{k}")
+            await create_node(kube, names[-1], cpu=capacity.get("cpu", "64"),
+                              memory=capacity.get("memory", "256Gi"))
+            await resize_nodes(kube, names[-1:], cpu=capacity.get("cpu", "64"),
+                               memory=capacity.get("memory", "256Gi"),
+                               pods=capacity.get("pods", "110"))
+        yield names
+    finally:
+        for name in names:
+            with contextlib.suppress(ApiError):
+                await kube.delete(Node, name)
+
+
 async def resize_nodes(
     kube: AsyncClient, names: list[str], *, cpu: str, memory: str, pods: str
 ) -> None:
@@ -167,14 +200,10 @@ async def resize_nodes(
 
 
 def bench_pod(name: str, scheduler: str, app: str) -> Pod:
-    """A 1-CPU pod as a researcher writes it: for the bridge, plain (its webhook adds the
-    managed taint's toleration and the gate, in the timed path as for a user); for the
-    default scheduler, with the toleration it needs on the bridge's nodes."""
-    pod = PodBuilder(name).scheduler(scheduler).label("app", app).memory("512Mi")
-    if scheduler != keys.SCHEDULER_NAME:
-        pod = pod.spec(tolerations=[
-            {"key": keys.MANAGED_TAINT, "operator": "Exists", "effect": "NoSchedule"}])
-    return pod.build()
+    """A 1-CPU pod as a researcher writes it, plain: for the bridge, its webhook adds the
+    managed taint's toleration and the gate, in the timed path as for a user; the default
+    scheduler's go to the ``floor_nodes``."""
+    return PodBuilder(name).scheduler(scheduler).label("app", app).memory("512Mi").build()
 
 
 async def create_pods(kube: AsyncClient, ns: str, pods: list[Pod], parallel: int) -> None:
