@@ -170,3 +170,12 @@ def test_each_table_the_docs_show_has_the_columns_its_command_prints(where: Path
                 if not row.strip() or row.startswith("$"):
                     break
                 assert len(columns(row)) == len(want), f"{where.name}: {row!r} vs {want}"
+
+
+def test_every_picture_the_readme_shows_exists() -> None:
+    """README's pictures come from runs (a benchmark's plots, the demo's GPU map); a rerun that
+    stops drawing one must not leave a broken image."""
+    shown = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", README.read_text())
+    assert len(shown) >= 2, "README shows the B1 curves and the demo's GPU map"
+    for path in shown:
+        assert (REPO / path).is_file(), f"README shows {path}, which does not exist"
