@@ -19,7 +19,7 @@ from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
-from bridge.jobs.group_ask import counted, mixed, pod_asks
+from bridge.jobs.group_ask import counted, members_mixed
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.options import pod_group
 from bridge.jobs.owner import GroupOwner
@@ -54,8 +54,8 @@ async def members_of(kube: KubeList, owner: GroupOwner) -> list[Pod]:
 
 
 def members_differ(owner: GroupOwner, members: list[Pod]) -> str | None:
-    """Why the group's live members cannot be one job (None: they ask the same)."""
-    return mixed(owner.group, pod_asks([p for p in members if counted(p)]))
+    """Why the group's live members cannot be one job (None: each component's ask alike)."""
+    return members_mixed(owner.group, [p for p in members if counted(p)])
 
 
 def member_of(pod: Pod, job_id: int) -> Member:
