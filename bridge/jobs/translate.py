@@ -28,7 +28,8 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
 def member_ask(pod: Pod) -> JobRequest:
     """What a group member asks Slurm for, released or not: its job request, owned by nobody
     (a released member no longer carries the gate its DRA claims were checked with).  A
-    group's job is built from one member, so every member must ask the same."""
+    group's job (each part's, for a mixed group) is built from one member, so every member of
+    it must ask the same."""
     return _translated(pod, through_the_webhook=False)
 
 
