@@ -2,6 +2,7 @@
 descriptions, the components' records read back as one job, and each member released to a
 node of its own component with that node's GPUs, none before every component is allocated."""
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from bridge.slurm.wire.base import JobStateEntry
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fakes import intake_running
 from slurmbridge_devkit.slurm_http import MOCK_SLURM_URL, HttpxExchange
+from slurmbridge_devkit.waiting import wait_for
 from tests.unit.test_release import World, until
 
 PARTS = "launcher=1,workers=2"
@@ -176,3 +178,15 @@ async def test_a_component_without_nodes_yet_leaves_the_job_unallocated() -> Non
     assert job.state is JobState.RUNNING and job.allocation is None
 
 
+
+
+async def test_the_job_waits_untold_until_every_component_has_a_member(world: World) -> None:
+    """Built from the launcher alone, the job would miss its workers' component."""
+    world.kube.add(_part("launcher", 0, "launcher"))
+    await asyncio.sleep(0.3)
+    assert world.slurm.submitted == []
+    assert not world.kube.events(keys.EventReason.SUBMIT_REFUSED)
+    world.kube.add(_part("worker-0", 1, "workers", gpus=2))
+    await wait_for(lambda: len(world.slurm.submitted) == 1, 5, interval=0.05,
+                   what="the job submitted once a worker exists")
+    assert len(world.slurm.submitted[0].components) == 2
