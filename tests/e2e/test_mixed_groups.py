@@ -2,10 +2,12 @@
 workers, each part a component with its own shape, seen through the admin's own tools."""
 
 from collections.abc import AsyncIterator
+from typing import cast
 
 import pytest
 import yaml
 from lightkube import AsyncClient
+from lightkube.models.meta_v1 import OwnerReference
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
@@ -15,7 +17,15 @@ from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import DEFAULT_TENANCY, BridgeStack, NamespaceFactory
 from slurmbridge_devkit.waiting import wait_for
 from tests.e2e.test_accounting import accounting_ready
-from tests.e2e.test_workloads import create_jobset, template, wait_bound_pods
+from tests.e2e.test_workloads import (
+    LeaderWorkerSet,
+    create,
+    create_jobset,
+    ensure_crd,
+    owner_ref,
+    template,
+    wait_bound_pods,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +44,7 @@ async def beside_natives(
     bridge_stack: BridgeStack, e2e_namespace: NamespaceFactory
 ) -> AsyncIterator[tuple[SlurmTarget, str]]:
     """A quiet Slurm whose every node has a native job on GPUs 0-1, and a fresh namespace
-    running as alice in account team-a; the group's job named ``k8s:<ns>/mix`` goes after."""
+    running as alice in account team-a."""
     slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "hetjob")
     accounting_ready(slurm)
     bridge_stack.tenancy_file.write_text(yaml.safe_dump(
@@ -49,15 +59,17 @@ async def beside_natives(
         yield slurm, ns
     finally:
         slurm.admin("scancel", *natives)
-        slurm.admin("scancel", "-n", f"k8s:{ns}/mix")
+        slurm.admin("scancel", "-u", "alice")  # the namespace's jobs
         bridge_stack.tenancy_file.write_text(yaml.safe_dump(DEFAULT_TENANCY))
 
 
-def _assert_one_heterogeneous_job(stack: BridgeStack, ns: str, placed: Placed) -> None:
+def _assert_one_heterogeneous_job(
+    stack: BridgeStack, ns: str, placed: Placed, group: str = "mix"
+) -> None:
     """squeue, scontrol and sacct show one job of two components under team-a; each member
     sits on its component's node with exactly its GPUs there (the launcher none); no GPU of
     any running job is held twice."""
-    slurm, name = stack.slurm, f"k8s:{ns}/mix"
+    slurm, name = stack.slurm, f"k8s:{ns}/{group}"
     leader = {(p.metadata.annotations or {})[keys.JOB_ID] for p, _ in placed.values()
               if p.metadata}
     assert len(leader) == 1, f"one Slurm job for the group: {leader}"
@@ -110,3 +122,37 @@ async def test_a_jobset_of_a_cpu_driver_and_gpu_workers_is_one_heterogeneous_job
         assert labels[keys.GROUP_COMPONENT] == labels[keys.JOBSET_REPLICATED_JOB]
         placed[pod.metadata.name] = (pod, 0 if labels[keys.GROUP_COMPONENT] == "driver" else 1)
     _assert_one_heterogeneous_job(bridge_stack, ns, placed)
+
+
+async def test_an_lws_whose_leader_differs_from_its_workers_is_one_heterogeneous_job(
+    bridge_stack: BridgeStack, kube: AsyncClient, beside_natives: tuple[SlurmTarget, str]
+) -> None:
+    """A 1-CPU leader serving the API, two workers holding 2 GPUs each: the LWS's pods as its
+    controller makes them (its Go module is not served to these machines)."""
+    _, ns = beside_natives
+    await ensure_crd(kube, "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets")
+    workers = template()
+    workers["spec"]["containers"][0]["resources"]["limits"][keys.GPU_RESOURCE] = "2"
+    lws = await create(kube, LeaderWorkerSet, ns, {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "mix"},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {
+            "size": 3, "leaderTemplate": template(), "workerTemplate": workers}},
+    })
+    for worker, pod_name in ((0, "mix-0"), (1, "mix-0-1"), (2, "mix-0-2")):
+        labels = {keys.LWS_NAME: "mix", keys.LWS_GROUP_INDEX: "0",
+                  keys.LWS_WORKER_INDEX: str(worker)}
+        pod = pod_manifest(pod_name, gpus=2 if worker else 0, labels=labels,
+                           annotations={keys.LWS_SIZE: "3"})
+        assert pod.metadata is not None
+        pod.metadata.ownerReferences = [
+            cast(OwnerReference, OwnerReference.from_dict(owner_ref(lws)))]
+        await create_pod(kube, ns, pod)
+    pods = await wait_bound_pods(kube, ns, {keys.LWS_NAME: "mix"}, 3)
+    placed = {}
+    for pod in pods:
+        assert pod.metadata and pod.metadata.name
+        component = (pod.metadata.labels or {})[keys.GROUP_COMPONENT]
+        assert component == ("leader" if pod.metadata.name == "mix-0" else "worker")
+        placed[pod.metadata.name] = (pod, 0 if component == "leader" else 1)
+    _assert_one_heterogeneous_job(bridge_stack, ns, placed, group="mix-0")
