@@ -2,10 +2,12 @@
 
 The group's labels (the workload's, as the mutating webhook wrote them, or the user's own)
 say which group, its size and the pod's rank; the group is one Slurm job of ``size``
-identical nodes, one member per node.  So a new member is refused when the group already
-counts ``size`` live members, when a live member holds its rank (the two would share one
-node and its GPUs), or when it asks Slurm for something other than the members already
-there (bridge/jobs/group_ask.py).  A member that finished or is being deleted counts no
+identical nodes, one member per node (a mixed group: one heterogeneous job, one component of
+identical nodes per part, bridge/jobs/components.py).  So a new member is refused when the
+group already counts ``size`` live members, when a live member holds its rank (the two would
+share one node and its GPUs), when it lists other components than the members already there,
+or when it asks Slurm for something other than its component's members already there
+(bridge/jobs/group_ask.py).  A member that finished or is being deleted counts no
 more: its replacement is admitted.  The bridge keeps the same rules at release
 (bridge/placement/seats.py) for a pod that got past admission.
 """
@@ -17,7 +19,7 @@ from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
-from bridge.jobs.group_ask import counted, mixed, pod_asks, rank_of
+from bridge.jobs.group_ask import component_of, counted, mixed, pod_asks, rank_of
 from bridge.jobs.options import PodGroup
 
 MemberLister = Callable[[str, str], Awaitable[list[Pod]]]
@@ -57,8 +59,33 @@ async def group_refusal(
             "which is still live: two pods of one rank would share one node and its GPUs; "
             "a replacement is admitted once its predecessor has finished or is being deleted"
         )
-    # The members admitted so far ask alike (each was weighed so): one stands for them all.
-    return mixed(group.name, pod_asks([*others[:1], pod]))
+    return _components_differ(where, pod, others) or _component_mixed(group.name, pod, others)
+
+
+def _components_differ(where: str, pod: Pod, others: list[Pod]) -> str | None:
+    """Every member must list the same components: each is one component of one job."""
+    own = _listed(pod)
+    other = next((p for p in others if _listed(p) != own), None)
+    if other is None:
+        return None
+    return (
+        f"pod {_names([pod])} lists {keys.GROUP_COMPONENTS}={own!r} but member "
+        f"{_names([other])} of {where} lists {_listed(other)!r}: every member names the "
+        "same components, each one component of the group's one Slurm job"
+    )
+
+
+def _component_mixed(group: str, pod: Pod, others: list[Pod]) -> str | None:
+    """The members of the pod's component admitted so far ask alike (each was weighed so):
+    one stands for them all."""
+    own = component_of(pod)
+    same = [p for p in others if component_of(p) == own]
+    return mixed(group, pod_asks([*same[:1], pod]), own)
+
+
+def _listed(pod: Pod) -> str:
+    annotations: dict[str, str] = (pod.metadata.annotations if pod.metadata else None) or {}
+    return annotations.get(keys.GROUP_COMPONENTS, "")
 
 
 def _names(pods: list[Pod]) -> str:

@@ -80,7 +80,7 @@ def patch_for(
     gpu_ops, moved = _gpu_ops(pod, {keys.GPU_RESOURCE: WHOLE_GPU, **(gpu_resources or {})})
     ops += gpu_ops
     implied = {k: v for k, v in group.asks.items() if k not in pod.annotations} if group else {}
-    annotations = {**(defaults or {}), **implied}
+    annotations = {**(defaults or {}), **implied, **(group.annotations() if group else {})}
     if claimed is not None:
         annotations |= _claimed_annotations(pod, claimed, moved)
     elif isinstance(moved, Shards):
@@ -251,10 +251,15 @@ def _metadata_ops(pod: PodShape, field: str, values: Mapping[str, str]) -> list[
 
 
 def _group_ops(pod: PodShape, group: Membership) -> list[PatchOp]:
-    """The group labels as the workload says; a rank label the workload does not give goes."""
+    """The group labels as the workload says; a rank or component the workload does not
+    give goes."""
     ops = _metadata_ops(pod, "labels", group.labels())
-    if group.rank is None and keys.GROUP_RANK in (pod.metadata.labels or {}):
-        ops.append({"op": "remove", "path": pointer("metadata", "labels", keys.GROUP_RANK)})
+    stale = [("labels", keys.GROUP_RANK, group.rank is None),
+             ("labels", keys.GROUP_COMPONENT, group.component is None),
+             ("annotations", keys.GROUP_COMPONENTS, group.component is None)]
+    for field, key, gone in stale:
+        if gone and key in (getattr(pod.metadata, field) or {}):
+            ops.append({"op": "remove", "path": pointer("metadata", field, key)})
     return ops
 
 

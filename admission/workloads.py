@@ -40,6 +40,7 @@ from admission.owners import (
 from admission.pod import OwnerReference, PodShape
 from admission.review import UserInfo
 from bridge import keys
+from bridge.jobs.components import component_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +54,25 @@ class Membership:
     # Slurm annotations the workload implies (a PodGroup's topology constraint), written
     # where the pod does not set them itself.
     asks: dict[str, str] = field(default_factory=dict)
+    # A mixed group's parts in rank order, (name, size) each, and this member's: one Slurm
+    # heterogeneous job component each (bridge/jobs/components.py); () and None: one part.
+    components: tuple[tuple[str, int], ...] = ()
+    component: str | None = None
 
     def labels(self) -> dict[str, str]:
         labels = {keys.GROUP: self.name, keys.GROUP_SIZE: str(self.size)}
         if self.rank is not None:
             labels[keys.GROUP_RANK] = str(self.rank)
+        if self.component is not None:
+            labels[keys.GROUP_COMPONENT] = self.component
         return labels
+
+    def annotations(self) -> dict[str, str]:
+        return {keys.GROUP_COMPONENTS: component_text(self.components)} \
+            if self.component is not None else {}
+
+
+LWS_LEADER, LWS_WORKER = "leader", "worker"  # an LWS group's components
 
 
 # --- resolution ------------------------------------------------------------------------------
@@ -213,8 +227,13 @@ def _leader_worker_set(labels: dict[str, str], annotations: dict[str, str]) -> M
             f"pod of {ref} lacks label {keys.LWS_GROUP_INDEX} or annotation {keys.LWS_SIZE} "
             "(its controller sets both)"
         )
-    rank = _index(labels, keys.LWS_WORKER_INDEX, "pod label")
-    return Membership(group_name(f"{lws}-{group}"), size, _ranked(rank, size), ref)
+    rank = _ranked(_index(labels, keys.LWS_WORKER_INDEX, "pod label"), size)
+    if rank is None or size < 2:
+        return Membership(group_name(f"{lws}-{group}"), size, rank, ref)
+    # The leader (worker index 0) and the workers: two templates, two components.
+    return Membership(group_name(f"{lws}-{group}"), size, rank, ref,
+                      components=((LWS_LEADER, 1), (LWS_WORKER, size - 1)),
+                      component=LWS_LEADER if rank == 0 else LWS_WORKER)
 
 
 async def _jobset(
@@ -229,14 +248,20 @@ async def _jobset(
     replicated = labels.get(keys.JOBSET_REPLICATED_JOB)
     job_index = _index(labels, keys.JOBSET_JOB_INDEX, "pod label")
     completion = _index(annotations, keys.JOB_COMPLETION_INDEX, "pod annotation")
+    parts = []
     for rj in jobset.spec.replicated_jobs:
         per_job = rj.template.spec.parallelism or 1
         if rj.name == replicated:  # members of earlier replicated jobs rank first
             offset = _jobset_rank(size, per_job, rj.replicas, job_index, completion)
         size += rj.replicas * per_job
+        parts.append((rj.name, rj.replicas * per_job))
     if size < 1:
         raise WorkloadError(f"{ref} has no replicated jobs")
-    return Membership(group_name(name), size, offset, ref)
+    if len(parts) < 2 or replicated not in dict(parts):
+        return Membership(group_name(name), size, offset, ref)
+    # Each replicated job its own template: one component each.
+    return Membership(group_name(name), size, offset, ref, components=tuple(parts),
+                      component=replicated)
 
 
 def _jobset_rank(

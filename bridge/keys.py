@@ -88,6 +88,13 @@ GROUP_SIZE: Final = PREFIX + "group-size"
 # The member's rank in its group (0..size-1): rank r runs on the r-th node of the job's
 # node list.  Written by the webhook from the workload's own index (admission/workloads.py).
 GROUP_RANK: Final = PREFIX + "group-rank"
+# A mixed group's components (a launcher beside GPU workers; a JobSet's replicated jobs; an
+# LWS's leader and workers), one Slurm heterogeneous job component each: the label names the
+# member's component, the annotation every component and its size in order
+# ("launcher=1,workers=2"), so a component's members hold consecutive ranks.  Written by the
+# webhook from the workload, or by the user for a hand-made group (bridge/jobs/components.py).
+GROUP_COMPONENT: Final = PREFIX + "group-component"
+GROUP_COMPONENTS: Final = PREFIX + "group-components"
 # Annotation on a batch Job: "true" makes its pods one group (parallelism == completions).
 GANG: Final = PREFIX + "gang"
 

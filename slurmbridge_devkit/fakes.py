@@ -81,6 +81,19 @@ class FakeSlurm:
             dataclasses.replace(job, state=JobState.RUNNING, reason="None", allocation=allocation)
         )
 
+    def start_components(
+        self, job_id: int, *parts: tuple[tuple[str, ...], tuple[int, ...]]
+    ) -> SlurmJob:
+        """Slurm allocates a heterogeneous job: each component (nodes, GPUs on each of them)
+        in offset order, as the client folds the components' records."""
+        allocation = Allocation(
+            tuple(n for nodes, _ in parts for n in nodes),
+            {n: gpus for nodes, gpus in parts if gpus for n in nodes},
+            components=tuple(nodes for nodes, _ in parts),
+        )
+        return self.put(dataclasses.replace(
+            self.jobs[job_id], state=JobState.RUNNING, reason="None", allocation=allocation))
+
     def end(self, job_id: int, state: JobState = JobState.COMPLETED, reason: str = "None") -> None:
         self.put(dataclasses.replace(self.jobs[job_id], state=state, reason=reason))
 
@@ -97,7 +110,7 @@ class FakeSlurm:
         self.jobs[job_id] = SlurmJob(
             job_id, req.name, JobState.PENDING, "Priority", req.owner, None,
             user=req.placement.user or self.BRIDGE_USER, account=req.placement.account or "",
-            qos=req.placement.qos or "",
+            qos=req.placement.qos or "", het_components=len(req.components),
         )
         return job_id
 

@@ -3,18 +3,17 @@
 Each cycle is one ``GET /jobs/state/?job_id=..`` naming the live jobs the index tracks
 (``SlurmClient.job_states``: ids and states of those jobs only, 400 ids a request), plus one
 ``GET /job/<id>`` per tracked job whose state changed (for one that started, ``GET
-/resources/<id>`` where slurmrestd has it: its nodes and GPUs, ~600 bytes instead of every core
-of each node), plus up to ``reasons_per_cycle`` pending jobs whose reason is refreshed
-round-robin, each at most every ``reason_interval`` (the same answer brings Slurm's expected
-start), and as many running jobs of a preemptable QOS (their preemption changes no state).
-With nothing tracked the cycle is one ``GET /ping/``, so /readyz and the controllers still
-learn whether Slurm answers.  Nothing in a cycle grows with Slurm's queue (B5).  Cycles come
-every ``interval``, or every ``fast_interval`` for ``fast_window`` after a submit.  The full
-listing (``JobIndex.resync``) runs at start, every ``resync_interval`` and on taking the lease.
+/resources/<id>`` where slurmrestd has it, ~600 bytes instead of every core of each node; not
+for a heterogeneous job, whose leader's answer holds its own component alone), plus up to
+``reasons_per_cycle`` pending jobs whose reason is refreshed round-robin, each at most every
+``reason_interval`` (the same answer brings Slurm's expected start), and as many running jobs
+of a preemptable QOS (their preemption changes no state).  Nothing tracked: ``GET /ping/``,
+so /readyz and the controllers learn whether Slurm answers.  Nothing grows with Slurm's queue
+(B5).  Cycles come every ``interval`` (``fast_interval`` for ``fast_window`` after a submit);
+the full listing (``JobIndex.resync``) at start, every ``resync_interval``, on taking the lease.
 
-Jobs another replica submitted are not found here: the pods record their job ids, the
-placer adopts a recorded job when it meets the pod, and the leader's lifecycle adopts the
-job recorded on any of the bridge's pods (bridge/controllers/lifecycle.py).
+Jobs another replica submitted are not found here: the placer adopts the job recorded on a
+pod it meets, the leader's lifecycle the one on any of the bridge's pods (lifecycle.py).
 
 The loop never ends on an error: a job whose answer cannot be read is skipped for this
 cycle, and any other failure (Slurm away, or a bug meeting an answer nobody expected) is
@@ -120,8 +119,9 @@ class Poller:
         stale_ids = {j.job_id for j in stale + started}
         batch = [j for j in stale if j not in started] + self._reason_batch(tracked, stale_ids)
         batch += self._watch_batch(tracked, stale_ids | {j.job_id for j in batch})
-        await asyncio.gather(*(self._refresh(j) for j in batch),
-                             *(self._started(j) for j in started))
+        whole = batch + [j for j in started if j.het_components]  # read whole: see above
+        await asyncio.gather(*(self._refresh(j) for j in whole),
+                             *(self._started(j) for j in started if not j.het_components))
 
     def _reason_batch(self, tracked: dict[int, SlurmJob], skip: set[int]) -> list[SlurmJob]:
         """A few pending jobs whose reason (not in the state list) is re-read, none more often

@@ -1,8 +1,9 @@
-"""One ask per group: a group is one Slurm job of identical nodes, built from one member.
+"""One ask per component: a group's component is a set of identical nodes, built from one member.
 
-A group whose members ask for different things (a CPU-only launcher beside GPU workers)
-would run every member on what the first one asked for: workers on GPUs Slurm never gave
-them.  Until such a group can be a Slurm heterogeneous job, it is refused, naming the
+A group is one Slurm job; a mixed group (a CPU-only launcher beside GPU workers) names its
+components (bridge/jobs/components.py) and becomes one heterogeneous job, one component per
+part.  Members of one component asking for different things would run on what the first
+one asked for: workers on GPUs Slurm never gave them.  Such members are refused, naming the
 members and what differs; the webhook (at creation) and the bridge (at submit and at
 release) ask the same question here.
 """
@@ -48,21 +49,42 @@ def _flat(request: Any, prefix: str = "") -> dict[str, Any]:
     return found
 
 
-def mixed(group: str, asks: Sequence[tuple[str, JobRequest]]) -> str | None:
-    """The refusal for a group whose members (name, ask) do not all ask the same (None:
-    they do), naming the first two that differ and every field in which they do."""
+def mixed(group: str, asks: Sequence[tuple[str, JobRequest]],
+          component: str | None = None) -> str | None:
+    """The refusal for members (name, ask) of one component that do not all ask the same
+    (None: they do), naming the first two that differ and every field in which they do."""
     if not asks:
         return None
+    where = f"component {component} of group {group}" if component else f"group {group}"
     first, first_ask = asks[0]
     for name, ask in asks[1:]:
         found = differences(first_ask, ask)
         if found:
             return (
-                f"the members of group {group} ask Slurm for different things (pods {first} "
-                f"and {name}: {'; '.join(found)}); slurmbridge runs a group as one Slurm job "
-                "of identical nodes, built from one member: give every member the same "
-                "requests and annotations, or make the differing pods a group of their own"
+                f"the members of {where} ask Slurm for different things (pods {first} "
+                f"and {name}: {'; '.join(found)}); slurmbridge runs each component of a group "
+                "as identical nodes, built from one member: give every member of it the same "
+                "requests and annotations, or make the differing pods a component of their "
+                f"own (label {keys.GROUP_COMPONENT}, annotation {keys.GROUP_COMPONENTS})"
             )
+    return None
+
+
+def component_of(pod: Pod) -> str | None:
+    """The member's component as labelled (None: its group is one component)."""
+    labels = (pod.metadata.labels if pod.metadata else None) or {}
+    return labels.get(keys.GROUP_COMPONENT) or None
+
+
+def members_mixed(group: str, pods: Sequence[Pod]) -> str | None:
+    """Why some component's members ask for different things (None: each asks alike)."""
+    by_component: dict[str | None, list[Pod]] = {}
+    for pod in pods:
+        by_component.setdefault(component_of(pod), []).append(pod)
+    for component, members in by_component.items():
+        found = mixed(group, pod_asks(members), component)
+        if found:
+            return found
     return None
 
 

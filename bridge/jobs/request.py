@@ -54,3 +54,6 @@ class JobRequest:
     nodes: int = 1
     time_limit_minutes: int | None = None
     placement: SlurmPlacement = field(default_factory=SlurmPlacement)
+    # A mixed group's job: one Slurm heterogeneous job whose components are these requests,
+    # in rank order (each its own nodes, sizes and placement); () for an ordinary job.
+    components: tuple["JobRequest", ...] = ()

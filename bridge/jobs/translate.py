@@ -4,6 +4,7 @@ from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
+from bridge.jobs.components import group_components
 from bridge.jobs.gpus import gpu_ask
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.names import placeholder_job_name
@@ -15,7 +16,8 @@ from bridge.jobs.timelimit import MAX_MINUTES
 
 
 def job_request_for_pod(pod: Pod) -> JobRequest:
-    """The placeholder job for a pod, or for its whole group (one node per pod).
+    """The placeholder job for a pod, or for its whole group (one node per pod); a member
+    of a mixed group asks for its component's nodes (jobs/components.py).
 
     Raises InvalidPodRequest, naming the field and the accepted form, for anything
     Slurm could not be asked for.
@@ -26,7 +28,8 @@ def job_request_for_pod(pod: Pod) -> JobRequest:
 def member_ask(pod: Pod) -> JobRequest:
     """What a group member asks Slurm for, released or not: its job request, owned by nobody
     (a released member no longer carries the gate its DRA claims were checked with).  A
-    group's job is built from one member, so every member must ask the same."""
+    group's job (each part's, for a mixed group) is built from one member, so every member of
+    it must ask the same."""
     return _translated(pod, through_the_webhook=False)
 
 
@@ -41,8 +44,9 @@ def _translated(pod: Pod, *, through_the_webhook: bool) -> JobRequest:
         _claims_through_the_webhook(pod, options.gpus)
     resources = pod_resources(pod)
     gpu = gpu_ask(options, resources.gpus)
-    nodes = group.size if group else 1
-    _check_segment(options.placement.topology, nodes)
+    components = group_components(meta.labels, meta.annotations)
+    _check_segment(options.placement.topology, group.size if group else 1)
+    nodes = components.own.size if components else group.size if group else 1
     return JobRequest(
         name=placeholder_job_name(namespace, options.job_name or (group.name if group else name)),
         owner=PodOwner(uid if through_the_webhook else ""),

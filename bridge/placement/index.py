@@ -201,7 +201,7 @@ class JobIndex:
             job = SlurmJob(
                 job_id, req.name, JobState.PENDING, NO_REASON, req.owner, None,
                 partition=req.placement.partition or "", account=req.placement.account or "",
-                qos=req.placement.qos or "",
+                qos=req.placement.qos or "", het_components=len(req.components),
             )
             self.record(job)
             return job

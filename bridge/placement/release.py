@@ -35,13 +35,7 @@ from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer, allocated_nodes
-from bridge.placement.seats import (
-    SeatRefused,
-    Seats,
-    member_of,
-    members_differ,
-    members_of,
-)
+from bridge.placement.seats import Seating, SeatRefused, members_differ, members_of
 from bridge.ports import KubeGet, KubeList, KubePatch
 from bridge.slurm.types import SlurmJob
 
@@ -177,14 +171,14 @@ class Releaser:
         waiting = sorted((p for p in members if unrecorded(p)), key=_rank_then_name)
         for uid in set(self._waiting.get(owner, {})) - {_uid(p) for p in waiting}:
             self.forget(uid)  # released by someone else, or gone
-        seats = Seats(owner.group, job.job_id, allocated,
-                      [member_of(p, job.job_id) for p in members])
+        assert job.allocation is not None  # allocated_nodes said so
+        seats = Seating(owner.group, job.job_id, job.allocation, members)
         differ = members_differ(owner, members)
         for pod in waiting:
             try:
                 if differ is not None:
                     raise SeatRefused(differ)
-                node = seats.take(member_of(pod, job.job_id))
+                node = seats.take(pod)
             except SeatRefused as refused:
                 reason = keys.REASON_SEAT_TAKEN if differ is None else keys.REASON_MEMBERS_DIFFER
                 await self._refuse(pod, owner, job, reason, str(refused))

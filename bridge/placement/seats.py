@@ -1,6 +1,7 @@
 """A group's seats: one per node of its running job, each given to one live member at most.
 
-Seat ``i`` is Slurm's ``i``-th node of the job, with that node's GPUs: the member of rank
+Seat ``i`` is Slurm's ``i``-th node of the job (of a heterogeneous job: of the member's own
+component, ``i`` its index within it: components.py), with that node's GPUs: the member of rank
 ``i`` sits there, a member without a rank at the first seat nobody holds and no live member
 is ranked for.  A released member holds the seat its release recorded for this job
 (``slurmbridge.io/slurm-node``) until it has finished, or was deleted with nothing left
@@ -19,7 +20,8 @@ from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from bridge import keys
-from bridge.jobs.group_ask import counted, mixed, pod_asks
+from bridge.jobs.components import group_components
+from bridge.jobs.group_ask import counted, members_mixed
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.options import pod_group
 from bridge.jobs.owner import GroupOwner
@@ -27,6 +29,7 @@ from bridge.link.gate import gated, released_node
 from bridge.link.ownership import owner_key
 from bridge.link.views import view_of
 from bridge.ports import KubeList
+from bridge.slurm.types import Allocation
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +57,13 @@ async def members_of(kube: KubeList, owner: GroupOwner) -> list[Pod]:
 
 
 def members_differ(owner: GroupOwner, members: list[Pod]) -> str | None:
-    """Why the group's live members cannot be one job (None: they ask the same)."""
-    return mixed(owner.group, pod_asks([p for p in members if counted(p)]))
+    """Why the group's live members cannot be one job (None: each component's ask alike)."""
+    return members_mixed(owner.group, [p for p in members if counted(p)])
 
 
-def member_of(pod: Pod, job_id: int) -> Member:
-    """``pod`` (a listed member) as a seat holder or seeker of job ``job_id``."""
+def member_of(pod: Pod, job_id: int, offset: int = 0) -> Member:
+    """``pod`` (a listed member) as a seat holder or seeker of job ``job_id``; its rank
+    counted from ``offset`` (its component's first rank)."""
     view = view_of(pod)
     holds = not gated(pod) and not view.releases_job
     seat = released_node(pod, job_id) if holds else None
@@ -67,7 +71,8 @@ def member_of(pod: Pod, job_id: int) -> Member:
         group = pod_group(pod.metadata.labels if pod.metadata else None)
     except InvalidPodRequest as err:  # labels the webhook would have refused
         return Member(view.name, view.uid, None, seat, counted(pod), f"pod {view.name}: {err}")
-    return Member(view.name, view.uid, group.rank if group else None, seat, counted(pod))
+    rank = group.rank - offset if group and group.rank is not None else None
+    return Member(view.name, view.uid, rank, seat, counted(pod))
 
 
 def member_slot(
@@ -129,3 +134,44 @@ class Seats:
             "on: it waits, gated, until that pod has finished; delete whichever of the two is "
             "the duplicate"
         )
+
+
+class Seating:
+    """A group job's seats: one set per component of a heterogeneous job, whose members sit
+    among their own component's nodes alone; one set for an ordinary job."""
+
+    def __init__(self, group: str, job_id: int, allocation: Allocation, members: list[Pod]):
+        self._job_id = job_id
+        self._split = bool(allocation.components)
+        parts = allocation.components or (allocation.nodes,)
+        self._seats = [Seats(group, job_id, nodes, [self.member(p) for p in members
+                                                    if self._where(p)[0] == i])
+                       for i, nodes in enumerate(parts)]
+
+    def member(self, pod: Pod) -> Member:
+        return member_of(pod, self._job_id, self._where(pod)[1])
+
+    def take(self, pod: Pod) -> str:
+        """The node ``pod`` (waiting) sits at; raises SeatRefused."""
+        part, _ = self._where(pod)
+        if not 0 <= part < len(self._seats):
+            name = view_of(pod).name
+            raise SeatRefused(
+                f"pod {name} names no component of Slurm job {self._job_id}, a heterogeneous "
+                f"job of {len(self._seats)} components: its {keys.GROUP_COMPONENT} label and "
+                f"{keys.GROUP_COMPONENTS} annotation must be its group's; it waits, gated")
+        return self._seats[part].take(self.member(pod))
+
+    def _where(self, pod: Pod) -> tuple[int, int]:
+        """The member's component (its index in the job) and that component's first rank."""
+        if not self._split:
+            return 0, 0
+        meta = pod.metadata
+        try:
+            found = group_components(meta.labels if meta else None,
+                                     meta.annotations if meta else None)
+        except InvalidPodRequest:
+            found = None
+        if found is None:
+            return -1, 0
+        return found.parts.index(found.own), found.own.offset

@@ -16,6 +16,7 @@ from bridge import keys
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import job_request_for_pod
+from bridge.placement.hetjob import group_request
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import Refused
@@ -78,9 +79,11 @@ class Submitter:
     async def _submit(self, pod: Pod, owner: Owner) -> SlurmJob:
         pod, request = self.checked(pod, owner)
         if isinstance(owner, GroupOwner) and self._members is not None:
-            differ = members_differ(owner, await members_of(self._members, owner))
+            members = await members_of(self._members, owner)
+            differ = members_differ(owner, members)
             if differ is not None:
                 raise Refused(differ)
+            request = group_request(pod, request, members, self._admit or (lambda p: p))
         return await self._ensure(pod, request)
 
     async def _ensure(self, pod: Pod, request: JobRequest) -> SlurmJob:

@@ -110,7 +110,10 @@ class SlurmClient:
         once sent (callers dedupe by pod UID)."""
         await self.connect()
         comment = self.signer.comment(req.name, req.owner)
-        body = {"job": self.family.describe(req, comment).model_dump(exclude_none=True)}
+        described = [self.family.describe(part, comment).model_dump(exclude_none=True)
+                     for part in req.components or (req,)]
+        # A heterogeneous job is a list of job descriptions, one per component, in one submit.
+        body = {"jobs": described} if req.components else {"job": described[0]}
         resp = await self.rest.call(
             "POST", "/job/submit", "submit", SubmitResponse, body=body, idempotent=False,
             user=req.placement.user,
@@ -120,15 +123,16 @@ class SlurmClient:
         log.info(
             "slurm.submitted", job_id=resp.job_id, job_name=req.name, owner=str(req.owner),
             user=req.placement.user or self._settings.user, account=req.placement.account,
-            qos=req.placement.qos,
+            qos=req.placement.qos, components=len(req.components),
         )
         return resp.job_id
 
     async def get_job(self, job_id: int) -> SlurmJob:
         resp = await self.rest.call("GET", f"/job/{job_id}", "get_job", JobsResponse, job_id=job_id)
-        if not resp.jobs:
+        jobs = convert.het_records(resp.jobs)
+        if not jobs:
             raise SlurmJobNotFound(job_id)
-        return self._job(resp.jobs[0], resp.last_backfill)
+        return self._job(jobs[0], resp.last_backfill)
 
     async def job_allocation(self, job_id: int) -> Allocation | None:
         """A running job's nodes and GPU indices from ``GET /resources/{job_id}`` (~600 bytes;
@@ -155,9 +159,9 @@ class SlurmClient:
         its index from ``every_job_state``.  Not ``?update_time=``: Slurm answers it with every
         job as soon as any changed.  ``every_allocation``: native jobs' too (the GPU map)."""
         resp = await self.rest.call("GET", "/jobs/", "list_jobs", JobsResponse)
-        return [convert.with_any_allocation(info, job) if every_allocation else job
-                for info in resp.jobs
-                if (job := self._listed(info, resp.last_backfill)) is not None]
+        return [convert.with_any_allocation(parts[0], job) if every_allocation else job
+                for parts in convert.het_records(resp.jobs)
+                if (job := self._listed(parts, resp.last_backfill)) is not None]
 
     async def job_states(self, ids: Iterable[int]) -> dict[int, JobState]:
         """States of the jobs ``ids`` (about 80 bytes a job), ``IDS_PER_REQUEST`` per request:
@@ -172,7 +176,8 @@ class SlurmClient:
                 query=[("job_id", str(i)) for i in chunk],
             )
             # a state the bridge does not know is left out: that job is re-read on its own
-            states.update((i, st) for i, st in _states(resp).items() if st is not None)
+            states.update((i, st) for i, st in convert.listed_states(resp).items()
+                          if st is not None)
         return states
 
     async def every_job_state(self) -> dict[int, JobState | None]:
@@ -180,7 +185,7 @@ class SlurmClient:
         what a resync starts from instead of ``GET /jobs/``, whose answer carries each job's
         per-core allocation.  None: a state the bridge does not know (read that job).  Array
         records not split into tasks are left out."""
-        return _states(
+        return convert.listed_states(
             await self.rest.call("GET", "/jobs/state/", "every_job_state", JobStatesResponse)
         )
 
@@ -249,9 +254,10 @@ class SlurmClient:
         user's, or one submitted as the user the tenancy maps its namespace to (``trust``)."""
         return user == self._settings.user or self.trust(user, job_name)
 
-    def _job(self, info: JobInfo, last_backfill: NoVal) -> SlurmJob:
-        """One job in the core's types; an answer the bridge cannot read is a protocol error
-        naming the job, never a bare exception from deep inside the parser."""
+    def _job(self, parts: list[JobInfo], last_backfill: NoVal) -> SlurmJob:
+        """One job (a heterogeneous one's records, leader first) in the core's types; an answer
+        the bridge cannot read is a protocol error naming the job, never a bare exception."""
+        info = parts[0]
         owned = self.owns(info.user_name, info.name)
         foreign = not owned and keys.COMMENT_OWNER in info.comment
         if foreign and info.job_id not in self._foreign_markers:
@@ -265,35 +271,25 @@ class SlurmClient:
         try:
             signed = (info.user_name == self._settings.user
                       or self.signer.signed(info.name, info.comment))
-            return convert.slurm_job(info, owned=owned, signed=signed, last_backfill=last_backfill)
+            return convert.with_components(convert.slurm_job(
+                info, owned=owned, signed=signed, last_backfill=last_backfill), parts)
         except ValueError as exc:
             raise SlurmProtocolError(
                 f"slurmrestd: job {info.job_id} of user {info.user_name!r} cannot be read: "
                 f"{exc}"
             ) from exc
 
-    def _listed(self, info: JobInfo, last_backfill: NoVal) -> SlurmJob | None:
+    def _listed(self, parts: list[JobInfo], last_backfill: NoVal) -> SlurmJob | None:
         """A job of a listing; another user's job the bridge cannot read is left out (it is
         none of the bridge's business), one of its own placeholders is an error."""
+        info = parts[0]
         try:
-            return self._job(info, last_backfill)
+            return self._job(parts, last_backfill)
         except SlurmProtocolError as exc:
             if self.owns(info.user_name, info.name):
                 raise
             log.debug("slurm.foreign_job_unreadable", job_id=info.job_id, error=str(exc))
             return None
-
-
-def _states(resp: JobStatesResponse) -> dict[int, JobState | None]:
-    """A state list's jobs (array records left out); None: a state the bridge does not know."""
-    states: dict[int, JobState | None] = {}
-    for entry in resp.jobs:
-        if (job_id := entry.number) is not None:
-            try:
-                states[job_id] = convert.job_state(entry.state)
-            except ValueError:
-                states[job_id] = None
-    return states
 
 
 __all__ = ["SlurmClient", "SlurmError"]

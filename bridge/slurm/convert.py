@@ -1,6 +1,7 @@
 """Wire models → the core's Slurm types (the only place that reads wire fields)."""
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from bridge import keys
@@ -16,7 +17,13 @@ from bridge.slurm.types import (
     SlurmNode,
     SlurmQos,
 )
-from bridge.slurm.wire.base import JobInfo, NodeInfo, NoVal, ResourcesResponse
+from bridge.slurm.wire.base import (
+    JobInfo,
+    JobStatesResponse,
+    NodeInfo,
+    NoVal,
+    ResourcesResponse,
+)
 from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, QosResponse
 
 
@@ -183,3 +190,49 @@ def with_any_allocation(info: JobInfo, job: SlurmJob) -> SlurmJob:
         return dataclasses.replace(job, allocation=allocation_from(info.nodes, info.gres_detail))
     except ValueError as exc:
         return dataclasses.replace(job, unreadable=str(exc))
+
+
+def het_records(infos: Sequence[JobInfo]) -> list[list[JobInfo]]:
+    """Each job's records: a heterogeneous job's (one per component) as one, its leader
+    first; a component listed without its leader is left out (it is no job of its own)."""
+    jobs: dict[int, list[JobInfo]] = {}
+    for info in infos:
+        jobs.setdefault(info.het_leader or info.job_id, []).append(info)
+    ordered = (sorted(parts, key=lambda i: i.het_job_offset.number) for parts in jobs.values())
+    return [parts for parts in ordered if parts[0].job_id == (parts[0].het_leader or
+                                                              parts[0].job_id)]
+
+
+def with_components(job: SlurmJob, parts: Sequence[JobInfo]) -> SlurmJob:
+    """``job`` (read from its leader's record) as the whole heterogeneous job of ``parts``:
+    allocated once every component is, on the nodes and GPUs of all of them (Slurm gives no
+    node to two components), each component's nodes kept apart."""
+    if len(parts) < 2:
+        return job
+    job = dataclasses.replace(job, het_components=len(parts))
+    if job.allocation is None:
+        return job
+    try:
+        allocations = [a for p in parts if (a := allocation_from(p.nodes, p.gres_detail))]
+    except ValueError as exc:  # still the owner's job: see SlurmJob.unreadable
+        return dataclasses.replace(job, allocation=None, unreadable=str(exc))
+    if len(allocations) < len(parts):  # a component not allocated yet
+        return dataclasses.replace(job, allocation=None)
+    return dataclasses.replace(job, allocation=Allocation(
+        tuple(n for a in allocations for n in a.nodes),
+        {n: g for a in allocations for n, g in a.gpu_ids.items()},
+        {n: g for a in allocations for n, g in a.shared.items()},
+        components=tuple(a.nodes for a in allocations),
+    ))
+
+
+def listed_states(resp: JobStatesResponse) -> dict[int, JobState | None]:
+    """A state list's jobs (array records left out); None: a state the bridge does not know."""
+    states: dict[int, JobState | None] = {}
+    for entry in resp.jobs:
+        if (job_id := entry.number) is not None:
+            try:
+                states[job_id] = job_state(entry.state)
+            except ValueError:
+                states[job_id] = None
+    return states

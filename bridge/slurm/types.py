@@ -50,6 +50,9 @@ class Allocation:
     # Of ``gpu_ids``, the GPUs held as shards (other jobs' shards may share them), per node;
     # read from ``gres_detail`` (``GET /resources`` does not say).
     shared: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # A heterogeneous job's nodes per component, in offset order (``nodes`` is all of them
+    # in that order; Slurm gives no node to two components); () for an ordinary job.
+    components: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,9 @@ class SlurmJob:
     # Its comment's owner marker lacks the bridge's signature (bridge/slurm/signing.py) and
     # its Slurm user is not the bridge's own: whatever owner it names, no placeholder.
     unsigned: bool = False
+    # A heterogeneous job's component count (0: an ordinary job): its allocation is read
+    # from all of them, never from the leader's alone.
+    het_components: int = 0
 
     @property
     def state_text(self) -> str:

@@ -62,11 +62,11 @@ async def _quiet_accounting(
 ) -> tuple[SlurmTarget, str]:
     """The stack's Slurm with its accounting tree, once no earlier test's job is left, and a
     fresh namespace."""
-    _accounting_ready(stack.slurm)
+    accounting_ready(stack.slurm)
     return await quiet_namespace(stack, e2e_namespace, prefix)
 
 
-def _accounting_ready(slurm: SlurmTarget) -> None:
+def accounting_ready(slurm: SlurmTarget) -> None:
     """The test needs slurmdbd: say so plainly when it is not there (never skip)."""
     out = slurm.admin("sacctmgr", "-n", "-P", "show", "account", "format=Account", check=False)
     missing = {"team-a", "team-b"} - set(out.split())
@@ -243,7 +243,7 @@ async def test_an_account_removed_from_slurmdbd_gives_the_pod_a_clear_reason(
     tenancy: Mapper,
 ) -> None:
     slurm = bridge_stack.slurm
-    _accounting_ready(slurm)
+    accounting_ready(slurm)
     account = unique_name("gone", max_len=20)
     slurm.admin("sacctmgr", "-i", "add", "account", account)
     slurm.admin("sacctmgr", "-i", "add", "user", "alice", f"account={account}")

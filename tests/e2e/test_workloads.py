@@ -243,6 +243,40 @@ def owner_ref(obj: Any) -> dict[str, Any]:
             "uid": meta.uid, "controller": True, "blockOwnerDeletion": True}
 
 
+async def create_jobset(
+    kube: AsyncClient, ns: str, name: str,
+    replicated: list[tuple[str, int, int, dict[str, Any]]],
+) -> Any:
+    """JobSet ``name`` of (replicated job, replicas, parallelism, pod template), and its child
+    Jobs as the JobSet controller makes them (its Go module is not served to these machines)."""
+    await ensure_crd(kube, "jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
+    jobset = await create(kube, JobSet, ns, {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": name},
+        "spec": {"replicatedJobs": [
+            {"name": rj, "replicas": replicas,
+             "template": {"spec": {"parallelism": pods, "completions": pods,
+                                   "completionMode": "Indexed", "template": pod}}}
+            for rj, replicas, pods, pod in replicated]},
+    })
+    global_index = 0
+    for rj, replicas, pods, pod in replicated:
+        for index in range(replicas):
+            marks = {keys.JOBSET_NAME: name, keys.JOBSET_REPLICATED_JOB: rj,
+                     keys.JOBSET_JOB_INDEX: str(index),
+                     "jobset.sigs.k8s.io/job-global-index": str(global_index),
+                     "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas),
+                     "jobset.sigs.k8s.io/global-replicas": str(sum(r[1] for r in replicated))}
+            global_index += 1
+            manifest = job_manifest(f"{name}-{rj}-{index}", pods, labels=marks)
+            manifest["spec"]["template"]["spec"] = pod["spec"]
+            manifest["metadata"].update(labels=marks, annotations=marks,
+                                        ownerReferences=[owner_ref(jobset)])
+            manifest["spec"]["template"]["metadata"]["annotations"] = marks
+            await create(kube, Job, ns, manifest)
+    return jobset
+
+
 # --- the tests ---------------------------------------------------------------------------
 
 
@@ -307,31 +341,8 @@ async def test_jobset_is_one_group_sized_from_the_jobset(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
     slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "jobset")
-    await ensure_crd(kube, "jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
     replicated = [("driver", 1, 1), ("workers", 1, 2)]  # (name, replicas, parallelism): 3 pods
-    jobset = await create(kube, JobSet, ns, {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-        "metadata": {"name": "llm"},
-        "spec": {"replicatedJobs": [
-            {"name": rj, "replicas": replicas,
-             "template": {"spec": {"parallelism": pods, "completions": pods,
-                                   "completionMode": "Indexed", "template": template()}}}
-            for rj, replicas, pods in replicated]},
-    })
-    global_index = 0
-    for rj, replicas, pods in replicated:  # the child Jobs, as the JobSet controller makes them
-        for index in range(replicas):
-            marks = {keys.JOBSET_NAME: "llm", keys.JOBSET_REPLICATED_JOB: rj,
-                     keys.JOBSET_JOB_INDEX: str(index),
-                     "jobset.sigs.k8s.io/job-global-index": str(global_index),
-                     "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas),
-                     "jobset.sigs.k8s.io/global-replicas": "2"}
-            global_index += 1
-            manifest = job_manifest(f"llm-{rj}-{index}", pods, labels=marks)
-            manifest["metadata"].update(labels=marks, annotations=marks,
-                                        ownerReferences=[owner_ref(jobset)])
-            manifest["spec"]["template"]["metadata"]["annotations"] = marks
-            await create(kube, Job, ns, manifest)
+    await create_jobset(kube, ns, "llm", [(*rj, template()) for rj in replicated])
     members = await wait_bound_pods(kube, ns, {keys.JOBSET_NAME: "llm"}, 3)
     ranks = {}
     for pod in members:

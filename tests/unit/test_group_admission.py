@@ -152,3 +152,63 @@ async def test_a_pod_pointing_at_a_colleagues_gang_job_is_refused(members: Membe
     message = refused["status"]["message"]
     assert "Job team-a/train" in message and "bob" in message, message
     assert admitted["allowed"] is True
+
+
+# --- a mixed group: components of one heterogeneous job (issue 43) -------------------------
+
+MIXED = {keys.GROUP_COMPONENTS: "launcher=1,workers=2"}
+
+
+def part(name: str, rank: int, component: str, *, gpus: int = 0, cpus: str = "1",
+         **status: Any) -> dict[str, Any]:
+    """A member of group train (launcher=1, workers=2) in ``component``."""
+    pod = member(name, rank, size=3, gpus=gpus, **status)
+    pod["metadata"]["labels"][keys.GROUP_COMPONENT] = component
+    pod["metadata"]["annotations"].update(MIXED)
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpus}}
+    return pod
+
+
+async def test_a_launcher_and_gpu_workers_in_components_of_their_own_are_admitted(
+    client: httpx.AsyncClient, members: Members
+) -> None:
+    """The group the issue's old refusal turned away, its parts named: one heterogeneous job."""
+    members.pods = [part("launcher", 0, "launcher", phase="Pending")]
+    assert (await _validated(client, part("worker-0", 1, "workers", gpus=2)))["allowed"]
+    members.pods.append(part("worker-0", 1, "workers", gpus=2, phase="Pending"))
+    assert (await _validated(client, part("worker-1", 2, "workers", gpus=2)))["allowed"]
+
+
+async def test_a_member_differing_from_its_component_is_refused_naming_both_and_the_field(
+    client: httpx.AsyncClient, members: Members
+) -> None:
+    members.pods = [part("launcher", 0, "launcher", phase="Pending"),
+                    part("worker-0", 1, "workers", gpus=2, phase="Pending")]
+    response = await _validated(client, part("worker-1", 2, "workers", gpus=2, cpus="4"))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "component workers of group train" in message, message
+    assert "worker-0" in message and "worker-1" in message and "cpus 1 vs 4" in message, message
+    assert "launcher" not in message.split("(")[1], message  # the other component is no peer
+
+
+async def test_a_member_listing_other_components_than_its_group_is_refused(
+    client: httpx.AsyncClient, members: Members
+) -> None:
+    members.pods = [part("launcher", 0, "launcher", phase="Pending")]
+    other = part("worker-0", 1, "workers", gpus=2)
+    other["metadata"]["annotations"][keys.GROUP_COMPONENTS] = "launcher=2,workers=1"
+    other["metadata"]["labels"][keys.GROUP_RANK] = "2"
+    response = await _validated(client, other)
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert keys.GROUP_COMPONENTS in message and "launcher" in message, message
+
+
+async def test_a_rank_outside_its_component_is_refused_naming_the_range(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await _validated(client, part("worker-0", 0, "workers", gpus=2))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert keys.GROUP_RANK in message and "from 1 to 2" in message, message

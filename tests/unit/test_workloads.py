@@ -203,7 +203,8 @@ async def test_jobset_is_one_group_sized_from_the_jobset_ranks_across_replicated
     ]}}
     owners = Owners((JOBSET, jobset))
     assert await membership(jobset_pod("driver", 0, 0), NS, owners) == Membership(
-        "llm", 5, 0, f"JobSet {NS}/llm"
+        "llm", 5, 0, f"JobSet {NS}/llm", components=(("driver", 1), ("workers", 4)),
+        component="driver",
     )
     second = await membership(jobset_pod("workers", 1, 0), NS, owners)
     assert second is not None and (second.size, second.rank) == (5, 3)
@@ -213,7 +214,8 @@ async def test_lws_group_is_one_replica_ranked_by_worker_index() -> None:
     labels = {keys.LWS_NAME: "vllm", keys.LWS_GROUP_INDEX: "1", keys.LWS_WORKER_INDEX: "2"}
     worker = pod(labels=labels, annotations={keys.LWS_SIZE: "4"})
     found = await membership(worker, NS, Owners())
-    assert found == Membership("vllm-1", 4, 2, "LeaderWorkerSet vllm")
+    assert found == Membership("vllm-1", 4, 2, "LeaderWorkerSet vllm",
+                               components=(("leader", 1), ("worker", 3)), component="worker")
 
 
 async def test_one_domain_per_child_of_jobset_and_lws_is_refused_naming_the_annotation() -> None:
@@ -384,3 +386,24 @@ async def test_a_pod_group_at_the_newest_version_takes_one_read() -> None:
     assert await read(POD_GROUP, NS, "g") is not None
     assert await read(POD_GROUP, NS, "later") is None
     assert server.versions_asked == ["v1beta1", "v1beta1"]
+
+
+def test_patch_writes_a_mixed_groups_component_and_every_component_with_its_size() -> None:
+    """Issue 43: each member of a JobSet of several replicated jobs says which it is."""
+    group = Membership("llm", 3, 1, "JobSet x", components=(("driver", 1), ("workers", 2)),
+                       component="workers")
+    ops = {op["path"]: op.get("value") for op in mutate.patch_for(pod(), group=group)}
+    assert ops["/metadata/labels/slurmbridge.io~1group-component"] == "workers"
+    assert ops["/metadata/annotations/slurmbridge.io~1group-components"] == "driver=1,workers=2"
+    stale = pod(labels={keys.GROUP_COMPONENT: "x"}, annotations={keys.GROUP_COMPONENTS: "x=1"})
+    removed = [op["path"] for op in mutate.patch_for(stale, group=Membership("j", 1, 0, "Job j"))
+               if op["op"] == "remove"]
+    assert sorted(removed) == ["/metadata/annotations/slurmbridge.io~1group-components",
+                               "/metadata/labels/slurmbridge.io~1group-component"]
+
+
+async def test_an_lws_leader_and_workers_are_two_components() -> None:
+    labels = {keys.LWS_NAME: "vllm", keys.LWS_GROUP_INDEX: "0", keys.LWS_WORKER_INDEX: "0"}
+    leader = await membership(pod(labels=labels, annotations={keys.LWS_SIZE: "3"}), NS, Owners())
+    assert leader is not None and (leader.component, leader.components) == (
+        "leader", (("leader", 1), ("worker", 2)))

@@ -58,6 +58,15 @@ class JobInfo(WireModel):
     required_switches: int = 0  # --switches=N (0: not asked)
     maximum_switch_wait_time: int = 0  # seconds, as Slurm capped it (max_switch_wait)
     segment_size: int = 0  # --segment=N (data parser v0.0.43+)
+    # A heterogeneous job lists one record per component: its own job id, the leader's id
+    # (the component at offset 0, whose id the submit answered) and its offset.
+    het_job_id: NoVal = NoVal()
+    het_job_offset: NoVal = NoVal()
+
+    @property
+    def het_leader(self) -> int | None:
+        """The leader's job id, for a component of a heterogeneous job (None: an ordinary job)."""
+        return self.het_job_id.number if self.het_job_id.set and self.het_job_id.number else None
 
 
 class JobsResponse(Envelope):
@@ -68,7 +77,8 @@ class JobsResponse(Envelope):
 
 class JobStateEntry(WireModel):
     """A job's id and state.  v0.0.45 writes the id as text (``"17"``); an array record Slurm
-    has not split into tasks yet has one such as ``"4_[1-1000]"``."""
+    has not split into tasks yet has one such as ``"4_[1-1000]"``; a heterogeneous job's
+    components ``"<id>+<offset>"`` (v0.0.42 and v0.0.45 alike: ``"29+0"``, ``"30+1"``)."""
 
     job_id: int | str
     state: list[str] = Field(default_factory=list)
@@ -76,10 +86,14 @@ class JobStateEntry(WireModel):
     @property
     def number(self) -> int | None:
         """The job id; None for an array record (the bridge never submits arrays, so such a
-        record is never one of its jobs)."""
+        record is never one of its jobs) and for a heterogeneous job's components past the
+        first, whose leader (``+0``, the id the submit answered) stands for the whole job."""
         if isinstance(self.job_id, int):
             return self.job_id
-        return int(self.job_id) if self.job_id.isdigit() else None
+        job_id, plus, offset = self.job_id.partition("+")
+        if plus and offset != "0":
+            return None
+        return int(job_id) if job_id.isdigit() else None
 
 
 class JobStatesResponse(Envelope):

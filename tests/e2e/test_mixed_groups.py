@@ -1,0 +1,158 @@
+"""A mixed group is one Slurm heterogeneous job (issue 43): a 1-CPU launcher and two GPU
+workers, each part a component with its own shape, seen through the admin's own tools."""
+
+from collections.abc import AsyncIterator
+from typing import cast
+
+import pytest
+import yaml
+from lightkube import AsyncClient
+from lightkube.models.meta_v1 import OwnerReference
+from lightkube.resources.core_v1 import Pod
+
+from bridge import keys
+from slurmbridge_devkit.e2e import create_pod, pod_manifest, quiet_namespace, wait_bound
+from slurmbridge_devkit.scontrol import gpu_overlaps, parse_job_line, show_jobs
+from slurmbridge_devkit.slurm import SlurmTarget
+from slurmbridge_devkit.stack import DEFAULT_TENANCY, BridgeStack, NamespaceFactory
+from slurmbridge_devkit.waiting import wait_for
+from tests.e2e.test_accounting import accounting_ready
+from tests.e2e.test_workloads import (
+    LeaderWorkerSet,
+    create,
+    create_jobset,
+    ensure_crd,
+    owner_ref,
+    template,
+    wait_bound_pods,
+)
+
+pytestmark = pytest.mark.e2e
+
+GROUP = {keys.GROUP: "mix", keys.GROUP_SIZE: "3"}
+PARTS = {keys.GROUP_COMPONENTS: "launcher=1,workers=2"}
+Placed = dict[str, tuple[Pod, int]]  # pod name -> (the bound pod, its component's offset)
+
+
+def _member(name: str, rank: int, component: str, gpus: int) -> Pod:
+    labels = {**GROUP, keys.GROUP_RANK: str(rank), keys.GROUP_COMPONENT: component}
+    return pod_manifest(name, cpu="1", gpus=gpus, labels=labels, annotations=PARTS)
+
+
+@pytest.fixture
+async def beside_natives(
+    bridge_stack: BridgeStack, e2e_namespace: NamespaceFactory
+) -> AsyncIterator[tuple[SlurmTarget, str]]:
+    """A quiet Slurm whose every node has a native job on GPUs 0-1, and a fresh namespace
+    running as alice in account team-a."""
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "hetjob")
+    accounting_ready(slurm)
+    bridge_stack.tenancy_file.write_text(yaml.safe_dump(
+        {"namespaces": {ns: {"account": "team-a", "user": "alice"}}}))
+    nodes = sorted(set(slurm.admin("sinfo", "-h", "-N", "-o", "%N").split()))
+    natives = [slurm.admin("sbatch", "--parsable", "-J", "native-gpu", "--gres=gpu:2", "-c", "1",
+                           "-w", node, "-o", "/dev/null", "--wrap", "sleep 900").strip()
+               for node in nodes]
+    try:
+        await wait_for(lambda: all(j.state == "RUNNING" for j in show_jobs(slurm)
+                                   if str(j.job_id) in natives), 30, what="natives running")
+        yield slurm, ns
+    finally:
+        slurm.admin("scancel", *natives)
+        slurm.admin("scancel", "-u", "alice")  # the namespace's jobs
+        bridge_stack.tenancy_file.write_text(yaml.safe_dump(DEFAULT_TENANCY))
+
+
+def _assert_one_heterogeneous_job(
+    stack: BridgeStack, ns: str, placed: Placed, group: str = "mix"
+) -> None:
+    """squeue, scontrol and sacct show one job of two components under team-a; each member
+    sits on its component's node with exactly its GPUs there (the launcher none); no GPU of
+    any running job is held twice."""
+    slurm, name = stack.slurm, f"k8s:{ns}/{group}"
+    leader = {(p.metadata.annotations or {})[keys.JOB_ID] for p, _ in placed.values()
+              if p.metadata}
+    assert len(leader) == 1, f"one Slurm job for the group: {leader}"
+    job_id = leader.pop()
+    rows = [f"{job_id}+0|{name}|team-a", f"{job_id}+1|{name}|team-a"]
+    assert sorted(slurm.admin("squeue", "-h", "-o", "%i|%j|%a", "-n", name).split()) == rows
+    shown = slurm.admin("scontrol", "show", "job", "-d", "-o", job_id).splitlines()
+    parts = {int(v.fields["HetJobOffset"]): v for v in map(parse_job_line, shown)}
+    assert sorted(parts) == [0, 1], shown
+    for member, (pod, offset) in placed.items():
+        assert pod.metadata and pod.spec
+        node = stack.slurm_node_of(pod.spec.nodeName or "")
+        assert node in parts[offset].nodes, (member, node, parts[offset].nodes)
+        ids = (pod.metadata.annotations or {})[keys.GPU_IDS]
+        held = {int(i) for i in ids.split(",") if i}
+        if offset == 0:
+            assert held == set(), f"the launcher got GPUs {ids}"
+        else:
+            assert len(held) == 2 and held <= set(parts[1].gpus[node]), (member, ids)
+            assert not held & {0, 1}, f"{member} on the native job's GPUs: {ids}"
+    assert gpu_overlaps(show_jobs(slurm)) == {}
+    accounted = slurm.admin("sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,JobName,Account")
+    assert sorted(accounted.split()) == rows
+
+
+async def test_a_launcher_and_gpu_workers_are_one_heterogeneous_job_on_slurms_gpus(
+    bridge_stack: BridgeStack, kube: AsyncClient, beside_natives: tuple[SlurmTarget, str]
+) -> None:
+    _, ns = beside_natives
+    await create_pod(kube, ns, _member("launcher", 0, "launcher", 0))
+    for i in range(2):
+        await create_pod(kube, ns, _member(f"worker-{i}", 1 + i, "workers", 2))
+    placed = {name: (await wait_bound(kube, ns, name, timeout=120), offset)
+              for name, offset in (("launcher", 0), ("worker-0", 1), ("worker-1", 1))}
+    _assert_one_heterogeneous_job(bridge_stack, ns, placed)
+
+
+async def test_a_jobset_of_a_cpu_driver_and_gpu_workers_is_one_heterogeneous_job(
+    bridge_stack: BridgeStack, kube: AsyncClient, beside_natives: tuple[SlurmTarget, str]
+) -> None:
+    _, ns = beside_natives
+    workers = template()
+    workers["spec"]["containers"][0]["resources"]["limits"][keys.GPU_RESOURCE] = "2"
+    await create_jobset(kube, ns, "mix", [("driver", 1, 1, template()), ("workers", 1, 2, workers)])
+    pods = await wait_bound_pods(kube, ns, {keys.JOBSET_NAME: "mix"}, 3)
+    placed = {}
+    for pod in pods:
+        assert pod.metadata and pod.metadata.name
+        labels = pod.metadata.labels or {}
+        assert labels[keys.GROUP_COMPONENT] == labels[keys.JOBSET_REPLICATED_JOB]
+        placed[pod.metadata.name] = (pod, 0 if labels[keys.GROUP_COMPONENT] == "driver" else 1)
+    _assert_one_heterogeneous_job(bridge_stack, ns, placed)
+
+
+async def test_an_lws_whose_leader_differs_from_its_workers_is_one_heterogeneous_job(
+    bridge_stack: BridgeStack, kube: AsyncClient, beside_natives: tuple[SlurmTarget, str]
+) -> None:
+    """A 1-CPU leader serving the API, two workers holding 2 GPUs each: the LWS's pods as its
+    controller makes them (its Go module is not served to these machines)."""
+    _, ns = beside_natives
+    await ensure_crd(kube, "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets")
+    workers = template()
+    workers["spec"]["containers"][0]["resources"]["limits"][keys.GPU_RESOURCE] = "2"
+    lws = await create(kube, LeaderWorkerSet, ns, {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "mix"},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {
+            "size": 3, "leaderTemplate": template(), "workerTemplate": workers}},
+    })
+    for worker, pod_name in ((0, "mix-0"), (1, "mix-0-1"), (2, "mix-0-2")):
+        labels = {keys.LWS_NAME: "mix", keys.LWS_GROUP_INDEX: "0",
+                  keys.LWS_WORKER_INDEX: str(worker)}
+        pod = pod_manifest(pod_name, gpus=2 if worker else 0, labels=labels,
+                           annotations={keys.LWS_SIZE: "3"})
+        assert pod.metadata is not None
+        pod.metadata.ownerReferences = [
+            cast(OwnerReference, OwnerReference.from_dict(owner_ref(lws)))]
+        await create_pod(kube, ns, pod)
+    pods = await wait_bound_pods(kube, ns, {keys.LWS_NAME: "mix"}, 3)
+    placed = {}
+    for pod in pods:
+        assert pod.metadata and pod.metadata.name
+        component = (pod.metadata.labels or {})[keys.GROUP_COMPONENT]
+        assert component == ("leader" if pod.metadata.name == "mix-0" else "worker")
+        placed[pod.metadata.name] = (pod, 0 if component == "leader" else 1)
+    _assert_one_heterogeneous_job(bridge_stack, ns, placed, group="mix-0")
