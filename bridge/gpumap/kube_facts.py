@@ -8,6 +8,7 @@ from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.gpumap.model import PodHold
+from bridge.link.ownership import job_id_in
 
 _ENDED = frozenset({"Succeeded", "Failed"})
 
@@ -22,10 +23,9 @@ def recorded_hold(
     indices = tuple(int(i) for i in ids.split(",") if i.strip().isdigit())
     if not (node and indices) or phase in _ENDED:
         return None
-    job = annotations.get(keys.JOB_ID, "")
     shown = reader is None or reader == namespace
     return PodHold(node, f"{namespace}/{name}" if shown else "", namespace if shown else "",
-                   int(job) if job.isdigit() else None, indices,
+                   job_id_in(annotations), indices,
                    shared=bool(annotations.get(keys.GPU_SHARDS)), kube_node=kube_node)
 
 

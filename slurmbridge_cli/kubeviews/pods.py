@@ -11,6 +11,7 @@ from lightkube.resources.core_v1 import Event, Pod
 
 from bridge import keys
 from bridge.kube.writes import COMPONENT
+from bridge.link.ownership import job_id_in
 from bridge.placement.reasons import said_expected
 from bridge.ports import KubePort
 from slurmbridge_cli.kubeviews.clock import age, iso
@@ -77,7 +78,7 @@ def pod_row(pod: Pod, now: datetime) -> PodRow:
     return PodRow(
         namespace=meta.namespace or "",
         pod=meta.name,
-        job_id=_int(ann.get(keys.JOB_ID)) or (int(found["job"]) if found else None),
+        job_id=job_id_in(ann) or (int(found["job"]) if found else None),
         state=state,
         reason=reason,
         message=message,
