@@ -85,7 +85,7 @@ def _time(value: NoVal) -> datetime | None:
 
 
 def slurm_job(
-    info: JobInfo, *, owned: bool, signed: bool = True, last_backfill: NoVal | None = None
+    info: JobInfo, *, owned: bool, signed: bool, last_backfill: NoVal | None = None
 ) -> SlurmJob:
     """The core's view of one job.
 

@@ -32,7 +32,8 @@ def _answer(state: str, start: int, last_backfill: int) -> JobsResponse:
 
 
 def _job(answer: JobsResponse) -> SlurmJob:
-    return convert.slurm_job(answer.jobs[0], owned=False, last_backfill=answer.last_backfill)
+    return convert.slurm_job(answer.jobs[0], owned=False, signed=True,
+                             last_backfill=answer.last_backfill)
 
 
 def test_a_pending_jobs_start_time_is_slurms_estimate_with_the_last_backfill() -> None:

@@ -111,7 +111,7 @@ def test_typed_slices_read_from_slurm_24_11_are_the_slices_index() -> None:
     for info, gpus in ((three, (0, 1, 2)), (last, (3,))):
         found = allocation_from(info.nodes, info.gres_detail)
         assert found is not None and found.gpu_ids == {"node4": gpus}
-    job = slurm_job(waiting, owned=True)
+    job = slurm_job(waiting, owned=True, signed=True)
     assert (job.state, job.reason, job.allocation) == (JobState.PENDING, "Resources", None)
 
 

@@ -149,7 +149,7 @@ async def test_a_cancelled_job_still_completing_is_named_cancelled_in_the_evicti
     info = captured_job("24.11-v0.0.42-job-gpu3_idx0-2.json")
     info = info.model_copy(update={"job_state": ["CANCELLED", "COMPLETING"],
                                    "comment": comment_for(PodOwner(UID))})
-    read = slurm_job(info, owned=True)
+    read = slurm_job(info, owned=True, signed=True)
     assert read.state is JobState.COMPLETING and read.ended_as is JobState.CANCELLED
     world = World()
     world.job()

@@ -203,7 +203,7 @@ def _pending(**fields: Any) -> SlurmJob:
         "job_id": 252, "name": "k8s:ml/ring", "comment": f"{keys.COMMENT_OWNER}group:ml/ring",
         "job_state": ["PENDING"], "state_reason": "Resources", **fields,
     })
-    return slurm_job(info, owned=True)
+    return slurm_job(info, owned=True, signed=True)
 
 
 def test_a_job_waiting_for_its_switch_says_so_though_slurm_says_resources() -> None:

@@ -33,7 +33,7 @@ def _unreadable_info() -> JobInfo:
 
 
 def test_a_job_whose_gres_cannot_be_read_keeps_its_owner_and_state() -> None:
-    job = slurm_job(_unreadable_info(), owned=True)
+    job = slurm_job(_unreadable_info(), owned=True, signed=True)
     assert job.owner is not None
     assert job.state is JobState.RUNNING
     assert job.allocation is None
