@@ -309,7 +309,7 @@ def run(cfg: Config) -> Outcome:
                     print(f"  B8 {rep + 1}/{cfg.repeats} {kind} {c} in flight: "
                           + ", ".join(f"{k} {fmt(v) if isinstance(v, float) else v}"
                                       for k, v in row.items()), flush=True)
-    notes = [f"Protocol the Go client got (handshakes from): {k}: {v}."
+    notes = verdict(figs, cfg) + [f"Protocol the Go client got (handshakes from): {k}: {v}."
              for k, v in protocols.items()] + [f"Could not measure {e}" for e in errors]
     return Outcome(
         "B8", "the extender's connections as kube-scheduler makes them, per server",
@@ -317,6 +317,26 @@ def run(cfg: Config) -> Outcome:
         command=f"python -m benchmarks.run --only B8 --repeats {cfg.repeats} "
                 f"--b8-requests {cfg.requests}",
     )
+
+
+def verdict(figs: dict[str, Figure], cfg: Config) -> list[str]:
+    """Issue 42's rule: a server that removes the churn (no handshake after warm-up) at no more
+    server + client CPU per request than uvicorn's, at every concurrency."""
+    def med(kind: str, c: int, key: str) -> float:
+        fig = figs.get(f"{kind}.{c}.{key}")
+        return fig.median if fig else float("nan")
+
+    out = []
+    for kind in (k for k in cfg.servers if k != "uvicorn"):
+        ok = all(med(kind, c, "handshakes") == 0
+                 and med(kind, c, "total_ms") <= med("uvicorn", c, "total_ms")
+                 for c in cfg.concurrency)
+        ratios = ", ".join(f"{fmt(med(kind, c, 'total_ms') / med('uvicorn', c, 'total_ms'))}x "
+                           f"at {c}" for c in cfg.concurrency)
+        out.append(f"{kind}: {'removes' if ok else 'does not remove'} the churn at no more "
+                   f"CPU than uvicorn (server + client CPU per request against uvicorn's: "
+                   f"{ratios}).")
+    return out
 
 
 def main() -> None:
