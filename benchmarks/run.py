@@ -96,8 +96,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--b7-requests", type=int, default=200,
                    help="B7: timed exchanges per stack, kind and repeat (the 375 kB read: "
                         "a quarter)")
-    g.add_argument("--b8-requests", type=int, default=2_000,
-                   help="B8: timed POSTs per server, concurrency and repeat")
     g = p.add_argument_group("B1 (end to end)")
     g.add_argument("--pods", default="500,5000", help="pods per round, comma-separated")
     g.add_argument("--b1-repeats", default="",
@@ -207,7 +205,7 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
     def b8() -> Outcome:
         from benchmarks import b8_extender_conns as m  # noqa: PLC0415
 
-        return m.run(m.Config(repeats=args.repeats, requests=args.b8_requests))
+        return m.run(m.Config(repeats=args.repeats))
 
     def soak() -> Outcome:
         from benchmarks.soak import bench as m  # noqa: PLC0415
