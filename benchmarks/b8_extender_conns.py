@@ -11,10 +11,12 @@ transport exactly as ``makeTransport`` does (``restclient.TLSConfigFor`` with a 
 certificate, then ``SetTransportDefaults``) and sends ``requests`` POSTs to ``/filter`` with
 ``concurrency`` in flight.  The server is the real app (``create_app`` over the dev kit's
 fakes, as B3) in its own process behind each server, mutual TLS required: uvicorn as the
-extender serves today (its handshake counter included), hypercorn and granian (embedded, in
-the app's process).  Per server and concurrency, after an untimed warm-up run of a first
-client process: handshakes per request (the extender's counter where the server's TLS is
-Python's, else distinct client connections seen by the app; both are shown), the server
+extender served before B8 (its handshake counter included), hypercorn as it serves now
+(extender/server.py's ``ProtocolServer``) and granian (embedded, in the app's process).
+Per server and concurrency, the timed batch comes after a warm-up by the same client (its
+connections open, as a long-running kube-scheduler's are): handshakes per request (the
+extender's counter where the server's TLS is Python's, else distinct client connections seen
+by the app; both are in the log), the server
 process's CPU (``/proc``, every thread) and the client's (``getrusage``) per request,
 requests/s and the protocol the client got.  ``python -m benchmarks.b8_extender_conns``
 prints the table; ``python -m benchmarks.run --only B8`` records it.
@@ -117,30 +119,13 @@ def _uvicorn(app: Any, port: int, tls: dict[str, Path]) -> None:
 
 
 def _hypercorn(app: Any, port: int, tls: dict[str, Path]) -> None:
-    import ssl  # noqa: PLC0415
+    """As ``slurmbridge extender`` serves its protocol port (extender/server.py)."""
+    from bridge.config import ExtenderSettings  # noqa: PLC0415
+    from extender.server import ProtocolServer, api_config  # noqa: PLC0415
 
-    from hypercorn.asyncio import serve as hserve  # noqa: PLC0415
-    from hypercorn.config import Config as HConfig  # noqa: PLC0415
-
-    from extender.server import _handshake  # noqa: PLC0415
-
-    class Counting(HConfig):
-        def create_ssl_context(self) -> ssl.SSLContext | None:
-            context: ssl.SSLContext | None = super().create_ssl_context()
-            assert context is not None
-            context.sni_callback = _handshake
-            return context
-
-    cfg = Counting()
-    cfg.bind = [f"127.0.0.1:{port}"]
-    cfg.certfile, cfg.keyfile, cfg.ca_certs = str(tls["cert"]), str(tls["key"]), str(tls["ca"])
-    cfg.verify_mode = ssl.CERT_REQUIRED
-    cfg.keep_alive_timeout = 120
-    # Its default, 1,000, ends an h2 connection with GOAWAY under the requests in flight:
-    # Go's client fails them (B8 saw 26-118 of 2,000 lost at 16-64 in flight).
-    cfg.keep_alive_max_requests = 2**31
-    cfg.accesslog = None
-    asyncio.run(hserve(app, cfg))
+    settings = ExtenderSettings(host="127.0.0.1", port=port, tls_cert_file=tls["cert"],
+                                tls_key_file=tls["key"], client_ca_file=tls["ca"])
+    asyncio.run(ProtocolServer(app, api_config(settings), drain_seconds=0).serve())
 
 
 def _granian(app: Any, port: int, tls: dict[str, Path]) -> None:
