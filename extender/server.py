@@ -8,7 +8,8 @@ plain port that serves nothing that acts.
 The protocol port speaks h2 (hypercorn): kube-scheduler's extender client offers it through
 ALPN and keeps only 2 idle HTTP/1.1 connections, so over HTTP/1.1 its parallel calls opened
 and dropped a connection, a TLS handshake each (0.13-0.30 per request, B8); over h2 they
-share one, at no more CPU (B8, benchmarks/RESULTS.md).
+share one, at less CPU at 16 calls in flight and about the same at 64 (B8,
+benchmarks/RESULTS.md).
 """
 
 import asyncio
