@@ -1,7 +1,7 @@
 """One command for the benchmarks: ``python -m benchmarks.run [--only B3,B4] [--repeats N]``.
 
 Prints a table and writes benchmarks/RESULTS.md and the plots it links (benchmarks/plots/,
-drawn by benchmarks/plots.py).  B3, B4 and B7 run in-process (no Slurm, no
+drawn by benchmarks/plots.py).  B3, B4, B7 and B8 run in-process (no Slurm, no
 Kubernetes); B1, B5 and B6 use the project's local Slurm (B1 and B6 also the control plane), as
 does SOAK (``--only SOAK --minutes M --seed S[,S...]``: faults, not timings; never in the
 default set; ``--adversarial``: a tenant tries issue 41's attacks beside the faults, its rows
@@ -47,6 +47,11 @@ TITLES = {
           "poll) against a stand-in server, side by side: httpx, aiohttp, the bridge's "
           "SlurmClient, pydantic vs a msgspec struct of the fields read; adopt what wins by "
           ">= 1.5x",
+    "B8": "the extender's connections as kube-scheduler makes them (a Go client built as "
+          "extender.go's makeTransport, client certificate, N POSTs to /filter at 16 and 64 "
+          "in flight, warm) against the real app served by uvicorn (today), hypercorn and "
+          "granian: TLS handshakes per request (target 0 after warm-up), server and client "
+          "CPU per request, requests/s, the protocol negotiated",
     "SOAK": "seeded fault soak (issue 25): two bridge replicas and the webhook under a mixed "
             "load (pods, GPU pods, 2- and 4-pod groups, pods that exit, random deletions, "
             "native GPU jobs) with a fault every 20-40 s from a seeded schedule; invariants "
@@ -61,7 +66,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m benchmarks.run",
         description="slurmbridge benchmarks: prints a table, writes RESULTS.md and its plots.",
     )
-    p.add_argument("--only", default="B1,B3,B4,B5,B6,B7",
+    p.add_argument("--only", default="B1,B3,B4,B5,B6,B7,B8",
                    help="comma-separated benchmarks to run (default: all)")
     p.add_argument("--repeats", type=int, default=3, help="repeats per benchmark (median)")
     p.add_argument("--results", type=Path, default=BENCH_DIR / "RESULTS.md")
@@ -72,7 +77,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run nothing: set the --only sections of another clone's results.json "
                         "beside this one's (rows of the same name replaced), then rewrite")
     p.add_argument("--slurm-version", default="26.05")
-    g = p.add_argument_group("B3/B4/B7 (in-process)")
+    g = p.add_argument_group("B3/B4/B7/B8 (in-process)")
     g.add_argument("--jobs", type=int, default=10_000, help="B3: jobs indexed (one per pod)")
     g.add_argument("--nodes", type=int, default=16, help="B4: candidate nodes per filter")
     g.add_argument("--b4-sizes", default="10000,50000",
@@ -139,7 +144,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
-    """Imported lazily: B1/B5/B6 pull in the test harness, B3/B4/B7 do not need it."""
+    """Imported lazily: B1/B5/B6 pull in the test harness, B3/B4/B7/B8 do not need it."""
 
     def b1() -> Outcome:
         from benchmarks import b1_end_to_end as m  # noqa: PLC0415
@@ -197,6 +202,11 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
 
         return m.run(m.Config(repeats=args.repeats, requests=args.b7_requests))
 
+    def b8() -> Outcome:
+        from benchmarks import b8_extender_conns as m  # noqa: PLC0415
+
+        return m.run(m.Config(repeats=args.repeats))
+
     def soak() -> Outcome:
         from benchmarks.soak import bench as m  # noqa: PLC0415
 
@@ -204,7 +214,7 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
         return m.run_seeds(m.Config(minutes=args.minutes, slurm_version=args.slurm_version,
                                     adversarial=args.adversarial), seeds)
 
-    return {"B1": b1, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "SOAK": soak}
+    return {"B1": b1, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "B8": b8, "SOAK": soak}
 
 
 def beside(before: Outcome | None, added: Outcome) -> Outcome:

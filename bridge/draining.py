@@ -22,7 +22,7 @@ import functools
 import signal
 import socket
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any, Protocol, cast
 
@@ -60,7 +60,7 @@ class DrainingServer(uvicorn.Server):
     def __init__(
         self, config: uvicorn.Config, drain_seconds: float, *, parts: Parts | None = None
     ) -> None:
-        config.app = self._close_when_draining(cast(ASGIApp, config.app))  # an ASGI 3 app
+        config.app = close_when(cast(ASGIApp, config.app), lambda: self._drain is not None)
         super().__init__(config)
         self.drain_seconds = drain_seconds
         self.parts = parts
@@ -110,17 +110,21 @@ class DrainingServer(uvicorn.Server):
                 super().handle_exit(sig, None)
         return await super().on_tick(counter)
 
-    def _close_when_draining(self, app: ASGIApp) -> ASGIApp:
-        async def send_closing(send: Send, message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), _CLOSE]}
-            await send(message)
 
-        async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
-            # Nothing added per request until the drain starts: this wraps the hot path too.
-            if self._drain is None or scope["type"] != "http":
-                await app(scope, receive, send)
-            else:
-                await app(scope, receive, functools.partial(send_closing, send))
+def close_when(app: ASGIApp, draining: Callable[[], bool]) -> ASGIApp:
+    """``app`` whose responses say ``Connection: close`` while ``draining()`` (an h2 server
+    drops the header: h2 drains by GOAWAY)."""
 
-        return wrapped
+    async def send_closing(send: Send, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), _CLOSE]}
+        await send(message)
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        # Nothing added per request until the drain starts: this wraps the hot path too.
+        if scope["type"] != "http" or not draining():
+            await app(scope, receive, send)
+        else:
+            await app(scope, receive, functools.partial(send_closing, send))
+
+    return wrapped

@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 import trustme
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
@@ -20,7 +19,7 @@ from prometheus_client import REGISTRY
 from bridge.config import ExtenderSettings, Settings, SlurmSettings
 from bridge.runtime import Bridge
 from extender.protocol import create_app, create_health_app
-from extender.server import TLSConfigError, api_config
+from extender.server import ProtocolServer, TLSConfigError, api_config
 from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
@@ -110,9 +109,8 @@ async def test_random_bodies_never_get_a_5xx(
 
 def test_the_protocol_port_requires_a_client_certificate(tmp_path: Path) -> None:
     """No TLS material, no extender: whoever reaches filter could submit Slurm jobs."""
-    cfg = Settings(slurm=SlurmSettings(url="http://127.0.0.1:9", token="t"))
     with pytest.raises(TLSConfigError) as err:
-        api_config(unreachable(cfg), ExtenderSettings())
+        api_config(ExtenderSettings())
     assert "CLIENT_CA_FILE" in str(err.value) and "TLS_CERT_FILE" in str(err.value)
 
     ca = trustme.CA()
@@ -122,9 +120,8 @@ def test_the_protocol_port_requires_a_client_certificate(tmp_path: Path) -> None
     served.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
     tls = ExtenderSettings(tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key",
                            client_ca_file=tmp_path / "ca.crt")
-    config = api_config(unreachable(cfg), tls)
-    config.load()
-    assert config.ssl is not None and config.ssl.verify_mode == ssl.CERT_REQUIRED
+    context = api_config(tls).create_ssl_context()
+    assert context is not None and context.verify_mode == ssl.CERT_REQUIRED
 
 
 async def test_each_connection_to_the_protocol_port_is_one_handshake_counted(
@@ -140,12 +137,19 @@ async def test_each_connection_to_the_protocol_port_is_one_handshake_counted(
     served.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
     tls = ExtenderSettings(tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key",
                            client_ca_file=tmp_path / "ca.crt")
-    server = uvicorn.Server(api_config(unreachable(cfg), tls))
-    sock = socket.create_server(("127.0.0.1", 0))
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    url = f"https://127.0.0.1:{sock.getsockname()[1]}/nothing"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    tls.host, tls.port = "127.0.0.1", port
+    server = ProtocolServer(create_app(unreachable(cfg)), api_config(tls), drain_seconds=0)
+    serving = asyncio.create_task(server.serve())
+    while True:
+        try:
+            await asyncio.open_connection("127.0.0.1", port)
+            break
+        except OSError:
+            await asyncio.sleep(0.05)
+    url = f"https://127.0.0.1:{port}/nothing"
     client = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
     ca.issue_cert("kube-scheduler").configure_cert(client)
 
@@ -162,7 +166,7 @@ async def test_each_connection_to_the_protocol_port_is_one_handshake_counted(
                 await http.get(url)
         assert count() - before == 4
     finally:
-        server.should_exit = True
+        server.handle_exit(15)
         await serving
 
 
