@@ -79,11 +79,9 @@ def waiting_message(job: SlurmJob, part: Part | None = None) -> str:
     """What filter, the event and the condition say about a job that does not run (yet); a
     member of a pending heterogeneous job is told its own component's state and reason."""
     own = component_view(job, part)
+    head = f"waiting for Slurm job {job.job_id} ({own.state}, reason {own.reason})"
     if part is not None and own is not job:
-        head = (f"waiting for component {part[0]} (+{part[1]}) of heterogeneous job "
-                f"{job.job_id}: {own.state} ({own.reason})")
-    else:
-        head = f"waiting for Slurm job {job.job_id} ({job.state}, reason {job.reason})"
+        head += f", component {part[0]} (+{part[1]}) of heterogeneous job {job.job_id}"
     return f"{head}: {explain(own)}" if own.state is JobState.PENDING else head
 
 

@@ -214,8 +214,9 @@ async def test_a_pending_heterogeneous_jobs_members_are_told_their_components_st
         assert [r[2] for r in records] == ["PENDING", "PENDING"], records
         for name, offset, component in (("launcher", 0, "launcher"), ("worker-0", 1, "workers")):
             reason = records[offset][3]
-            head = f"component {component} (+{offset}) of heterogeneous job {job_id}: PENDING"
-            assert f"{head} ({reason})" in said[name], (name, said[name], records)
+            words = (f"Slurm job {job_id} (PENDING, reason {reason}), component {component} "
+                     f"(+{offset}) of heterogeneous job {job_id}")
+            assert words in said[name], (name, said[name], records)
     finally:
         slurm.admin("scancel", native)
         slurm.admin("scancel", "-n", f"k8s:{ns}/mix")

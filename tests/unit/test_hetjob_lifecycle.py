@@ -81,10 +81,10 @@ async def test_each_member_is_told_its_own_components_state_and_reason() -> None
     await notifier.drain()
     said = {e["involvedObject"]["name"]: e["message"]
             for e in kube.events(keys.EventReason.PENDING.value)}
-    assert "component launcher (+0) of heterogeneous job 29: PENDING (Resources)" in said[
-        "launcher"], said
-    assert "component workers (+1) of heterogeneous job 29: PENDING (Priority)" in said[
-        "worker-0"], said
+    assert ("Slurm job 29 (PENDING, reason Resources), component launcher (+0) of "
+            "heterogeneous job 29") in said["launcher"], said
+    assert ("Slurm job 29 (PENDING, reason Priority), component workers (+1) of "
+            "heterogeneous job 29") in said["worker-0"], said
     assert "other jobs come first" in said["worker-0"]
 
 
