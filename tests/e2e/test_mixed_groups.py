@@ -190,13 +190,16 @@ async def _slurmrestd_says(slurm: SlurmTarget, job_id: str) -> list[tuple[str, s
 async def test_a_pending_heterogeneous_jobs_members_are_told_their_components_state(
     bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
 ) -> None:
-    """Two nodes held whole by a native job: the group's three nodes are not free, its job
-    pends, and each member's event names its own component and that component's state and
-    reason as slurmrestd gives them."""
+    """Every node but two held whole by a native job: the group's three nodes are not free,
+    its job pends, and each member's event names its own component and that component's
+    state and reason as slurmrestd gives them."""
     slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "hetpend")
-    native = slurm.admin("sbatch", "--parsable", "-J", "native-whole", "--exclusive", "-N2",
-                         "-o", "/dev/null", "--wrap", "sleep 900").strip()
+    nodes = set(slurm.admin("sinfo", "-h", "-N", "-o", "%N").split())
+    native = slurm.admin("sbatch", "--parsable", "-J", "native-whole", "--exclusive",
+                         f"-N{len(nodes) - 2}", "-o", "/dev/null", "--wrap", "sleep 900").strip()
     try:
+        await wait_for(lambda: any(j.state == "RUNNING" for j in show_jobs(slurm)
+                                   if str(j.job_id) == native), 30, what="the native running")
         await create_pod(kube, ns, _member("launcher", 0, "launcher", 0))
         for i in range(2):
             await create_pod(kube, ns, _member(f"worker-{i}", 1 + i, "workers", 1))
