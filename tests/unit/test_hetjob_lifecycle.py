@@ -10,18 +10,15 @@ import httpx2
 from lightkube import AsyncClient, KubeConfig
 
 from bridge import keys
-from bridge.config import SlurmSettings
 from bridge.link.bound import holds
 from bridge.link.ownership import linked_pod
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.registry import PodRegistry
-from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import JobState
 from slurmbridge_cli.status_view import collect, render_table
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
-from slurmbridge_devkit.slurm_http import MOCK_SLURM_URL, HttpxExchange
-from tests.unit.test_hetjob import PARTS, HetRest, _client
+from tests.unit.test_hetjob import PARTS, HetRest, het_client
 
 OWNER = f"{keys.COMMENT_OWNER}group:ns/g"
 
@@ -37,7 +34,7 @@ async def test_a_component_that_ended_ends_the_whole_job_for_the_bridge() -> Non
     job as ending, so no worker keeps GPUs Slurm gave back."""
     rest = HetRest()
     rest.jobs[1]["job_state"] = ["CANCELLED"]
-    async with _client(rest) as client:
+    async with het_client(rest) as client:
         job = await client.get_job(29)
     assert (job.state, job.ended_as) == (JobState.COMPLETING, JobState.CANCELLED)
     assert "+1" in job.reason, job.reason
@@ -57,7 +54,7 @@ async def test_the_state_list_tells_a_component_that_ended() -> None:
                     {"job_id": "30+1", "state": ["CANCELLED"]}]})
             return super().__call__(request)
 
-    async with _client(Listing()) as client:
+    async with het_client(Listing()) as client:
         assert await client.job_states([29]) == {29: JobState.COMPLETING}
 
 
@@ -68,7 +65,7 @@ def _member(name: str, rank: int, component: str) -> Any:
 
 
 async def test_each_member_is_told_its_own_components_state_and_reason() -> None:
-    async with _client(_pending(HetRest(), ("Resources", "Priority"))) as client:
+    async with het_client(_pending(HetRest(), ("Resources", "Priority"))) as client:
         job = await client.get_job(29)
     pods = [_member("launcher", 0, "launcher"), _member("worker-0", 1, "workers")]
     kube, registry = FakeKube(), PodRegistry()
@@ -108,9 +105,7 @@ async def test_status_shows_each_members_component_of_the_job() -> None:
             .label(keys.GROUP_COMPONENT, c).annotate(keys.GROUP_COMPONENTS, PARTS)
             .scheduler(keys.SCHEDULER_NAME).manifest()
             for n, r, c in (("launcher", 0, "launcher"), ("worker-0", 1, "workers"))]
-    settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", token="t", retries=0)
-    async with SlurmClient(settings, exchange=HttpxExchange(httpx.MockTransport(rest)),
-                           signer=None) as slurm:
+    async with het_client(rest) as slurm:
         table = render_table(await collect(_kube(pods), slurm)).splitlines()
     lines = {line.split()[0]: line.split() for line in table[1:]}
     assert lines["ns/launcher"][1:4] == ["29+0", "PENDING", "Resources"], table
