@@ -7,9 +7,10 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.components import member_part
 from bridge.jobs.owner import Owner
 from bridge.link.ownership import owner_key
-from bridge.placement.reasons import clock
+from bridge.placement.reasons import clock, component_view
 from bridge.policy.tenancy import OwnerTrust
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.types import SlurmJob
@@ -28,6 +29,15 @@ class Row:
     user: str = ""
     qos: str = ""
     expected_start: str | None = None  # Slurm's backfill estimate for a pending job (ISO)
+    # The pod's component of its group's heterogeneous job: name and offset (``JOB`` 42+1).
+    component: str = ""
+    offset: int | None = None
+
+    @property
+    def job(self) -> str:
+        if self.job_id is None:
+            return "-"
+        return f"{self.job_id}+{self.offset}" if self.offset is not None else str(self.job_id)
 
 
 def _age(created: datetime | None) -> str:
@@ -44,11 +54,13 @@ def _row(pod: Pod, job: SlurmJob | None) -> Row:
     meta = pod.metadata
     assert meta is not None
     ann = meta.annotations or {}
+    part = member_part(meta.labels, ann) if job and job.het_components else None
+    own = component_view(job, part) if job else None
     return Row(
         pod=f"{meta.namespace}/{meta.name}",
         job_id=job.job_id if job else None,
-        state=str(job.state) if job else "NO JOB",
-        reason=job.reason if job else "",
+        state=str(own.state) if own else "NO JOB",
+        reason=own.reason if own else "",
         node=(pod.spec.nodeName if pod.spec else None) or "",
         gpus=ann.get(keys.GPU_IDS, ""),
         age=_age(meta.creationTimestamp),
@@ -57,6 +69,7 @@ def _row(pod: Pod, job: SlurmJob | None) -> Row:
         user=(job.user if job else "") or ann.get(keys.SLURM_USER, ""),
         qos=(job.qos if job else "") or ann.get(keys.QOS, ""),
         expected_start=job.expected_start.isoformat() if job and job.expected_start else None,
+        component=part[0] if part else "", offset=part[1] if part else None,
     )
 
 
@@ -97,7 +110,7 @@ def render_table(rows: list[Row]) -> str:
               "GPUS", "AGE")
     now = datetime.now(UTC)
     cells = [header] + [
-        (r.pod, str(r.job_id or "-"), r.state, r.reason, _expected(r, now), r.account or "-",
+        (r.pod, r.job, r.state, r.reason, _expected(r, now), r.account or "-",
          r.user or "-", r.qos or "-", r.node or "-", r.gpus or "-", r.age)
         for r in rows
     ]

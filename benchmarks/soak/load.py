@@ -1,5 +1,6 @@
 """The steady mixed load, from its own seeded stream (so the fault schedule does not depend
-on it): single pods, GPU pods, 2- and 4-pod groups (the bridge's group labels), 2-pod gang
+on it): single pods, GPU pods, 2- and 4-pod groups (the bridge's group labels), mixed groups (a
+CPU launcher beside two GPU workers: one heterogeneous job, issue 43), 2-pod gang
 Jobs (``slurmbridge.io/gang``, the Job controller makes the pods), pods that exit by
 themselves (a lifetime the harness's kubelet honours), workloads deleted at random, and
 native ``sbatch`` GPU jobs of the Slurm user alice.  Bounded: at most ``max_pods`` pods and
@@ -21,14 +22,17 @@ from lightkube.types import CascadeType
 
 from benchmarks.soak.kubelet import JOB_NAME_LABEL, Kubelet
 from bridge import keys
+from bridge.jobs.components import component_text
 from slurmbridge_devkit.e2e import create_pod, pod_manifest
 from slurmbridge_devkit.slurm import SlurmTarget
 
 NATIVE_USER = "alice"  # a site user with her own account (deploy/slurm/recipe.sh)
 NATIVE_NAME = "soak-native"
 ACTIONS = {  # action -> weight
-    "single": 3, "gpu": 3, "group2": 2, "group4": 1, "gang": 1, "native": 2, "delete": 2,
+    "single": 3, "gpu": 3, "group2": 2, "group4": 1, "mixed": 1, "gang": 1, "native": 2,
+    "delete": 2,
 }
+MIXED = (("launcher", 1), ("workers", 2))  # a mixed group's components, in rank order
 
 LIFETIME_SECONDS = (30.0, 240.0)
 TICK_SECONDS = (1.0, 4.0)
@@ -70,6 +74,9 @@ class Load:
         elif action == "gang":
             if len(live) + 2 <= self.max_pods:
                 await self._gang_job()
+        elif action == "mixed":
+            if len(live) + sum(size for _, size in MIXED) <= self.max_pods:
+                await self._mixed()
         else:
             size = {"group2": 2, "group4": 4}.get(action, 1)
             if len(live) + size <= self.max_pods:
@@ -93,6 +100,24 @@ class Load:
             await create_pod(self.kube, self.namespace,
                              pod_manifest(pod, cpu="1", memory="512Mi", gpus=gpus, labels=labels))
             self.counts[f"pods created ({action})"] += 1
+
+    async def _mixed(self) -> None:
+        """A CPU launcher and GPU workers in one group, each part a component of its own."""
+        self._n += 1
+        name, size = f"mixed-{self._n}", sum(size for _, size in MIXED)
+        gpus = {"launcher": 0, "workers": self.rng.choice([1, 2])}
+        lifetime = self.rng.uniform(*LIFETIME_SECONDS)
+        annotations = {keys.GROUP_COMPONENTS: component_text(MIXED)}
+        ranks = [part for part, n in MIXED for _ in range(n)]
+        for rank, part in enumerate(ranks):
+            pod = f"{name}-{rank}"
+            self.kubelet.lifetimes[pod] = lifetime
+            labels = {keys.GROUP: name, keys.GROUP_SIZE: str(size),
+                      keys.GROUP_RANK: str(rank), keys.GROUP_COMPONENT: part}
+            await create_pod(self.kube, self.namespace, pod_manifest(
+                pod, cpu="1", memory="512Mi", gpus=gpus[part], labels=labels,
+                annotations=annotations))
+            self.counts["pods created (mixed)"] += 1
 
     async def _gang_job(self) -> None:
         """A 2-pod gang Job (Indexed, no retries: an evicted member fails the Job)."""

@@ -10,6 +10,7 @@ before it ran.  The second snapshot settles the rest (tracker).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,25 @@ def job_obs(view: JobView) -> JobObs:
     user = view.fields.get("UserId", "").split("(", 1)[0]
     return JobObs(str(view.job_id), view.name, view.state, user, owner, view.nodes,
                   dict(view.gpus), dict(view.shards))
+
+
+def jobs_obs(views: Iterable[JobView]) -> tuple[JobObs, ...]:
+    """Each job once: a heterogeneous job's components (one record each, ``HetJobId=`` the
+    leader's id) as the one job its members record, under the leader's id, on the nodes and
+    GPUs of all of them; live while any component is (Slurm frees a component on its own)."""
+    jobs: dict[str, JobObs] = {}
+    for view in views:
+        job = job_obs(view)
+        leader = view.fields.get("HetJobId", "") or job.job_id
+        seen = jobs.get(leader)
+        if seen is None:
+            jobs[leader] = dataclasses.replace(job, job_id=leader)
+            continue
+        jobs[leader] = dataclasses.replace(
+            seen, nodes=seen.nodes + job.nodes, gpus={**seen.gpus, **job.gpus},
+            shards={**seen.shards, **job.shards},
+            state=seen.state if seen.live or not job.live else job.state)
+    return tuple(jobs.values())
 
 
 def _visible(named: Iterable[tuple[str, list[EnvVar] | None]]) -> tuple[tuple[str, str], ...]:
@@ -107,7 +127,7 @@ async def snapshot(
     scope = scope or Scope()
     async with asyncio.timeout(timeout):
         views = await asyncio.to_thread(show_jobs, slurm)
-        jobs = tuple(job_obs(v) for v in views)
+        jobs = jobs_obs(views)
         told = {
             e.involvedObject.uid or "" async for e in kube.list(
                 Event, namespace=namespace, fields={"reason": keys.EventReason.PENDING.value})
@@ -133,3 +153,4 @@ def node_gpus(slurm: SlurmTarget) -> dict[str, tuple[int, ...]]:
                         if item.startswith("gpu:"))
             found[node] = tuple(range(count))
     return found
+

@@ -97,3 +97,16 @@ def _parts(text: str, group: PodGroup) -> tuple[Component, ...]:
 def component_text(parts: tuple[tuple[str, int], ...]) -> str:
     """The annotation's value for ``(name, size)`` pairs in order."""
     return ",".join(f"{name}={size}" for name, size in parts)
+
+
+def member_part(
+    labels: Mapping[str, str] | None, annotations: Mapping[str, str] | None
+) -> tuple[str, int] | None:
+    """The member's component and its offset in the group's heterogeneous job (``+1``): what
+    it is told of Slurm's state and shown as (``<job id>+1``); None for any other pod (and
+    for keys the webhook would refuse: such a pod has no job to tell of)."""
+    try:
+        found = group_components(labels, annotations)
+    except InvalidPodRequest:
+        return None
+    return None if found is None else (found.own.name, found.parts.index(found.own))

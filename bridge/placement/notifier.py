@@ -30,10 +30,11 @@ from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
+from bridge.jobs.components import member_part
 from bridge.kube import writes
 from bridge.link.gate import gated
 from bridge.placement.job_events import JobListener
-from bridge.placement.reasons import expected_start, waiting_message
+from bridge.placement.reasons import Part, component_view, expected_start, waiting_message
 from bridge.placement.registry import PodKey, PodRegistry
 from bridge.ports import KubeCreate, KubePatch
 from bridge.slurm.types import NO_REASON, JobState, SlurmJob
@@ -42,7 +43,8 @@ log = structlog.get_logger(__name__)
 NOTIFICATIONS_IN_FLIGHT = 16  # writes at once (see Releaser: RELEASES_IN_FLIGHT)
 
 
-def describe(job: SlurmJob) -> str:
+def describe(job: SlurmJob, part: Part | None = None) -> str:
+    """``part``: the pod's component of a heterogeneous job, told its own state and reason."""
     if job.unreadable and job.allocation is None:
         return (f"Slurm job {job.job_id} is {job.state.value.lower()}, but its allocation "
                 f"cannot be read: {job.unreadable}; the pod waits (report Slurm's answer: "
@@ -50,14 +52,15 @@ def describe(job: SlurmJob) -> str:
     if job.allocation is not None and job.state is not JobState.PENDING:
         return f"Slurm job {job.job_id} allocated {','.join(job.allocation.nodes)}"
     expected = expected_start(job, datetime.now(UTC))
-    return waiting_message(job) + (f"; {expected}" if expected else "")
+    return waiting_message(job, part) + (f"; {expected}" if expected else "")
 
 
 Status = tuple[int, JobState, str, datetime | None]
 
 
-def _status(job: SlurmJob) -> Status:
-    return (job.job_id, job.state, job.reason, job.expected_start)
+def _status(job: SlurmJob, part: Part | None) -> Status:
+    own = component_view(job, part)
+    return (job.job_id, own.state, own.reason, job.expected_start)
 
 
 def _same(before: Status | None, after: Status, moves: float) -> bool:
@@ -99,6 +102,7 @@ class PodNotifier(JobListener):
         self._refusals: dict[str, str] = {}  # pod uid -> Slurm's last submit refusal shown
         self._gated: set[str] = set()  # pod uids held by the bridge's gate: events alone
         self._unread: set[str] = set()  # quiet period over, Slurm's reason not read yet
+        self._parts: dict[str, Part] = {}  # pod uid -> its component of a heterogeneous job
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(NOTIFICATIONS_IN_FLIGHT)
 
@@ -109,6 +113,9 @@ class PodNotifier(JobListener):
         key = _key(pod)
         if gated(pod):
             self._gated.add(key.uid)
+        meta = pod.metadata or ObjectMeta()
+        if (part := member_part(meta.labels, meta.annotations)) is not None:
+            self._parts[key.uid] = part
         self._update(key, job)
 
     async def job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
@@ -119,7 +126,7 @@ class PodNotifier(JobListener):
             self._update(key, after)
 
     def _update(self, key: writes.PodRef, job: SlurmJob) -> None:
-        status = _status(job)
+        status = _status(job, self._parts.get(key.uid))
         if _same(self._seen.get(key.uid), status, self._moves):
             return
         first = key.uid not in self._seen
@@ -155,7 +162,7 @@ class PodNotifier(JobListener):
 
     def prune(self) -> None:
         """Drop what is remembered about pods the registry has forgotten."""
-        for memory in (self._seen, self._shown, self._latest, self._refusals):
+        for memory in (self._seen, self._shown, self._latest, self._refusals, self._parts):
             for uid in [u for u in memory if self._registry.owner_of(u) is None]:
                 del memory[uid]
         for uids in (self._gated, self._unread):
@@ -202,12 +209,12 @@ class PodNotifier(JobListener):
 
     async def _show(self, key: writes.PodRef, job: SlurmJob) -> None:
         """Event and condition: the pod's owner follows the job from here on."""
-        self._shown[key.uid] = _status(job)
+        self._shown[key.uid] = _status(job, self._parts.get(key.uid))
         await writes.record_event(
             self._kube, key,
             keys.EventReason.PENDING if job.state is JobState.PENDING
             else keys.EventReason.ALLOCATED,
-            describe(job),
+            describe(job, self._parts.get(key.uid)),
         )
         if not self._events_only(key.uid):
             await self._nudge(key, job)
@@ -218,15 +225,15 @@ class PodNotifier(JobListener):
 
     async def _nudge(self, key: writes.PodRef, job: SlurmJob) -> None:
         """The condition alone; its change makes kube-scheduler requeue a parked pod."""
-        allocated = _allocated(job)
+        allocated, part = _allocated(job), self._parts.get(key.uid)
         if allocated:
             self._registry.unpark(key.uid)
         self._refusals.pop(key.uid, None)  # the condition no longer says it
         await writes.set_slurm_condition(
             self._kube, key.namespace, key.name,
             allocated=allocated,
-            reason=keys.REASON_ALLOCATED if allocated else job.reason,
-            message=describe(job),
+            reason=keys.REASON_ALLOCATED if allocated else component_view(job, part).reason,
+            message=describe(job, part),
         )
 
     def _spawn(self, work: Coroutine[Any, Any, None], *, writes: bool = True) -> None:

@@ -5,6 +5,7 @@ only wrote a pod.  The code stays in the condition's reason (tools and admins ke
 the sentence goes into the event and the condition's message.
 """
 
+import dataclasses
 import re
 from datetime import datetime
 
@@ -70,10 +71,27 @@ def _fill(template: str, job: SlurmJob) -> str:
     )
 
 
-def waiting_message(job: SlurmJob) -> str:
-    """What filter, the event and the condition say about a job that does not run (yet)."""
-    head = f"waiting for Slurm job {job.job_id} ({job.state}, reason {job.reason})"
-    return f"{head}: {explain(job)}" if job.state is JobState.PENDING else head
+# A member's component of its group's heterogeneous job: its name and offset (``+1``).
+Part = tuple[str, int]
+
+
+def waiting_message(job: SlurmJob, part: Part | None = None) -> str:
+    """What filter, the event and the condition say about a job that does not run (yet); a
+    member of a pending heterogeneous job is told its own component's state and reason."""
+    own = component_view(job, part)
+    head = f"waiting for Slurm job {job.job_id} ({own.state}, reason {own.reason})"
+    if part is not None and own is not job:
+        head += f", component {part[0]} (+{part[1]}) of heterogeneous job {job.job_id}"
+    return f"{head}: {explain(own)}" if own.state is JobState.PENDING else head
+
+
+def component_view(job: SlurmJob, part: Part | None) -> SlurmJob:
+    """A pending heterogeneous job as one member's component sees it: that component's
+    state and reason as Slurm lists them; ``job`` itself otherwise."""
+    if part is None or job.state is not JobState.PENDING or part[1] >= len(job.parts):
+        return job
+    own = job.parts[part[1]]
+    return dataclasses.replace(job, state=own.state, reason=own.reason)
 
 
 EXPECTED = "expected to start at "

@@ -12,6 +12,7 @@ from bridge.slurm.types import (
     NO_REASON,
     Accounting,
     Allocation,
+    ComponentState,
     JobState,
     SlurmJob,
     SlurmNode,
@@ -209,7 +210,12 @@ def with_components(job: SlurmJob, parts: Sequence[JobInfo]) -> SlurmJob:
     node to two components), each component's nodes kept apart."""
     if len(parts) < 2:
         return job
-    job = dataclasses.replace(job, het_components=len(parts))
+    states = tuple(ComponentState(job_state(p.job_state), p.state_reason or NO_REASON)
+                   for p in parts)
+    job = dataclasses.replace(job, het_components=len(parts), parts=states)
+    ended = next((i for i, c in enumerate(states) if not c.state.is_live), None)
+    if ended is not None and job.state.is_live:
+        return _ending(job, ended)
     if job.allocation is None:
         return job
     try:
@@ -226,13 +232,30 @@ def with_components(job: SlurmJob, parts: Sequence[JobInfo]) -> SlurmJob:
     ))
 
 
+def _ending(job: SlurmJob, offset: int) -> SlurmJob:
+    """A component past the first ended (``scancel <id>+1``: Slurm keeps the others running):
+    for the bridge the whole job is ending, so every member goes and the rest is cancelled,
+    as when any ordinary job of a group ends."""
+    part = job.parts[offset]
+    return dataclasses.replace(
+        job, state=JobState.COMPLETING, ended_as=part.state, allocation=None,
+        reason=f"its component +{offset} ended ({part.state}, reason {part.reason})")
+
+
 def listed_states(resp: JobStatesResponse) -> dict[int, JobState | None]:
     """A state list's jobs (array records left out); None: a state the bridge does not know."""
     states: dict[int, JobState | None] = {}
+    ended: set[int] = set()  # leaders one of whose later components ended
     for entry in resp.jobs:
+        try:
+            state: JobState | None = job_state(entry.state)
+        except ValueError:
+            state = None
         if (job_id := entry.number) is not None:
-            try:
-                states[job_id] = job_state(entry.state)
-            except ValueError:
-                states[job_id] = None
+            states[job_id] = state
+        elif entry.leader is not None and state is not None and not state.is_live:
+            ended.add(entry.leader)
+    for leader in ended:  # re-read whole: see _ending
+        if (listed := states.get(leader)) is not None and listed.is_live:
+            states[leader] = JobState.COMPLETING
     return states

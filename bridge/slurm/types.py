@@ -56,6 +56,15 @@ class Allocation:
 
 
 @dataclass(frozen=True, slots=True)
+class ComponentState:
+    """One component of a heterogeneous job as Slurm lists it: each has its own state and
+    reason (its members are told their own)."""
+
+    state: JobState
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class SlurmJob:
     job_id: int
     name: str
@@ -88,6 +97,9 @@ class SlurmJob:
     # A heterogeneous job's component count (0: an ordinary job): its allocation is read
     # from all of them, never from the leader's alone.
     het_components: int = 0
+    # Each component's state and reason as Slurm read them, in offset order (() until read,
+    # and for an ordinary job).
+    parts: tuple[ComponentState, ...] = ()
 
     @property
     def state_text(self) -> str:

@@ -11,6 +11,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.components import member_part
 from bridge.kube.apierrors import is_not_found
 from bridge.ports import KubePort
 from slurmbridge_cli.kubeviews.advice import advice
@@ -76,7 +77,9 @@ def _group(pod: Pod) -> str:
     if not name:
         return ""
     size, rank = labels.get(keys.GROUP_SIZE), labels.get(keys.GROUP_RANK)
-    return name + (f" ({size} pods" if size else " (") + (f", rank {rank})" if rank else ")")
+    part = member_part(labels, pod.metadata.annotations if pod.metadata else None)
+    return name + (f" ({size} pods" if size else " (") + (f", rank {rank}" if rank else "") + (
+        f", component {part[0]} (+{part[1]}))" if part else ")")
 
 
 def _short(values: dict[str, str], wanted: Iterable[str]) -> dict[str, str]:

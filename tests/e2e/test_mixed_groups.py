@@ -7,11 +7,21 @@ from typing import cast
 import pytest
 import yaml
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import OwnerReference
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from slurmbridge_devkit.e2e import create_pod, pod_manifest, quiet_namespace, wait_bound
+from bridge.slurm.client import SlurmClient
+from bridge.slurm.wire.base import JobsResponse, JobStatesResponse
+from slurmbridge_devkit.e2e import (
+    create_pod,
+    pod_events,
+    pod_manifest,
+    quiet_namespace,
+    wait_bound,
+    wait_slurm_job,
+)
 from slurmbridge_devkit.scontrol import gpu_overlaps, parse_job_line, show_jobs
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import DEFAULT_TENANCY, BridgeStack, NamespaceFactory
@@ -156,3 +166,100 @@ async def test_an_lws_whose_leader_differs_from_its_workers_is_one_heterogeneous
         assert component == ("leader" if pod.metadata.name == "mix-0" else "worker")
         placed[pod.metadata.name] = (pod, 0 if component == "leader" else 1)
     _assert_one_heterogeneous_job(bridge_stack, ns, placed, group="mix-0")
+
+
+# --- lifecycle and status (issue 43, item 4) -------------------------------------------------
+
+async def _slurmrestd_says(slurm: SlurmTarget, job_id: str) -> list[tuple[str, str, str, str]]:
+    """Each component's record as slurmrestd answers ``GET /job/<id>`` and the state list
+    ``GET /jobs/state/?job_id=<id>&job_id=<id+1>`` (printed: what the bridge reads)."""
+    async with SlurmClient(slurm.settings()) as client:
+        await client.connect()
+        whole = await client.rest.call("GET", f"/job/{job_id}", "get_job", JobsResponse)
+        listed = await client.rest.call(
+            "GET", "/jobs/state/", "job_states", JobStatesResponse,
+            query=[("job_id", job_id), ("job_id", str(int(job_id) + 1))])
+    records = [(str(j.job_id), str(j.het_job_offset.number), ",".join(j.job_state),
+                j.state_reason) for j in whole.jobs]
+    print(f"slurm {slurm.version} GET /job/{job_id}: {records}")
+    print(f"slurm {slurm.version} GET /jobs/state/: "
+          f"{[(str(e.job_id), ','.join(e.state)) for e in listed.jobs]}")
+    return records
+
+
+async def test_a_pending_heterogeneous_jobs_members_are_told_their_components_state(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
+) -> None:
+    """Every node but two held whole by a native job: the group's three nodes are not free,
+    its job pends, and each member's event names its own component and that component's
+    state and reason as slurmrestd gives them."""
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "hetpend")
+    nodes = set(slurm.admin("sinfo", "-h", "-N", "-o", "%N").split())
+    native = slurm.admin("sbatch", "--parsable", "-J", "native-whole", "--exclusive",
+                         f"-N{len(nodes) - 2}", "-o", "/dev/null", "--wrap", "sleep 900").strip()
+    try:
+        await wait_for(lambda: any(j.state == "RUNNING" for j in show_jobs(slurm)
+                                   if str(j.job_id) == native), 30, what="the native running")
+        await create_pod(kube, ns, _member("launcher", 0, "launcher", 0))
+        for i in range(2):
+            await create_pod(kube, ns, _member(f"worker-{i}", 1 + i, "workers", 1))
+        job_id = (await wait_slurm_job(slurm, ns, "mix")).split()[0].partition("+")[0]
+        said: dict[str, str] = {}
+
+        async def told() -> bool:
+            for name in ("launcher", "worker-0"):
+                said[name] = next((m for r, m in await pod_events(kube, ns, name)
+                                   if r == keys.EventReason.PENDING.value), "")
+            return all(said.values())
+
+        await wait_for(told, 60, interval=1, what="each member told why its job waits")
+        records = await _slurmrestd_says(slurm, job_id)
+        assert [r[2] for r in records] == ["PENDING", "PENDING"], records
+        for name, offset, component in (("launcher", 0, "launcher"), ("worker-0", 1, "workers")):
+            reason = records[offset][3]
+            words = (f"Slurm job {job_id} (PENDING, reason {reason}), component {component} "
+                     f"(+{offset}) of heterogeneous job {job_id}")
+            assert words in said[name], (name, said[name], records)
+    finally:
+        slurm.admin("scancel", native)
+        slurm.admin("scancel", "-n", f"k8s:{ns}/mix")
+
+
+async def test_cancelling_one_component_ends_every_member_of_the_group(
+    bridge_stack: BridgeStack, kube: AsyncClient, beside_natives: tuple[SlurmTarget, str]
+) -> None:
+    """An admin cancels the workers' component (``scancel <id>+1``; Slurm keeps the
+    launcher's running): no worker is left on GPUs Slurm gave back, every member is evicted,
+    and the rest of the job is cancelled."""
+    slurm, ns = beside_natives
+    await create_pod(kube, ns, _member("launcher", 0, "launcher", 0))
+    for i in range(2):
+        await create_pod(kube, ns, _member(f"worker-{i}", 1 + i, "workers", 2))
+    names = ("launcher", "worker-0", "worker-1")
+    bound = [await wait_bound(kube, ns, name, timeout=120) for name in names]
+    job_id = (bound[0].metadata.annotations or {})[keys.JOB_ID] if bound[0].metadata else ""
+    slurm.admin("scancel", f"{job_id}+1")
+    print(f"slurm {slurm.version} after scancel {job_id}+1: "
+          + slurm.admin("squeue", "-h", "-t", "all", "-o", "%i|%T|%r", "-j", job_id).strip())
+    await _slurmrestd_says(slurm, job_id)
+
+    async def all_ended() -> bool:
+        for name in names:
+            try:
+                pod = await kube.get(Pod, name, namespace=ns)
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    continue
+                raise
+            if not (pod.metadata and pod.metadata.deletionTimestamp) and not (
+                    pod.status and pod.status.phase in ("Failed", "Succeeded")):
+                return False
+        return True
+
+    await wait_for(all_ended, 60, interval=1, what="every member of the group evicted")
+
+    def job_over() -> bool:
+        states = slurm.admin("squeue", "-h", "-t", "all", "-o", "%T", "-j", job_id).split()
+        return not {"RUNNING", "PENDING"} & set(states)
+
+    await wait_for(job_over, 60, interval=1, what=f"no component of job {job_id} running")

@@ -135,7 +135,7 @@ class HetRest:
         return httpx.Response(404)
 
 
-def _client(rest: HetRest) -> SlurmClient:
+def het_client(rest: HetRest) -> SlurmClient:
     settings = SlurmSettings(url=MOCK_SLURM_URL, user="slurm", token="t")
     return SlurmClient(settings, exchange=HttpxExchange(httpx.MockTransport(rest)),
                        signer=None)
@@ -148,7 +148,7 @@ def test_a_state_list_names_a_heterogeneous_job_by_its_leader_alone() -> None:
 
 async def test_a_heterogeneous_job_is_submitted_as_a_list_of_job_descriptions() -> None:
     rest = HetRest()
-    async with _client(rest) as client:
+    async with het_client(rest) as client:
         launcher = JobRequest("k8s:ns/g", GroupOwner("ns", "g"), cpus=1)
         workers = JobRequest("k8s:ns/g", GroupOwner("ns", "g"), cpus=4, gpus=2, nodes=2)
         await client.submit(JobRequest("k8s:ns/g", GroupOwner("ns", "g"), nodes=3,
@@ -163,7 +163,7 @@ async def test_a_heterogeneous_job_is_submitted_as_a_list_of_job_descriptions() 
 
 
 async def test_the_components_records_read_as_one_job_with_each_components_nodes() -> None:
-    async with _client(HetRest()) as client:
+    async with het_client(HetRest()) as client:
         job = await client.get_job(29)
         [listed] = await client.list_jobs()
     assert listed == job and job.het_components == 2
@@ -173,7 +173,7 @@ async def test_the_components_records_read_as_one_job_with_each_components_nodes
 
 
 async def test_a_component_without_nodes_yet_leaves_the_job_unallocated() -> None:
-    async with _client(HetRest(worker_nodes="")) as client:
+    async with het_client(HetRest(worker_nodes="")) as client:
         job = await client.get_job(29)
     assert job.state is JobState.RUNNING and job.allocation is None
 

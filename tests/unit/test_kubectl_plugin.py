@@ -513,3 +513,19 @@ def test_why_a_gated_pending_pod_takes_its_job_from_the_bridges_event(world: Fak
     why = json.loads(result.output)
     assert (why["status"]["job_id"], why["slurm_state"]) == (102, "PENDING")
     assert why["gates"] == [keys.SLURM_GATE]
+
+
+def test_why_a_member_of_a_pending_heterogeneous_job_names_its_component() -> None:
+    """Issue 43, item 4: the member's group line names its component, and the bridge's words
+    give that component's own Slurm state and reason."""
+    kube = FakeKube()
+    kube.add(PodBuilder("worker-0", NS).uid("uid-w0").group("mix", 3)
+             .label(keys.GROUP_RANK, "1").label(keys.GROUP_COMPONENT, "workers")
+             .annotate(keys.GROUP_COMPONENTS, "launcher=1,workers=2").gated().build())
+    said = ("waiting for Slurm job 29 (PENDING, reason Resources), component workers (+1) of "
+            "heterogeneous job 29: no node has the CPUs, memory or GPUs free right now")
+    kube.add(_event("worker-0", "Pod", keys.EventReason.PENDING.value, said, uid="uid-w0"))
+    out = run(kube, "why", "worker-0")
+    assert "Group:      mix (3 pods, rank 1, component workers (+1))" in _lines(out.output), \
+        out.output
+    assert "Slurm job:  29 (PENDING, reason Resources)" in _lines(out.output), out.output

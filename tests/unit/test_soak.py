@@ -20,9 +20,11 @@ from benchmarks.soak.invariants import (
     check_all,
 )
 from benchmarks.soak.kubelet import STOP_SECONDS, Kubelet
-from benchmarks.soak.observe import job_obs
+from benchmarks.soak.load import Load
+from benchmarks.soak.observe import job_obs, jobs_obs
 from benchmarks.soak.schedule import GAP_SECONDS, HOLD_SECONDS, fault_schedule, pick_one
 from benchmarks.soak.tracker import Outage, Tracker, healthy_seconds
+from bridge import keys
 from slurmbridge_devkit.e2e import create_pod, pod_manifest
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.scontrol import parse_job_line
@@ -259,3 +261,52 @@ async def test_the_cut_holds_every_byte_until_it_heals_and_loses_none() -> None:
     finally:
         await relay.close()
         upstream.close()
+
+
+# --- mixed groups: one heterogeneous job (issue 43, item 4) ----------------------------------
+
+HET = ("JobId={id} HetJobId=29 HetJobOffset={offset} JobName=k8s:{ns}/mixed-1 "
+       "UserId=slurm(64030) JobState=RUNNING Reason=None "
+       "Comment=slurmbridge.io/pod-uid=group:{ns}/mixed-1 NodeList={nodes} {detail}")
+
+
+def test_a_heterogeneous_jobs_components_read_as_one_job_the_checks_pass() -> None:
+    """``scontrol show job -d`` lists each component as a job of its own id; the checks take
+    them as the one job every member records (the leader's id), on every component's nodes."""
+    lines = [
+        HET.format(id=29, offset=0, ns=NS, nodes="node1",
+                   detail="Nodes=node1 CPU_IDs=0 Mem=512 GRES="),
+        HET.format(id=30, offset=1, ns=NS, nodes="node[2-3]",
+                   detail="Nodes=node2 CPU_IDs=0 Mem=512 GRES=gpu:2(IDX:2-3) "
+                          "Nodes=node3 CPU_IDs=0 Mem=512 GRES=gpu:2(IDX:2-3)"),
+    ]
+    jobs = jobs_obs([parse_job_line(line) for line in lines])
+    assert [(j.job_id, j.nodes) for j in jobs] == [("29", ("node1", "node2", "node3"))]
+    pods = (
+        _pod("mixed-1-0", "29", group="mixed-1"),
+        _pod("mixed-1-1", "29", group="mixed-1", node="kube-node2", slurm_node="node2",
+             gpu_ids=(2, 3), gpus_asked=2),
+        _pod("mixed-1-2", "29", group="mixed-1", node="kube-node3", slurm_node="node3",
+             gpu_ids=(2, 3), gpus_asked=2),
+    )
+    assert check_all(Snapshot(NOW, NS, pods, jobs), frozenset()) == []
+
+
+async def test_the_load_makes_mixed_groups_a_launcher_beside_gpu_workers() -> None:
+    kube = cast(AsyncClient, _Kube())
+    load = Load(kube, cast(Any, None), NS, Kubelet(kube, NS), seed=3)
+    await load.act("mixed")
+    made = {}
+    async for pod in kube.list(Pod, namespace=NS):
+        assert pod.metadata and pod.metadata.name and pod.spec
+        limits = [c.resources.limits or {} for c in pod.spec.containers if c.resources]
+        made[pod.metadata.name] = (
+            (pod.metadata.labels or {}).get(keys.GROUP_COMPONENT),
+            (pod.metadata.annotations or {}).get(keys.GROUP_COMPONENTS),
+            sum(int(lim.get(keys.GPU_RESOURCE, 0)) for lim in limits))
+    assert sorted(made) == ["mixed-1-0", "mixed-1-1", "mixed-1-2"], made
+    assert [made[n][:2] for n in sorted(made)] == [
+        ("launcher", "launcher=1,workers=2"), ("workers", "launcher=1,workers=2"),
+        ("workers", "launcher=1,workers=2")]
+    gpus = [made[n][2] for n in sorted(made)]
+    assert gpus[0] == 0 and gpus[1] == gpus[2] > 0, made

@@ -95,6 +95,18 @@ class JobStateEntry(WireModel):
             return None
         return int(job_id) if job_id.isdigit() else None
 
+    @property
+    def leader(self) -> int | None:
+        """For a heterogeneous job's component past the first (``"30+1"``), its leader's id:
+        Slurm numbers the components of one submit consecutively, so id minus offset.  Only
+        ever a reason to re-read that job whole (its records name the leader for certain)."""
+        if isinstance(self.job_id, int):
+            return None
+        job_id, plus, offset = self.job_id.partition("+")
+        if not (plus and job_id.isdigit() and offset.isdigit() and offset != "0"):
+            return None
+        return int(job_id) - int(offset)
+
 
 class JobStatesResponse(Envelope):
     jobs: list[JobStateEntry] = Field(default_factory=list)
