@@ -107,19 +107,26 @@ async def test_random_bodies_never_get_a_5xx(
     assert resp.status_code < 500, resp.text
 
 
+def _mutual_tls(tmp_path: Path) -> tuple[trustme.CA, ExtenderSettings]:
+    """A CA, and the extender's settings with a serving certificate it signed and it as the
+    client CA."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
+    served = ca.issue_cert("127.0.0.1")
+    served.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    served.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    return ca, ExtenderSettings(tls_cert_file=tmp_path / "tls.crt",
+                                tls_key_file=tmp_path / "tls.key",
+                                client_ca_file=tmp_path / "ca.crt")
+
+
 def test_the_protocol_port_requires_a_client_certificate(tmp_path: Path) -> None:
     """No TLS material, no extender: whoever reaches filter could submit Slurm jobs."""
     with pytest.raises(TLSConfigError) as err:
         api_config(ExtenderSettings())
     assert "CLIENT_CA_FILE" in str(err.value) and "TLS_CERT_FILE" in str(err.value)
 
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
-    served = ca.issue_cert("127.0.0.1")
-    served.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
-    served.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
-    tls = ExtenderSettings(tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key",
-                           client_ca_file=tmp_path / "ca.crt")
+    _, tls = _mutual_tls(tmp_path)
     context = api_config(tls).create_ssl_context()
     assert context is not None and context.verify_mode == ssl.CERT_REQUIRED
 
@@ -130,13 +137,7 @@ async def test_each_connection_to_the_protocol_port_is_one_handshake_counted(
     """B1 reports TLS handshakes per bound pod from this counter: a connection kept alive
     costs one, however many calls it carries."""
     cfg = Settings(slurm=SlurmSettings(url="http://127.0.0.1:9", token="t"))
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
-    served = ca.issue_cert("127.0.0.1")
-    served.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
-    served.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
-    tls = ExtenderSettings(tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key",
-                           client_ca_file=tmp_path / "ca.crt")
+    ca, tls = _mutual_tls(tmp_path)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
