@@ -75,7 +75,8 @@ class DrainingServer(uvicorn.Server):
             self._drain = (time.monotonic(), sig)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        if self.parts is not None and not await self._unless_stopped(self.parts.start()):
+        if self.parts is not None and not await unless_stopped(self.parts.start(),
+                                                              self._exit_asked()):
             log.info("stopped while starting: never served")
             await self.parts.stop()
             return  # not started: uvicorn neither serves nor shuts down
@@ -86,18 +87,9 @@ class DrainingServer(uvicorn.Server):
         if self.parts is not None and not self.force_exit:  # as uvicorn skips the lifespan's
             await self.parts.stop()
 
-    async def _unless_stopped(self, work: Awaitable[None]) -> bool:
-        """``work`` done (True), or cancelled by a signal that came first (False)."""
-        task = asyncio.ensure_future(work)
-        while not task.done():
-            await asyncio.wait({task}, timeout=TICK_SECONDS)
-            if self.should_exit and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-                return False
-        task.result()
-        return True
+    async def _exit_asked(self) -> None:
+        while not self.should_exit:  # set by uvicorn's signal handler: no event to wait on
+            await asyncio.sleep(TICK_SECONDS)
 
     async def on_tick(self, counter: int) -> bool:
         if self._drain is not None and not self.should_exit:
@@ -109,6 +101,22 @@ class DrainingServer(uvicorn.Server):
             if time.monotonic() - since >= self.drain_seconds:
                 super().handle_exit(sig, None)
         return await super().on_tick(counter)
+
+
+async def unless_stopped(work: Awaitable[None], stop: Awaitable[object]) -> bool:
+    """``work`` done (True), or cancelled because ``stop`` (a signal) came first (False)."""
+    task, stopper = asyncio.ensure_future(work), asyncio.ensure_future(stop)
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return False
+    task.result()
+    return True
 
 
 def close_when(app: ASGIApp, draining: Callable[[], bool]) -> ASGIApp:

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import signal
 import ssl
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from typing import cast
 
 import hypercorn.asyncio
@@ -29,7 +29,7 @@ from starlette.types import ASGIApp
 
 from bridge import metrics
 from bridge.config import ExtenderSettings
-from bridge.draining import KEEP_ALIVE_SECONDS, Parts, close_when
+from bridge.draining import KEEP_ALIVE_SECONDS, Parts, close_when, unless_stopped
 from bridge.runtime import Bridge
 from extender.protocol import create_app, create_health_app
 
@@ -113,9 +113,10 @@ class ProtocolServer:
         self._signalled.set()
 
     async def serve(self) -> None:
-        if self.parts is not None and not await self._unless_stopped(self.parts.start()):
+        parts = self.parts
+        if parts is not None and not await unless_stopped(parts.start(), self._stop.wait()):
             log.info("stopped while starting: never served")
-            await self.parts.stop()
+            await parts.stop()
             return
         self.started = True
         try:
@@ -129,20 +130,6 @@ class ProtocolServer:
         await self._signalled.wait()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), self.drain_seconds)
-
-    async def _unless_stopped(self, work: Awaitable[None]) -> bool:
-        """``work`` done (True), or cancelled by a signal that came first (False)."""
-        task = asyncio.ensure_future(work)
-        stop = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            return False
-        task.result()
-        return True
 
 
 def serve(bridge: Bridge, settings: ExtenderSettings) -> None:
