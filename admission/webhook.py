@@ -234,6 +234,7 @@ def server_config(settings: AdmissionSettings, app: FastAPI) -> uvicorn.Config:
         port=settings.port,
         ssl_certfile=str(cert),
         ssl_keyfile=str(key),
+        ssl_context_factory=telemetry.counting_handshakes,
         **SERVING,
     )
 

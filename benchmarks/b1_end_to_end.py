@@ -153,7 +153,7 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, shape: Shape) 
                     for rep in range(cfg.repeats_for(index)):
                         try:
                             got = await measure_round(
-                                slurm, cp, kube, pods=pods, metrics_port=stack.health_port,
+                                slurm, cp, kube, pods=pods, stack=stack,
                                 limits=limits, alone=k == 0,
                             )
                         except (TimeoutError, OSError, RuntimeError) as exc:

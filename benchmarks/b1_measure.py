@@ -60,6 +60,7 @@ class SystemRun:
     requests: dict[str, float] = field(default_factory=dict)  # apiserver "VERB resource"
     work: str = ""  # the bridge's /metrics deltas (bridge only)
     handshakes: float = 0.0  # TLS handshakes on the extender's protocol port (bridge only)
+    webhook_handshakes: float = 0.0  # and on the webhook's port (its reviews of the pods)
     slurm_cycles: str = ""  # slurmctld's scheduler cycles while the clock ran (sdiag)
     # per pod, in the order of ``latencies``: seconds from the round's first create (submit)
     # to its own create and to its bind (RUNNING): the plots' curves
@@ -124,25 +125,29 @@ def set_client_limits(
 
 async def measure_round(
     slurm: SlurmTarget, cp: ControlPlane, kube: AsyncClient, *, pods: int,
-    metrics_port: int, default_profile: str = DEFAULT_PROFILE,
+    stack: BridgeStack, default_profile: str = DEFAULT_PROFILE,
     limits: Limits | None = None, alone: bool = True,
 ) -> dict[str, SystemRun]:
     """(a) Slurm alone (unless ``alone`` is False), (b) the default scheduler, (c) the bridge.
 
-    The caller has started the bridge stack (its extender's /metrics on ``metrics_port``)
-    and a kube-scheduler with profile ``default_profile``; Slurm must be idle.
+    The caller has started the bridge ``stack`` and a kube-scheduler with profile
+    ``default_profile``; Slurm must be idle.
     """
     lim = limits or Limits()
     out: dict[str, SystemRun] = {}
     if alone:
         out["a"] = await slurm_alone(slurm, pods, lim)
     out["b"] = await pods_bound(kube, slurm, cp, default_profile, pods, lim=lim)
-    before = await asyncio.to_thread(live.metric_samples, metrics_port)
+    before = await asyncio.to_thread(live.metric_samples, stack.health_port)
+    hook_before = await asyncio.to_thread(live.webhook_samples, stack)
     out["bridge"] = await pods_bound(kube, slurm, cp, keys.SCHEDULER_NAME, pods, lim=lim)
-    after = await asyncio.to_thread(live.metric_samples, metrics_port)
+    after = await asyncio.to_thread(live.metric_samples, stack.health_port)
+    hook_after = await asyncio.to_thread(live.webhook_samples, stack)
     out["bridge"].work = bridge_work(before, after)
     key = "slurmbridge_extender_tls_handshakes_total{}"
     out["bridge"].handshakes = after.get(key, 0.0) - before.get(key, 0.0)
+    key = "slurmbridge_webhook_tls_handshakes_total{}"
+    out["bridge"].webhook_handshakes = hook_after.get(key, 0.0) - hook_before.get(key, 0.0)
     return out
 
 

@@ -196,7 +196,7 @@ async def _rounds(
     for rep in range(cfg.repeats):
         before = await asyncio.to_thread(b6_filter.filter_buckets, stack.health_port)
         runs = await b1_measure.measure_round(
-            slurm, cp, kube, pods=cfg.pods, metrics_port=stack.health_port,
+            slurm, cp, kube, pods=cfg.pods, stack=stack,
             limits=Limits(total=cfg.timeout),
         )
         after = await asyncio.to_thread(b6_filter.filter_buckets, stack.health_port)

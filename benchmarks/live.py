@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import ssl
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -384,7 +385,18 @@ def slurm_settings(slurm: SlurmTarget, **overrides: object) -> SlurmSettings:
 
 def metric_samples(port: int) -> dict[str, float]:
     """The extender's counters, histogram counts and sums, keyed ``name{label=value,...}``."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics/", timeout=10).text
+    return _samples(httpx.get(f"http://127.0.0.1:{port}/metrics/", timeout=10).text)
+
+
+def webhook_samples(stack: BridgeStack) -> dict[str, float]:
+    """The webhook's, as ``metric_samples``: its /metrics is on its HTTPS port."""
+    port = stack.webhook.env["SLURMBRIDGE_ADMISSION__PORT"]
+    text = httpx.get(f"https://127.0.0.1:{port}/metrics", timeout=10,
+                     verify=ssl.create_default_context(cafile=str(stack.work / "ca.crt"))).text
+    return _samples(text)
+
+
+def _samples(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

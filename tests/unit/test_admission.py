@@ -2,6 +2,7 @@
 
 import asyncio
 import base64
+import contextlib
 import copy
 import json
 import ssl
@@ -21,6 +22,7 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.models.core_v1 import Pod
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from admission import telemetry
 from admission.device_claims import ExtendedResources
 from admission.groups import MemberLister
 from admission.lookups import Lookups
@@ -598,7 +600,10 @@ def test_serve_refuses_to_start_without_tls(tmp_path: Path) -> None:
         server_config(missing, app)
 
 
-async def test_serves_https(tmp_path: Path, unused_tcp_port: int) -> None:
+@contextlib.asynccontextmanager
+async def _served(tmp_path: Path, port: int) -> AsyncIterator[ssl.SSLContext]:
+    """The webhook served over HTTPS on ``port`` as ``slurmbridge webhook`` serves it; yields
+    a client context trusting it."""
     ca = trustme.CA()
     cert = ca.issue_cert("slurmbridge-webhook.slurmbridge-system.svc", "127.0.0.1")
     cert.private_key_and_cert_chain_pem.write_to_path(tmp_path / "tls.pem")
@@ -607,7 +612,7 @@ async def test_serves_https(tmp_path: Path, unused_tcp_port: int) -> None:
         tls_cert_file=tmp_path / "tls.pem",
         tls_key_file=tmp_path / "tls.key",
         host="127.0.0.1",
-        port=unused_tcp_port,
+        port=port,
     )
     server = uvicorn.Server(server_config(settings, create_app(settings, lookups())))
     task = asyncio.create_task(server.serve())
@@ -617,12 +622,38 @@ async def test_serves_https(tmp_path: Path, unused_tcp_port: int) -> None:
             await asyncio.sleep(0.01)
         context = ssl.create_default_context()
         ca.configure_trust(context)
-        async with httpx.AsyncClient(verify=context) as c:
-            reply = await c.get(f"https://127.0.0.1:{unused_tcp_port}/healthz")
-        assert reply.json() == {"status": "ok"}
+        yield context
     finally:
         server.should_exit = True
         await task
+
+
+async def test_serves_https(tmp_path: Path, unused_tcp_port: int) -> None:
+    async with _served(tmp_path, unused_tcp_port) as context, \
+            httpx.AsyncClient(verify=context) as c:
+        reply = await c.get(f"https://127.0.0.1:{unused_tcp_port}/healthz")
+    assert reply.json() == {"status": "ok"}
+
+
+async def test_each_connection_the_api_server_opens_is_one_handshake_counted(
+    tmp_path: Path, unused_tcp_port: int
+) -> None:
+    """B1 reports the webhook's TLS handshakes per bound pod from this counter: a connection
+    kept alive costs one, however many reviews it carries."""
+    def count() -> float:
+        return telemetry.REGISTRY.get_sample_value("slurmbridge_webhook_tls_handshakes_total") \
+            or 0.0
+
+    url = f"https://127.0.0.1:{unused_tcp_port}/healthz"
+    async with _served(tmp_path, unused_tcp_port) as context:
+        before = count()
+        for _ in range(3):  # a connection each
+            async with httpx.AsyncClient(verify=context) as http:
+                await http.get(url)
+        async with httpx.AsyncClient(verify=context) as http:  # one, kept alive
+            for _ in range(3):
+                await http.get(url)
+        assert count() - before == 4
 
 
 # --- pieces --------------------------------------------------------------------------------
