@@ -41,6 +41,7 @@ from bridge.jobs.request import JobRequest
 from bridge.policy.check import SubmitRefused, deadline_refusal, for_submit, policy_refusal
 from bridge.policy.tenancy import TenancyMap, TenancySource, Tenant
 from slurmbridge_devkit.builders import PodBuilder
+from tests.handshakes import requests_on_four_connections
 
 BRIDGE_USER = "system:serviceaccount:slurmbridge-system:slurmbridge"
 GPU_IDS_PATH = f"metadata.annotations['{keys.GPU_IDS}']"
@@ -647,13 +648,8 @@ async def test_each_connection_the_api_server_opens_is_one_handshake_counted(
     url = f"https://127.0.0.1:{unused_tcp_port}/healthz"
     async with _served(tmp_path, unused_tcp_port) as context:
         before = count()
-        for _ in range(3):  # a connection each
-            async with httpx.AsyncClient(verify=context) as http:
-                await http.get(url)
-        async with httpx.AsyncClient(verify=context) as http:  # one, kept alive
-            for _ in range(3):
-                await http.get(url)
-        assert count() - before == 4
+        opened = await requests_on_four_connections(url, context)
+        assert count() - before == opened
 
 
 # --- pieces --------------------------------------------------------------------------------

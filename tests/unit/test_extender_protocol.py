@@ -24,6 +24,7 @@ from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
+from tests.handshakes import requests_on_four_connections
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -159,13 +160,8 @@ async def test_each_connection_to_the_protocol_port_is_one_handshake_counted(
 
     before = count()
     try:
-        for _ in range(3):  # a connection each
-            async with httpx.AsyncClient(verify=client) as http:
-                await http.get(url)
-        async with httpx.AsyncClient(verify=client) as http:  # one, kept alive
-            for _ in range(3):
-                await http.get(url)
-        assert count() - before == 4
+        opened = await requests_on_four_connections(url, client)
+        assert count() - before == opened
     finally:
         server.handle_exit(15)
         await serving
