@@ -6,9 +6,7 @@ a webhook replica showing ``slurmbridge_slurm_reachable 0`` would raise the Slur
 values come from small fixed sets, never a pod's or a namespace's name.
 """
 
-import ssl
 import time
-from collections.abc import Callable
 
 from fastapi import FastAPI, Response
 from prometheus_client import (
@@ -71,14 +69,6 @@ def webhook_app() -> FastAPI:
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     return app
-
-
-def counting_handshakes(config: object, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
-    """uvicorn's SSL context, counting each handshake (OpenSSL asks the SNI callback once per
-    ClientHello, with or without a name): B1 reports them per bound pod."""
-    context = default()
-    context.sni_callback = lambda *_: TLS_HANDSHAKES.inc()
-    return context
 
 
 def answered(webhook: str, operation: str, response: AdmissionResponse) -> None:

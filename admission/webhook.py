@@ -12,7 +12,7 @@ from typing import Literal
 
 import msgspec
 import structlog
-import uvicorn
+import uvloop
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
@@ -26,7 +26,7 @@ from admission.review import AdmissionRequest, AdmissionResponse, decode_request
 from admission.scope import CachedNamespaceLabels, NamespaceLookupError, Scope
 from bridge.config import AdmissionSettings, DeviceClassGres
 from bridge.devices.asks import UnmappableClaim
-from bridge.draining import SERVING, DrainingServer
+from bridge.draining import DrainingServer, ServerConfig, https_config
 from bridge.jobs.translate import job_request_for_pod
 from bridge.policy.tenancy import TenancySource
 
@@ -217,8 +217,9 @@ async def _mutation(
         return AdmissionResponse.deny(request.uid, 422, str(err))
 
 
-def server_config(settings: AdmissionSettings, app: FastAPI) -> uvicorn.Config:
-    """The uvicorn configuration serving ``app``; refuses to go without TLS."""
+def server_config(settings: AdmissionSettings) -> ServerConfig:
+    """How the webhook serves: HTTPS (the API server requires it), h2 offered; refuses to go
+    without TLS."""
     cert, key = settings.tls_cert_file, settings.tls_key_file
     if cert is None or key is None:
         raise TLSConfigError(
@@ -228,17 +229,16 @@ def server_config(settings: AdmissionSettings, app: FastAPI) -> uvicorn.Config:
     missing = [str(p) for p in (cert, key) if not p.is_file()]
     if missing:
         raise TLSConfigError(f"TLS file(s) not found: {', '.join(missing)}")
-    return uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        ssl_certfile=str(cert),
-        ssl_keyfile=str(key),
-        ssl_context_factory=telemetry.counting_handshakes,
-        **SERVING,
-    )
+    return https_config(f"{settings.host}:{settings.port}", cert, key,
+                        handshakes=telemetry.TLS_HANDSHAKES)
 
 
 def serve(settings: AdmissionSettings, app: FastAPI) -> None:
     """Serve ``app`` over HTTPS until stopped."""
-    DrainingServer(server_config(settings, app), settings.drain_seconds).run()
+    server = DrainingServer(app, server_config(settings), settings.drain_seconds)
+
+    async def main() -> None:
+        server.on_signals()
+        await server.serve()
+
+    uvloop.run(main())

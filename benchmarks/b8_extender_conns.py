@@ -103,12 +103,12 @@ def _uvicorn(app: Any, port: int, tls: dict[str, Path]) -> None:
 
     import uvicorn  # noqa: PLC0415
 
+    from bridge import metrics  # noqa: PLC0415
     from bridge.draining import SERVING  # noqa: PLC0415
-    from extender.server import _handshake  # noqa: PLC0415
 
     def _counting_handshakes(config: uvicorn.Config, default: Any) -> ssl.SSLContext:
         context: ssl.SSLContext = default()
-        context.sni_callback = _handshake
+        context.sni_callback = lambda *_: metrics.EXTENDER_TLS_HANDSHAKES.inc()
         return context
 
     uvicorn.Server(uvicorn.Config(
@@ -121,11 +121,12 @@ def _uvicorn(app: Any, port: int, tls: dict[str, Path]) -> None:
 def _hypercorn(app: Any, port: int, tls: dict[str, Path]) -> None:
     """As ``slurmbridge extender`` serves its protocol port (extender/server.py)."""
     from bridge.config import ExtenderSettings  # noqa: PLC0415
-    from extender.server import ProtocolServer, api_config  # noqa: PLC0415
+    from bridge.draining import DrainingServer  # noqa: PLC0415
+    from extender.server import api_config  # noqa: PLC0415
 
     settings = ExtenderSettings(host="127.0.0.1", port=port, tls_cert_file=tls["cert"],
                                 tls_key_file=tls["key"], client_ca_file=tls["ca"])
-    asyncio.run(ProtocolServer(app, api_config(settings), drain_seconds=0).serve())
+    asyncio.run(DrainingServer(app, api_config(settings), drain_seconds=0).serve())
 
 
 def _granian(app: Any, port: int, tls: dict[str, Path]) -> None:

@@ -5,6 +5,7 @@ import base64
 import contextlib
 import copy
 import json
+import signal
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -16,7 +17,6 @@ import jsonpatch
 import pytest
 import structlog
 import trustme
-import uvicorn
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.models.core_v1 import Pod
@@ -36,6 +36,7 @@ from admission.scope import (
 from admission.webhook import TLSConfigError, create_app, server_config
 from bridge import keys
 from bridge.config import AdmissionSettings, NamespacePolicy
+from bridge.draining import DrainingServer
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.request import JobRequest
 from bridge.policy.check import SubmitRefused, deadline_refusal, for_submit, policy_refusal
@@ -591,14 +592,13 @@ async def test_healthz(client: httpx.AsyncClient) -> None:
 
 
 def test_serve_refuses_to_start_without_tls(tmp_path: Path) -> None:
-    app = create_app(AdmissionSettings(), lookups())
     with pytest.raises(TLSConfigError, match="HTTPS only"):
-        server_config(AdmissionSettings(), app)
+        server_config(AdmissionSettings())
     missing = AdmissionSettings(
         tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key"
     )
     with pytest.raises(TLSConfigError, match=r"tls\.crt"):
-        server_config(missing, app)
+        server_config(missing)
 
 
 @contextlib.asynccontextmanager
@@ -615,17 +615,22 @@ async def _served(tmp_path: Path, port: int) -> AsyncIterator[ssl.SSLContext]:
         host="127.0.0.1",
         port=port,
     )
-    server = uvicorn.Server(server_config(settings, create_app(settings, lookups())))
+    server = DrainingServer(create_app(settings, lookups()), server_config(settings), 0)
     task = asyncio.create_task(server.serve())
     try:
-        while not server.started:
-            assert not task.done(), "server stopped before it started"
-            await asyncio.sleep(0.01)
+        while True:
+            assert not task.done(), "server stopped before it served"
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.02)
         context = ssl.create_default_context()
         ca.configure_trust(context)
         yield context
     finally:
-        server.should_exit = True
+        server.handle_exit(signal.SIGTERM)
         await task
 
 
@@ -634,6 +639,15 @@ async def test_serves_https(tmp_path: Path, unused_tcp_port: int) -> None:
             httpx.AsyncClient(verify=context) as c:
         reply = await c.get(f"https://127.0.0.1:{unused_tcp_port}/healthz")
     assert reply.json() == {"status": "ok"}
+
+
+async def test_the_api_server_is_offered_h2(tmp_path: Path, unused_tcp_port: int) -> None:
+    """Go's client (the API server's) takes h2 when offered: its parallel reviews share one
+    connection instead of opening one, a TLS handshake each."""
+    async with _served(tmp_path, unused_tcp_port) as context, \
+            httpx.AsyncClient(verify=context, http2=True) as c:
+        reply = await c.get(f"https://127.0.0.1:{unused_tcp_port}/healthz")
+    assert reply.http_version == "HTTP/2"
 
 
 async def test_each_connection_the_api_server_opens_is_one_handshake_counted(

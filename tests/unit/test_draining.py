@@ -1,19 +1,21 @@
 """A webhook or extender replica told to stop keeps answering, and lets its clients close."""
 
+import asyncio
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
+from prometheus_client import CollectorRegistry, Counter
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from bridge.draining import DrainingServer
+from bridge.draining import DrainingServer, ServerConfig
 
 
 async def _ok(request: Request) -> PlainTextResponse:
@@ -21,22 +23,31 @@ async def _ok(request: Request) -> PlainTextResponse:
 
 
 class Running:
+    """The server on a loop of its own in a thread (the test sends no real signal)."""
+
     def __init__(self, drain_seconds: float) -> None:
-        config = uvicorn.Config(Starlette(routes=[Route("/", _ok)]), host="127.0.0.1", port=0,
-                                log_config=None, lifespan="off")
-        self.server = DrainingServer(config, drain_seconds)
-        # Not the main thread: uvicorn installs no signal handlers, the test sends none.
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        config = ServerConfig(Counter("handshakes", "unused", registry=CollectorRegistry()))
+        config.bind = [f"127.0.0.1:{port}"]  # plain HTTP: the drain does not depend on TLS
+        self.server = DrainingServer(Starlette(routes=[Route("/", _ok)]), config, drain_seconds)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_until_complete, args=(self.server.serve(),), daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.01)
         self.url = f"http://127.0.0.1:{port}/"
 
-    def sigterm(self) -> float:
-        self.server.handle_exit(signal.SIGTERM, None)
+    def signal(self, sig: signal.Signals = signal.SIGTERM) -> float:
+        self.loop.call_soon_threadsafe(self.server.handle_exit, sig)
         return time.monotonic()
 
     def wait_stopped(self, within: float) -> float:
@@ -56,8 +67,8 @@ def test_a_stopping_server_answers_on_open_connections_and_asks_the_client_to_cl
     running = Running(drain_seconds=1.5)
     first = client.get(running.url)
     assert first.status_code == 200 and first.headers.get("connection") != "close"
-    signalled = running.sigterm()
-    time.sleep(0.5)  # several of uvicorn's 0.1 s ticks: a plain server would be gone
+    signalled = running.signal()
+    time.sleep(0.5)  # a server without a drain would be gone
 
     again = client.get(running.url)  # the keep-alive connection opened before SIGTERM
     assert again.status_code == 200
@@ -72,14 +83,14 @@ def test_a_stopping_server_answers_on_open_connections_and_asks_the_client_to_cl
 def test_without_a_drain_sigterm_stops_at_once(client: httpx.Client) -> None:
     running = Running(drain_seconds=0)
     assert client.get(running.url).status_code == 200
-    signalled = running.sigterm()
+    signalled = running.signal()
     assert running.wait_stopped(within=3) - signalled < 1
 
 
 def test_a_second_signal_during_the_drain_stops_at_once() -> None:
     running = Running(drain_seconds=60)
-    signalled = running.sigterm()
+    signalled = running.signal()
     time.sleep(0.3)
     assert running.thread.is_alive()
-    running.server.handle_exit(signal.SIGINT, None)
+    running.signal(signal.SIGINT)
     assert running.wait_stopped(within=3) - signalled < 3

@@ -16,8 +16,9 @@ import trustme
 from prometheus_client import REGISTRY
 
 from bridge.config import ExtenderSettings, Settings, SlurmSettings
+from bridge.draining import DrainingServer
 from extender.protocol import create_app
-from extender.server import ProtocolServer, api_config
+from extender.server import api_config
 from tests.unit.test_extender_protocol import unreachable
 
 
@@ -36,7 +37,7 @@ def drain_seconds() -> float:
 @pytest.fixture
 async def protocol(
     tmp_path: Path, drain_seconds: float
-) -> AsyncIterator[tuple[ProtocolServer, str, ssl.SSLContext]]:
+) -> AsyncIterator[tuple[DrainingServer, str, ssl.SSLContext]]:
     """The protocol port over the extender's own settings; a client context with a client
     certificate."""
     ca = trustme.CA()
@@ -48,7 +49,7 @@ async def protocol(
     tls = ExtenderSettings(host="127.0.0.1", port=port, tls_cert_file=tmp_path / "tls.crt",
                            tls_key_file=tmp_path / "tls.key", client_ca_file=tmp_path / "ca.crt")
     cfg = Settings(slurm=SlurmSettings(url="http://127.0.0.1:9", token="t"))
-    server = ProtocolServer(create_app(unreachable(cfg)), api_config(tls), drain_seconds)
+    server = DrainingServer(create_app(unreachable(cfg)), api_config(tls), drain_seconds)
     serving = asyncio.create_task(server.serve())
     client = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
     ca.issue_cert("kube-scheduler").configure_cert(client)
@@ -69,7 +70,7 @@ async def protocol(
 
 @pytest.fixture
 def served(
-    protocol: tuple[ProtocolServer, str, ssl.SSLContext],
+    protocol: tuple[DrainingServer, str, ssl.SSLContext],
 ) -> tuple[str, ssl.SSLContext]:
     return protocol[1], protocol[2]
 
@@ -110,7 +111,7 @@ async def test_a_client_without_a_certificate_is_refused(
 
 @pytest.mark.parametrize("drain_seconds", [1.0])
 async def test_after_sigterm_the_port_serves_on_for_the_drain_then_stops(
-    protocol: tuple[ProtocolServer, str, ssl.SSLContext],
+    protocol: tuple[DrainingServer, str, ssl.SSLContext],
 ) -> None:
     """A replica told to stop still gets calls (bridge/draining.py): HTTP/1.1 answers ask the
     client to close, h2 ones carry on until the GOAWAY at the drain's end."""

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from bridge.config import ExtenderSettings, Settings, SlurmSettings
+from bridge.draining import DrainingServer
 from bridge.runtime import Bridge
 from extender.protocol import create_app, create_health_app
-from extender.server import ProtocolServer, TLSConfigError, api_config
+from extender.server import TLSConfigError, api_config
 from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
@@ -143,7 +144,7 @@ async def test_each_connection_to_the_protocol_port_is_one_handshake_counted(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     tls.host, tls.port = "127.0.0.1", port
-    server = ProtocolServer(create_app(unreachable(cfg)), api_config(tls), drain_seconds=0)
+    server = DrainingServer(create_app(unreachable(cfg)), api_config(tls), drain_seconds=0)
     serving = asyncio.create_task(server.serve())
     while True:
         try:
