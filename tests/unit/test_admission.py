@@ -42,7 +42,7 @@ from bridge.jobs.request import JobRequest
 from bridge.policy.check import SubmitRefused, deadline_refusal, for_submit, policy_refusal
 from bridge.policy.tenancy import TenancyMap, TenancySource, Tenant
 from slurmbridge_devkit.builders import PodBuilder
-from tests.handshakes import requests_on_four_connections
+from tests.served import listening, requests_on_four_connections
 
 BRIDGE_USER = "system:serviceaccount:slurmbridge-system:slurmbridge"
 GPU_IDS_PATH = f"metadata.annotations['{keys.GPU_IDS}']"
@@ -618,14 +618,7 @@ async def _served(tmp_path: Path, port: int) -> AsyncIterator[ssl.SSLContext]:
     server = DrainingServer(create_app(settings, lookups()), server_config(settings), 0)
     task = asyncio.create_task(server.serve())
     try:
-        while True:
-            assert not task.done(), "server stopped before it served"
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                break
-            except OSError:
-                await asyncio.sleep(0.02)
+        await listening(port, task)
         context = ssl.create_default_context()
         ca.configure_trust(context)
         yield context

@@ -19,6 +19,7 @@ from bridge.config import ExtenderSettings, Settings, SlurmSettings
 from bridge.draining import DrainingServer
 from extender.protocol import create_app
 from extender.server import api_config
+from tests.served import listening
 from tests.unit.test_extender_protocol import unreachable
 
 
@@ -53,14 +54,8 @@ async def protocol(
     serving = asyncio.create_task(server.serve())
     client = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
     ca.issue_cert("kube-scheduler").configure_cert(client)
-    for _ in range(100):
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.close()
-            break
-        except OSError:
-            await asyncio.sleep(0.05)
     try:
+        await listening(port, serving)
         yield server, f"https://127.0.0.1:{port}", client
     finally:
         server.handle_exit(signal.SIGTERM)

@@ -25,7 +25,7 @@ from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
-from tests.handshakes import requests_on_four_connections
+from tests.served import listening, requests_on_four_connections
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -146,12 +146,7 @@ async def test_each_connection_to_the_protocol_port_is_one_handshake_counted(
     tls.host, tls.port = "127.0.0.1", port
     server = DrainingServer(create_app(unreachable(cfg)), api_config(tls), drain_seconds=0)
     serving = asyncio.create_task(server.serve())
-    while True:
-        try:
-            await asyncio.open_connection("127.0.0.1", port)
-            break
-        except OSError:
-            await asyncio.sleep(0.05)
+    await listening(port, serving)
     url = f"https://127.0.0.1:{port}/nothing"
     client = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
     ca.issue_cert("kube-scheduler").configure_cert(client)

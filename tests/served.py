@@ -1,0 +1,32 @@
+"""Reaching the servers the tests start: once they listen, and with connections as a client
+that keeps some alive opens them (the TLS handshake counters, which B1 reports per bound pod,
+must count one per connection, not per request)."""
+
+import asyncio
+import ssl
+
+import httpx
+
+
+async def requests_on_four_connections(url: str, verify: ssl.SSLContext) -> int:
+    """Three GETs of ``url`` on a connection each, then three on one kept alive; returns the
+    connections opened (4)."""
+    for _ in range(3):
+        async with httpx.AsyncClient(verify=verify) as http:
+            await http.get(url)
+    async with httpx.AsyncClient(verify=verify) as http:
+        for _ in range(3):
+            await http.get(url)
+    return 4
+
+
+async def listening(port: int, served: "asyncio.Future[None]") -> None:
+    """Once 127.0.0.1:``port`` accepts connections; fails if ``served`` ended first."""
+    while True:
+        assert not served.done(), "the server stopped before it listened"
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return
+        except OSError:
+            await asyncio.sleep(0.02)
