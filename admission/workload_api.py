@@ -83,13 +83,15 @@ async def _composite(
             "components Slurm starts together: set schedulingPolicy.gang.minGroupCount to "
             f"{len(parts)} in it and in Workload {namespace}/{workload}'s template"
         )
-    chosen = child.spec.workload_ref.template_name if child.spec.workload_ref else ""
+    named = child.spec.workload_ref
+    chosen = named.template_name if named and named.workload_name == workload else ""
     names = [n for n, _ in parts]
     if chosen not in names:
+        said = f"template {named.template_name} of Workload {namespace}/{named.workload_name}" \
+            if named else "no template"
         raise WorkloadError(
-            f"{ref} names template {chosen or '(none)'} (spec.workloadRef.templateName), not one "
-            f"of {where}'s child PodGroup templates in Workload {namespace}/{workload} "
-            f"({', '.join(names)}): name one of them"
+            f"{ref} names {said} (spec.workloadRef), not one of {where}'s child PodGroup "
+            f"templates in Workload {namespace}/{workload} ({', '.join(names)}): name one of them"
         )
     at = names.index(chosen)
     offset, size = sum(s for _, s in parts[:at]), parts[at][1]

@@ -215,21 +215,29 @@ spec:
 """
 
 
+async def _create_composite(kube: AsyncClient, ns: str, manifests: str) -> None:
+    kinds = {"Workload": Workload, "CompositePodGroup": CompositePodGroup, "PodGroup": PodGroup}
+    for manifest in yaml.safe_load_all(manifests):
+        await create(kube, kinds[manifest["kind"]], ns, manifest)
+
+
+def _composite_member(name: str, part: str, index: int, gpus: int) -> Pod:
+    return (PodBuilder(name).cpu("1").memory("1Gi").gpus(gpus)
+            .annotations({keys.JOB_COMPLETION_INDEX: str(index)})
+            .pod_group(f"mix-{part}").scheduler(keys.SCHEDULER_NAME).build())
+
+
 async def test_a_composite_pod_group_of_a_launcher_and_gpu_workers_is_one_heterogeneous_job(
     bridge_stack: BridgeStack, kube: AsyncClient, beside_natives: tuple[SlurmTarget, str]
 ) -> None:
     """Kubernetes 1.37's CompositePodGroup: each pod names its child PodGroup
     (spec.schedulingGroup); the composite is the group, each child template a component."""
     slurm, ns = beside_natives
-    kinds = {"Workload": Workload, "CompositePodGroup": CompositePodGroup, "PodGroup": PodGroup}
-    for manifest in yaml.safe_load_all(COMPOSITE_MANIFESTS):
-        await create(kube, kinds[manifest["kind"]], ns, manifest)
+    await _create_composite(kube, ns, COMPOSITE_MANIFESTS)
     members = (("launcher", "launcher", 0, 0), ("worker-0", "workers", 0, 2),
                ("worker-1", "workers", 1, 2))
     for name, part, index, gpus in members:
-        await create_pod(kube, ns, PodBuilder(name).cpu("1").memory("1Gi").gpus(gpus)
-                         .annotations({keys.JOB_COMPLETION_INDEX: str(index)})
-                         .pod_group(f"mix-{part}").scheduler(keys.SCHEDULER_NAME).build())
+        await create_pod(kube, ns, _composite_member(name, part, index, gpus))
     placed, job_id = {}, ""
     for name, part, _, _ in members:
         pod = await wait_bound(kube, ns, name, timeout=120)
@@ -243,6 +251,23 @@ async def test_a_composite_pod_group_of_a_launcher_and_gpu_workers_is_one_hetero
                     ("scontrol", "show", "job", "-d", job_id),
                     ("sacct", "-X", "-P", "-j", job_id, "-o", "JobID,JobName,Account,AllocTRES")):
         print(f"slurm {slurm.version} $ {' '.join(command)}\n{slurm.admin(*command)}")
+
+
+async def test_a_composite_asking_for_fewer_groups_than_it_has_is_refused_naming_it(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
+) -> None:
+    """Slurm starts every component of a heterogeneous job together: a composite that lets
+    kube-scheduler start one child group without the other cannot be one; the pod is refused
+    when created, naming the composite and the count to set."""
+    _, ns = await quiet_namespace(bridge_stack, e2e_namespace, "hetpart")
+    await _create_composite(kube, ns, COMPOSITE_MANIFESTS.replace("minGroupCount: 2",
+                                                                  "minGroupCount: 1"))
+    with pytest.raises(ApiError) as refused:
+        await create_pod(kube, ns, _composite_member("worker-0", "workers", 0, 2))
+    message = str(refused.value.status.message)
+    print(f"refused: {message}")
+    assert f"CompositePodGroup {ns}/mix asks for 1 of its 2 child groups" in message, message
+    assert "set schedulingPolicy.gang.minGroupCount to 2" in message, message
 
 
 # --- lifecycle and status (issue 43, item 4) -------------------------------------------------

@@ -89,6 +89,17 @@ async def test_the_workloads_template_order_sets_the_ranks_and_sizes_not_the_pod
     assert (found.size, found.rank, found.components) == (3, 2, (("workers", 2), ("launcher", 1)))
 
 
+async def test_a_pod_group_made_from_another_workload_is_refused_naming_both() -> None:
+    stray = child("workers", 2)
+    stray[1]["spec"]["workloadRef"]["workloadName"] = "other"
+    read = owners(workload(), composite(), child("launcher", 1), stray)
+    words = (f"PodGroup {NS}/train-job-workers names template workers of Workload {NS}/other "
+             f"(spec.workloadRef), not one of {COMPOSITE}'s child PodGroup templates in "
+             f"Workload {NS}/train (launcher, workers)")
+    with pytest.raises(WorkloadError, match=re.escape(words)):
+        await membership(member("workers", 0), NS, read)
+
+
 async def test_a_long_composite_name_becomes_a_valid_label_value() -> None:
     long_name = "c" * 100
     read = owners(workload(), composite(name=long_name),
@@ -107,7 +118,8 @@ async def test_a_long_composite_name_becomes_a_valid_label_value() -> None:
     ((workload(), composite(parent="outer")),
      f"{COMPOSITE} is nested in CompositePodGroup {NS}/outer"),
     ((workload(("launcher", 1), ("ps", 2)), composite()),
-     f"PodGroup {NS}/train-job-workers names template workers"),
+     f"PodGroup {NS}/train-job-workers names template workers of Workload {NS}/train "
+     "(spec.workloadRef), not one of"),
     ((workload(template="other"), composite()),
      f"Workload {NS}/train has no compositePodGroupTemplate job"),
 ], ids=["basic", "min-group-count", "child-basic", "nested", "unknown-template", "no-template"])
