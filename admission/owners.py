@@ -141,6 +141,7 @@ class _CompositeTemplate(_Wire):
     pod_group_templates: list[_PodGroupTemplate] = Field(
         default_factory=list, alias="podGroupTemplates"
     )
+    nested: list[dict[str, Any]] = Field(default_factory=list, alias="compositePodGroupTemplates")
 
 
 class _WorkloadSpec(_Wire):

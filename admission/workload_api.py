@@ -119,6 +119,13 @@ async def _child_templates(
             f"{ref} has no compositePodGroupTemplate {wanted.template_name}, which {where} "
             "names (spec.workloadRef.templateName): name one of the Workload's templates"
         )
+    if template.nested or not template.pod_group_templates:
+        raise WorkloadError(
+            f"{ref}'s compositePodGroupTemplate {template.name}, which {where} was made from, "
+            f"holds {'composite templates' if template.nested else 'no PodGroup templates'}: "
+            "a Slurm heterogeneous job has one level of components, one per gang PodGroup; "
+            "list only podGroupTemplates in it"
+        )
     parts = []
     for pgt in template.pod_group_templates:
         gang = pgt.scheduling_policy.gang

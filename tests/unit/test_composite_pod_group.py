@@ -60,6 +60,14 @@ def member(template: str, index: int | None = None) -> PodShape:
     return pod(pod_group_name=f"train-job-{template}", annotations=annotations)
 
 
+def _with_nested_template(found: tuple[Kind, dict[str, Any]]) -> tuple[Kind, dict[str, Any]]:
+    """The Workload's composite template holding a composite template of its own, too."""
+    found[1]["spec"]["compositePodGroupTemplates"][0]["compositePodGroupTemplates"] = [
+        {"name": "inner", "schedulingPolicy": GANG2,
+         "podGroupTemplates": [pod_group_template("ps", 1)]}]
+    return found
+
+
 def owners(*objects: tuple[Kind, dict[str, Any]]) -> Owners:
     return Owners(*(objects or (workload(), composite(), child("launcher", 1),
                                 child("workers", 2))))
@@ -120,9 +128,13 @@ async def test_a_long_composite_name_becomes_a_valid_label_value() -> None:
     ((workload(("launcher", 1), ("ps", 2)), composite()),
      f"PodGroup {NS}/train-job-workers names template workers of Workload {NS}/train "
      "(spec.workloadRef), not one of"),
+    ((_with_nested_template(workload()), composite()),
+     f"Workload {NS}/train's compositePodGroupTemplate job, which {COMPOSITE} was made from, "
+     "holds composite templates"),
     ((workload(template="other"), composite()),
      f"Workload {NS}/train has no compositePodGroupTemplate job"),
-], ids=["basic", "min-group-count", "child-basic", "nested", "unknown-template", "no-template"])
+], ids=["basic", "min-group-count", "child-basic", "nested", "unknown-template", "nested-template",
+     "no-template"])
 async def test_a_composite_slurm_cannot_start_as_one_job_is_refused_naming_it(
     objects: tuple[tuple[Kind, dict[str, Any]], ...], words: str
 ) -> None:
