@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from admission.membership import Membership
 from admission.pod import Container, PodShape
-from admission.workloads import Membership
 from bridge import keys
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import GpuTotal

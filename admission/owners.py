@@ -1,4 +1,5 @@
-"""Reading the objects that size a pod's group: a Job, a Workload API PodGroup, a JobSet.
+"""Reading the objects that size a pod's group: a Job, a JobSet, the Workload API's PodGroup,
+CompositePodGroup and Workload.
 
 Only the fields ``workloads.py`` decides on are modelled; an owner that does not parse, is
 missing or cannot be read is an error naming it, never a guessed group.  The reader the
@@ -40,6 +41,10 @@ class Kind:
 JOB = Kind("batch", "v1", "Job", "jobs")
 # The Workload API: v1beta1 from Kubernetes 1.37, v1alpha2 in 1.36 (same fields read here).
 POD_GROUP = Kind("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups", older=("v1alpha2",))
+WORKLOAD = Kind("scheduling.k8s.io", "v1beta1", "Workload", "workloads", older=("v1alpha2",))
+# Kubernetes 1.37's alpha group of PodGroups (feature gate CompositePodGroup): v1alpha3 only.
+COMPOSITE_POD_GROUP = Kind("scheduling.k8s.io", "v1alpha3", "CompositePodGroup",
+                           "compositepodgroups")
 JOBSET = Kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
 
 OwnerReader = Callable[[Kind, str, str], Awaitable[dict[str, Any] | None]]
@@ -85,7 +90,16 @@ class _Constraints(_Wire):
     topology: list[_TopologyConstraint] = Field(default_factory=list)
 
 
+class _WorkloadRef(_Wire):
+    workload_name: str = Field(default="", alias="workloadName")
+    template_name: str = Field(default="", alias="templateName")
+
+
 class _PodGroupSpec(_Wire):
+    # CompositePodGroup (1.37): the composite this PodGroup is one child of, and the
+    # Workload's template it was made from.
+    parent: str | None = Field(default=None, alias="parentCompositePodGroupName")
+    workload_ref: _WorkloadRef | None = Field(default=None, alias="workloadRef")
     scheduling_policy: _Policy = Field(default_factory=_Policy, alias="schedulingPolicy")
     # TopologyAwareWorkloadScheduling (alpha in 1.36): all members within one domain of key.
     scheduling_constraints: _Constraints | None = Field(
@@ -95,6 +109,49 @@ class _PodGroupSpec(_Wire):
 
 class PodGroupObject(_Wire):
     spec: _PodGroupSpec = Field(default_factory=_PodGroupSpec)
+
+
+class _CompositeGang(_Wire):
+    min_group_count: int = Field(alias="minGroupCount")
+
+
+class _CompositePolicy(_Wire):
+    gang: _CompositeGang | None = None  # None: basic, each child group on its own
+
+
+class _CompositeSpec(_Wire):
+    parent: str | None = Field(default=None, alias="parentCompositePodGroupName")
+    workload_ref: _WorkloadRef | None = Field(default=None, alias="workloadRef")
+    scheduling_policy: _CompositePolicy = Field(
+        default_factory=_CompositePolicy, alias="schedulingPolicy"
+    )
+
+
+class CompositePodGroupObject(_Wire):
+    spec: _CompositeSpec = Field(default_factory=_CompositeSpec)
+
+
+class _PodGroupTemplate(_Wire):
+    name: str
+    scheduling_policy: _Policy = Field(default_factory=_Policy, alias="schedulingPolicy")
+
+
+class _CompositeTemplate(_Wire):
+    name: str
+    pod_group_templates: list[_PodGroupTemplate] = Field(
+        default_factory=list, alias="podGroupTemplates"
+    )
+    nested: list[dict[str, Any]] = Field(default_factory=list, alias="compositePodGroupTemplates")
+
+
+class _WorkloadSpec(_Wire):
+    composite_templates: list[_CompositeTemplate] = Field(
+        default_factory=list, alias="compositePodGroupTemplates"
+    )
+
+
+class WorkloadObject(_Wire):
+    spec: _WorkloadSpec = Field(default_factory=_WorkloadSpec)
 
 
 class _JobTemplate(_Wire):

@@ -13,64 +13,31 @@ match wins:
    name), sized by the ``size`` annotation the controller copies from the LWS spec; the
    rank is the worker index (leader 0).
 3. Workload API: ``spec.schedulingGroup.podGroupName`` names a ``scheduling.k8s.io``
-   PodGroup; a gang policy makes it a group of ``minCount`` (a basic policy is pod by pod).
+   PodGroup; a gang policy makes it a group of ``minCount`` (a basic policy is pod by pod),
+   a parent CompositePodGroup a group of its child PodGroups (``workload_api.py``).
 4. A batch Job annotated ``slurmbridge.io/gang: "true"``: parallelism == completions pods.
 5. The bridge's own labels, as the user wrote them (nothing to resolve).
 
 Ranks come from the workload's own index (the Job completion index, the JobSet job index,
 the LWS worker index), so a replaced pod gets its predecessor's node.  Reading the owners
-(API, cache, their wire shapes) is ``owners.py``'s job.
+(API, cache, their wire shapes) is ``owners.py``'s job; the answer, ``membership.py``'s.
 """
 
-import hashlib
-from dataclasses import dataclass, field
-
+from admission.membership import Membership, group_name, index, ranked
 from admission.owners import (
     JOB,
     JOBSET,
-    POD_GROUP,
     JobObject,
     JobSetObject,
     OwnerReader,
-    PodGroupObject,
     WorkloadError,
     WorkloadLookupError,
     load,
 )
 from admission.pod import OwnerReference, PodShape
 from admission.review import UserInfo
+from admission.workload_api import pod_group
 from bridge import keys
-from bridge.jobs.components import component_text
-
-
-@dataclass(frozen=True, slots=True)
-class Membership:
-    """A pod's group: ``size`` members, this one ``rank`` (None: any free node)."""
-
-    name: str
-    size: int
-    rank: int | None
-    source: str  # what said so, for messages: "Job ns/name", "PodGroup ns/name", ...
-    # Slurm annotations the workload implies (a PodGroup's topology constraint), written
-    # where the pod does not set them itself.
-    asks: dict[str, str] = field(default_factory=dict)
-    # A mixed group's parts in rank order, (name, size) each, and this member's: one Slurm
-    # heterogeneous job component each (bridge/jobs/components.py); () and None: one part.
-    components: tuple[tuple[str, int], ...] = ()
-    component: str | None = None
-
-    def labels(self) -> dict[str, str]:
-        labels = {keys.GROUP: self.name, keys.GROUP_SIZE: str(self.size)}
-        if self.rank is not None:
-            labels[keys.GROUP_RANK] = str(self.rank)
-        if self.component is not None:
-            labels[keys.GROUP_COMPONENT] = self.component
-        return labels
-
-    def annotations(self) -> dict[str, str]:
-        return {keys.GROUP_COMPONENTS: component_text(self.components)} \
-            if self.component is not None else {}
-
 
 LWS_LEADER, LWS_WORKER = "leader", "worker"  # an LWS group's components
 
@@ -89,7 +56,7 @@ async def membership(pod: PodShape, namespace: str, read: OwnerReader) -> Member
         return _leader_worker_set(labels, annotations)
     group = pod.spec.scheduling_group
     if group is not None and group.pod_group_name:
-        found = await _pod_group(namespace, group.pod_group_name, annotations, read)
+        found = await pod_group(namespace, group.pod_group_name, annotations, read)
         if found is not None:
             return found
     owner = _controller(pod.metadata.owner_references or [])
@@ -131,27 +98,6 @@ def _controller(refs: list[OwnerReference]) -> OwnerReference | None:
     return next((r for r in refs if r.controller), None)
 
 
-def _index(values: dict[str, str], key: str, where: str) -> int | None:
-    text = values.get(key)
-    if text is None:
-        return None
-    if not text.isdigit():
-        raise WorkloadError(f"{where} {key}={text!r} is not a whole number")
-    return int(text)
-
-
-def _ranked(rank: int | None, size: int) -> int | None:
-    """A rank only where it names one of the group's nodes."""
-    return rank if rank is not None and rank < size else None
-
-
-def group_name(text: str) -> str:
-    """A label value (<= 63 characters) that is also a Slurm job name part, unique for ``text``."""
-    if len(text) <= 63:
-        return text
-    return f"{text[:50].rstrip('-_.')}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-
-
 async def _gang_job(
     namespace: str, owner: OwnerReference, annotations: dict[str, str], read: OwnerReader
 ) -> Membership | None:
@@ -167,39 +113,8 @@ async def _gang_job(
             f"{ref} has {keys.GANG}=true, so its pods run together as one Slurm job: set "
             f"spec.completions equal to spec.parallelism (now {completions} and {parallelism})"
         )
-    rank = _index(annotations, keys.JOB_COMPLETION_INDEX, "pod annotation")
-    return Membership(group_name(owner.name), parallelism, _ranked(rank, parallelism), ref)
-
-
-async def _pod_group(
-    namespace: str, name: str, annotations: dict[str, str], read: OwnerReader
-) -> Membership | None:
-    ref = f"PodGroup {namespace}/{name}"
-    gang = await load(read, POD_GROUP, PodGroupObject, namespace, name)
-    policy = gang.spec.scheduling_policy.gang
-    if policy is None:  # basic policy: scheduled pod by pod
-        return None
-    size = policy.min_count
-    rank = _index(annotations, keys.JOB_COMPLETION_INDEX, "pod annotation")
-    constraints = gang.spec.scheduling_constraints
-    domains = [t.key for t in constraints.topology] if constraints else []
-    return Membership(group_name(name), size, _ranked(rank, size), ref,
-                      asks=_one_domain(ref, domains, size))
-
-
-def _one_domain(ref: str, domain_keys: list[str], size: int) -> dict[str, str]:
-    """All members within one domain of a topology label: one leaf switch (tree) or one block
-    (block), whichever the partition's topology reads; Slurm takes both asks anywhere."""
-    if not domain_keys:
-        return {}
-    key = domain_keys[0]
-    if not key.startswith(keys.TOPOLOGY_LABEL_PREFIX):
-        raise WorkloadError(
-            f"{ref} asks its pods to share one {key}: Slurm places the group by its own network "
-            f"topology, which Nodes carry as {keys.TOPOLOGY_LABEL_PREFIX}<topology> labels; "
-            "use such a key (kubectl get nodes --show-labels)"
-        )
-    return {keys.SWITCHES: "1", keys.SEGMENT: str(size)}
+    rank = index(annotations, keys.JOB_COMPLETION_INDEX, "pod annotation")
+    return Membership(group_name(owner.name), parallelism, ranked(rank, parallelism), ref)
 
 
 def _exclusive(ref: str, values: dict[str, str], name: str, cannot: str) -> None:
@@ -220,14 +135,14 @@ def _leader_worker_set(labels: dict[str, str], annotations: dict[str, str]) -> M
                "a domain no other group shares (each group is one Slurm job)")
     _exclusive(ref, annotations, keys.LWS_SUBGROUP_EXCLUSIVE_TOPOLOGY,
                "each subgroup a domain of its own (the group's pods are one Slurm job)")
-    group = _index(labels, keys.LWS_GROUP_INDEX, "pod label")
-    size = _index(annotations, keys.LWS_SIZE, "pod annotation")
+    group = index(labels, keys.LWS_GROUP_INDEX, "pod label")
+    size = index(annotations, keys.LWS_SIZE, "pod annotation")
     if group is None or not size:
         raise WorkloadError(
             f"pod of {ref} lacks label {keys.LWS_GROUP_INDEX} or annotation {keys.LWS_SIZE} "
             "(its controller sets both)"
         )
-    rank = _ranked(_index(labels, keys.LWS_WORKER_INDEX, "pod label"), size)
+    rank = ranked(index(labels, keys.LWS_WORKER_INDEX, "pod label"), size)
     if rank is None or size < 2:
         return Membership(group_name(f"{lws}-{group}"), size, rank, ref)
     # The leader (worker index 0) and the workers: two templates, two components.
@@ -246,8 +161,8 @@ async def _jobset(
                "each child Job a domain of its own (the JobSet's pods are one Slurm job)")
     size, offset = 0, None
     replicated = labels.get(keys.JOBSET_REPLICATED_JOB)
-    job_index = _index(labels, keys.JOBSET_JOB_INDEX, "pod label")
-    completion = _index(annotations, keys.JOB_COMPLETION_INDEX, "pod annotation")
+    job_index = index(labels, keys.JOBSET_JOB_INDEX, "pod label")
+    completion = index(annotations, keys.JOB_COMPLETION_INDEX, "pod annotation")
     parts = []
     for rj in jobset.spec.replicated_jobs:
         per_job = rj.template.spec.parallelism or 1

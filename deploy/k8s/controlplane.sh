@@ -44,11 +44,13 @@ READY_TIMEOUT="${SLURMBRIDGE_CP_TIMEOUT:-90}"
 # Job controller creating them for Jobs (alpha): on in every component, as a cluster would
 # set them.  Same gate names in both minors (pkg/features/kube_features.go of each); the API
 # version differs: 1.37 serves it as scheduling.k8s.io/v1beta1 (gate beta), 1.36 as
-# v1alpha2 (gate alpha).
+# v1alpha2 (gate alpha).  1.37 adds CompositePodGroup (alpha: a group of PodGroups, served
+# as v1alpha3 only), which needs TopologyAwareWorkloadScheduling (alpha) beside GenericWorkload.
 FEATURE_GATES="GenericWorkload=true,WorkloadWithJob=true"
 K8S_MINOR="${K8S_VERSION#1.}"; K8S_MINOR="${K8S_MINOR%%.*}"
 case "$K8S_MINOR" in
-  37) RUNTIME_CONFIG="scheduling.k8s.io/v1beta1=true" ;;
+  37) FEATURE_GATES+=",TopologyAwareWorkloadScheduling=true,CompositePodGroup=true"
+      RUNTIME_CONFIG="scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true" ;;
   36) RUNTIME_CONFIG="scheduling.k8s.io/v1alpha2=true" ;;
   *) echo "[k8s] error: K8S_VERSION $K8S_VERSION: only 1.36.x and 1.37.x are set up here" >&2; exit 2 ;;
 esac
@@ -71,13 +73,15 @@ alive() {
     && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$RUN"
 }
 
-# Running this K8S_VERSION's binary with today's feature gates: one started by an older
-# version of this script, or from another version's bin directory, is restarted by `up`
-# rather than kept.
+# Running this K8S_VERSION's binary with today's feature gates (and, for the API server,
+# today's --runtime-config): one started by an older version of this script, or from another
+# version's bin directory, is restarted by `up` rather than kept.  Whole flag values compared:
+# 1.36's gates are a prefix of 1.37's.
 current() {
   local cmdline
   alive "$1" && cmdline="$(tr '\0' ' ' < "/proc/$(pid_of "$1")/cmdline")" \
-    && [[ "$cmdline" == "$BIN/"* && "$cmdline" == *"$FEATURE_GATES"* ]]
+    && [[ "$cmdline" == "$BIN/"* && "$cmdline" == *" --feature-gates $FEATURE_GATES "* ]] \
+    && [[ "$1" != kube-apiserver || "$cmdline" == *" --runtime-config $RUNTIME_CONFIG "* ]]
 }
 
 STARTED=()   # components this invocation started: stopped again if it fails

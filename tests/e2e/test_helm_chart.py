@@ -764,6 +764,7 @@ def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
         "namespaces": ["get", "list", "watch"],
         # the owners that size a pod's group (admission/workloads.py)
         "jobs.batch": ["get"], "podgroups.scheduling.k8s.io": ["get"],
+        "compositepodgroups.scheduling.k8s.io": ["get"], "workloads.scheduling.k8s.io": ["get"],
         "jobsets.jobset.x-k8s.io": ["get"],
         # a new group member's colleagues (admission/groups.py)
         "pods": ["list"],

@@ -8,12 +8,14 @@ import pytest
 import yaml
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.meta_v1 import OwnerReference
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.wire.base import JobsResponse, JobStatesResponse
+from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import (
     create_pod,
     pod_events,
@@ -29,6 +31,7 @@ from slurmbridge_devkit.waiting import wait_for
 from tests.e2e.test_accounting import accounting_ready
 from tests.e2e.test_workloads import (
     LeaderWorkerSet,
+    PodGroup,
     create,
     create_jobset,
     ensure_crd,
@@ -42,6 +45,10 @@ pytestmark = pytest.mark.e2e
 GROUP = {keys.GROUP: "mix", keys.GROUP_SIZE: "3"}
 PARTS = {keys.GROUP_COMPONENTS: "launcher=1,workers=2"}
 Placed = dict[str, tuple[Pod, int]]  # pod name -> (the bound pod, its component's offset)
+# Kubernetes 1.37's group of PodGroups (feature gate CompositePodGroup, alpha): v1alpha3 only.
+Workload = create_namespaced_resource("scheduling.k8s.io", "v1beta1", "Workload", "workloads")
+CompositePodGroup = create_namespaced_resource(
+    "scheduling.k8s.io", "v1alpha3", "CompositePodGroup", "compositepodgroups")
 
 
 def _member(name: str, rank: int, component: str, gpus: int) -> Pod:
@@ -166,6 +173,101 @@ async def test_an_lws_whose_leader_differs_from_its_workers_is_one_heterogeneous
         assert component == ("leader" if pod.metadata.name == "mix-0" else "worker")
         placed[pod.metadata.name] = (pod, 0 if component == "leader" else 1)
     _assert_one_heterogeneous_job(bridge_stack, ns, placed, group="mix-0")
+
+
+# Workload 'train' with one composite template (a launcher template of 1 pod, a workers
+# template of 2), the CompositePodGroup 'mix' made from it and its two child PodGroups, as a
+# workload controller would create them (docs/workloads.md shows these manifests).
+COMPOSITE_MANIFESTS = """\
+apiVersion: scheduling.k8s.io/v1beta1
+kind: Workload
+metadata: {name: train}
+spec:
+  compositePodGroupTemplates:
+  - name: job
+    schedulingPolicy: {gang: {minGroupCount: 2}}
+    podGroupTemplates:
+    - {name: launcher, schedulingPolicy: {gang: {minCount: 1}}}
+    - {name: workers, schedulingPolicy: {gang: {minCount: 2}}}
+---
+apiVersion: scheduling.k8s.io/v1alpha3
+kind: CompositePodGroup
+metadata: {name: mix}
+spec:
+  workloadRef: {workloadName: train, templateName: job}
+  schedulingPolicy: {gang: {minGroupCount: 2}}
+---
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {name: mix-launcher}
+spec:
+  parentCompositePodGroupName: mix
+  workloadRef: {workloadName: train, templateName: launcher}
+  schedulingPolicy: {gang: {minCount: 1}}
+---
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {name: mix-workers}
+spec:
+  parentCompositePodGroupName: mix
+  workloadRef: {workloadName: train, templateName: workers}
+  schedulingPolicy: {gang: {minCount: 2}}
+"""
+
+
+async def _create_composite(kube: AsyncClient, ns: str, manifests: str) -> None:
+    kinds = {"Workload": Workload, "CompositePodGroup": CompositePodGroup, "PodGroup": PodGroup}
+    for manifest in yaml.safe_load_all(manifests):
+        await create(kube, kinds[manifest["kind"]], ns, manifest)
+
+
+def _composite_member(name: str, part: str, index: int, gpus: int) -> Pod:
+    return (PodBuilder(name).cpu("1").memory("1Gi").gpus(gpus)
+            .annotations({keys.JOB_COMPLETION_INDEX: str(index)})
+            .pod_group(f"mix-{part}").scheduler(keys.SCHEDULER_NAME).build())
+
+
+async def test_a_composite_pod_group_of_a_launcher_and_gpu_workers_is_one_heterogeneous_job(
+    bridge_stack: BridgeStack, kube: AsyncClient, beside_natives: tuple[SlurmTarget, str]
+) -> None:
+    """Kubernetes 1.37's CompositePodGroup: each pod names its child PodGroup
+    (spec.schedulingGroup); the composite is the group, each child template a component."""
+    slurm, ns = beside_natives
+    await _create_composite(kube, ns, COMPOSITE_MANIFESTS)
+    members = (("launcher", "launcher", 0, 0), ("worker-0", "workers", 0, 2),
+               ("worker-1", "workers", 1, 2))
+    for name, part, index, gpus in members:
+        await create_pod(kube, ns, _composite_member(name, part, index, gpus))
+    placed, job_id = {}, ""
+    for name, part, _, _ in members:
+        pod = await wait_bound(kube, ns, name, timeout=120)
+        assert pod.metadata
+        labels = pod.metadata.labels or {}
+        assert (labels[keys.GROUP], labels[keys.GROUP_COMPONENT]) == ("mix", part), labels
+        placed[name] = (pod, 0 if part == "launcher" else 1)
+        job_id = (pod.metadata.annotations or {}).get(keys.JOB_ID, "")
+    _assert_one_heterogeneous_job(bridge_stack, ns, placed)
+    for command in (("squeue", "-o", "%i|%j|%a|%T|%D|%N|%b", "-j", job_id),
+                    ("scontrol", "show", "job", "-d", job_id),
+                    ("sacct", "-X", "-P", "-j", job_id, "-o", "JobID,JobName,Account,AllocTRES")):
+        print(f"slurm {slurm.version} $ {' '.join(command)}\n{slurm.admin(*command)}")
+
+
+async def test_a_composite_asking_for_fewer_groups_than_it_has_is_refused_naming_it(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
+) -> None:
+    """Slurm starts every component of a heterogeneous job together: a composite that lets
+    kube-scheduler start one child group without the other cannot be one; the pod is refused
+    when created, naming the composite and the count to set."""
+    _, ns = await quiet_namespace(bridge_stack, e2e_namespace, "hetpart")
+    await _create_composite(kube, ns, COMPOSITE_MANIFESTS.replace("minGroupCount: 2",
+                                                                  "minGroupCount: 1"))
+    with pytest.raises(ApiError) as refused:
+        await create_pod(kube, ns, _composite_member("worker-0", "workers", 0, 2))
+    message = str(refused.value.status.message)
+    print(f"refused: {message}")
+    assert f"CompositePodGroup {ns}/mix asks for 1 of its 2 child groups" in message, message
+    assert "set schedulingPolicy.gang.minGroupCount to 2" in message, message
 
 
 # --- lifecycle and status (issue 43, item 4) -------------------------------------------------

@@ -15,6 +15,7 @@ from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import Status, StatusDetails
 
 from admission import mutate
+from admission.membership import Membership, group_name
 from admission.owners import (
     JOB,
     JOBSET,
@@ -26,7 +27,7 @@ from admission.owners import (
     kube_owner_reader,
 )
 from admission.pod import PodShape
-from admission.workloads import Membership, group_name, membership
+from admission.workloads import membership
 from bridge import keys
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.options import PodGroup, pod_group
