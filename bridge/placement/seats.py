@@ -119,8 +119,9 @@ class Seats:
 
     def hold(self, member: Member, node: str) -> None:
         """``member`` sits at ``node`` (a seat recorded on it): whoever held that seat before
-        no longer does, nor does ``member`` hold another.  A node not the job's holds no one."""
-        if node not in self._allocated:
+        no longer does, nor does ``member`` hold another (its own seat again: nothing changes).
+        A node not the job's holds no one."""
+        if node not in self._allocated or self._seat.get(member.uid) == node:
             return
         self.vacate(member.uid)
         before = self._holder.get(node)

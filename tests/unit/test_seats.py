@@ -136,3 +136,14 @@ def test_a_seat_read_for_an_earlier_job_of_the_group_is_not_its_seat_now() -> No
     table.hold(OWNER, later, "uid-w1", "node5")
     assert table.seat_of(OWNER, 7, "uid-w0") is None
     assert table.seat_of(OWNER, 8, "uid-w1") == "node5"
+
+
+def test_a_seat_taken_and_then_read_back_keeps_its_holders_name() -> None:
+    """The release takes a seat, then resolves the member's placement, which holds the same
+    seat again: a second member of that rank is still told whose seat it is, by name."""
+    table = SeatTable()
+    seating = table.seated(OWNER, JOB, [])
+    assert seating.take(_member("a", 1).gated().build()) == "node3"
+    table.hold(OWNER, JOB, "uid-a", "node3")
+    with pytest.raises(SeatRefused, match="pod a holds"):
+        seating.take(_member("b", 1).gated().build())
