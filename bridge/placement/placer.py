@@ -18,7 +18,7 @@ from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.nodecache import ContestedSlurmNode, NodeCache
 from bridge.link.ownership import LinkedPod, job_id_in, linked_pod, recorded_job_id, tied_to
-from bridge.link.views import PodView
+from bridge.link.views import PodView, view_of
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import (
@@ -71,7 +71,7 @@ class Placer:
                     f"waiting: no Slurm job for pod {linked} yet: the bridge's leader submits "
                     "it (if it cannot, the pod's events say why)"
                 )
-            placement = self._resolve_read(pod, linked, job)
+            placement = self._resolve_view(view_of(pod), job)
         except (PlacementError, InvalidPodRequest, SlurmError) as exc:
             return self._not_placed(linked, candidates, exc)
         return _verdict(placement, job, candidates)
@@ -85,8 +85,7 @@ class Placer:
         if job is None or job.owner != pod.owner:
             return None
         try:
-            placement = self.resolve(pod.owner, pod.uid, job, recorded=pod.job_id,
-                                     node=pod.recorded.get(keys.SLURM_NODE) or None)
+            placement = self._resolve_view(pod, job)
         except PlacementError:
             return None  # filter says why
         self._pods.remember(LinkedPod(pod.namespace, pod.name, pod.uid, pod.owner), pod.created)
@@ -113,7 +112,7 @@ class Placer:
         job = await self._job_for(pod, linked)
         if job is None:
             raise Refused(f"no Slurm job for pod {linked}")
-        return self._resolve_read(pod, linked, job)
+        return self._resolve_view(view_of(pod), job)
 
     def created_at(self, pod_uid: str) -> datetime | None:
         return self._pods.created_at(pod_uid)
@@ -203,11 +202,11 @@ class Placer:
         except PlacementError:  # not running, or no one Node is Slurm's node: a read says why
             return None
 
-    def _resolve_read(self, pod: Pod, linked: LinkedPod, job: SlurmJob) -> Placement:
-        """``resolve`` for ``pod`` as read (``linked``): the job and node recorded on it."""
-        annotations = (pod.metadata and pod.metadata.annotations) or {}
-        return self.resolve(linked.owner, linked.uid, job, recorded=job_id_in(annotations),
-                            node=annotations.get(keys.SLURM_NODE) or None)
+    def _resolve_view(self, view: PodView, job: SlurmJob) -> Placement:
+        """``resolve`` for a pod as its view shows it: the job and node recorded on it."""
+        recorded = view.recorded
+        return self.resolve(view.owner, view.uid, job, recorded=job_id_in(recorded),
+                            node=recorded.get(keys.SLURM_NODE) or None)
 
     def resolve(
         self, owner: Owner, uid: str, job: SlurmJob, *, recorded: int | None, node: str | None
@@ -238,6 +237,7 @@ class Placer:
         return self._placement_on(owner, job, slurm_node)
 
     def _seat(self, owner: GroupOwner, job: SlurmJob, uid: str, node: str | None) -> str | None:
+        """A member's seat: ``node`` recorded on it (held from now on), else the table's."""
         if node is None:
             return self.seats.seat_of(owner, job.job_id, uid)
         self.seats.hold(owner, job, uid, node)
