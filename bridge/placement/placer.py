@@ -58,6 +58,7 @@ class Placer:
         self._index = index
         self._nodes = nodes
         self._pods = pods
+        self.seats: SeatTable = pods.seats  # each group's: the release gives, filter and bind read
         self._events = events
         self._submitter = Submitter(index, admit=admit, events=events, members=members)
 
@@ -79,9 +80,10 @@ class Placer:
     def filter_known(self, pod: PodView, candidates: list[str]) -> Verdict | None:
         """The verdict from memory alone, for a pod the cache holds whose job is recorded on
         it (by its release or the leader's record); None: read the pod."""
-        if pod.gated or pod.held or pod.node_name or pod.deleting or pod.job_id is None:
+        job_id = pod.job_id
+        if pod.gated or pod.held or pod.node_name or pod.deleting or job_id is None:
             return None
-        job = self._index.by_id(pod.job_id)
+        job = self._index.by_id(job_id)
         if job is None or job.owner != pod.owner:
             return None
         try:
@@ -116,11 +118,6 @@ class Placer:
 
     def created_at(self, pod_uid: str) -> datetime | None:
         return self._pods.created_at(pod_uid)
-
-    @property
-    def seats(self) -> SeatTable:
-        """Each group's seats: the release gives them, filter and bind read them."""
-        return self._pods.seats
 
     def bound(self, pod_uid: str) -> None:
         """The pod is on its node: no requeue nudge is owed to it any more."""

@@ -103,32 +103,31 @@ class Seats:
         self._group = group
         self._job_id = job_id
         self._allocated = allocated
-        self._holder: dict[str, Member] = {}  # node → the member that holds its seat
+        self._holder: dict[str, tuple[str, str]] = {}  # node → uid and name holding its seat
         self._seat: dict[str, str] = {}  # uid → the node of its seat
         listed = list(members)
+        nodes = frozenset(allocated)
         for member in listed:
-            if member.seat is not None:
-                self.hold(member, member.seat)
+            if member.seat in nodes:
+                self.hold(member.uid, member.name, member.seat)
         self._ranked = frozenset(m.rank for m in listed if m.live and m.rank is not None)
 
-    def __contains__(self, node: str) -> bool:
-        return node in self._allocated
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return self._allocated
 
     def seat_of(self, uid: str) -> str | None:
         return self._seat.get(uid)
 
-    def hold(self, member: Member, node: str) -> None:
-        """``member`` sits at ``node`` (a seat recorded on it): whoever held that seat before
-        no longer does, nor does ``member`` hold another (its own seat again: nothing changes).
-        A node not the job's holds no one."""
-        if node not in self._allocated or self._seat.get(member.uid) == node:
-            return
-        self.vacate(member.uid)
+    def hold(self, uid: str, name: str, node: str) -> None:
+        """Pod ``uid`` (``name``) sits at ``node``, one of the job's (a seat recorded on it):
+        whoever held that seat before no longer does, nor does it hold another."""
+        self.vacate(uid)
         before = self._holder.get(node)
         if before is not None:
-            self._seat.pop(before.uid, None)
-        self._holder[node] = member
-        self._seat[member.uid] = node
+            del self._seat[before[0]]
+        self._holder[node] = uid, name
+        self._seat[uid] = node
 
     def vacate(self, uid: str) -> None:
         """The pod is gone, or its seat was not recorded on it: the seat is free again."""
@@ -140,11 +139,12 @@ class Seats:
         """The node ``member`` (waiting) sits at, held by it from now on; raises SeatRefused."""
         if member.unreadable is not None:
             raise SeatRefused(member.unreadable)
-        taken = {n for n, holder in self._holder.items() if holder.uid != member.uid}
+        taken = {n for n, (uid, _) in self._holder.items() if uid != member.uid}
         node = member_slot(self._allocated, taken, member.rank, self._ranked)
         if node is None:
             raise SeatRefused(self._refusal(member))
-        self.hold(member, node)
+        if self._seat.get(member.uid) != node:
+            self.hold(member.uid, member.name, node)
         return node
 
     def _refusal(self, member: Member) -> str:
@@ -164,7 +164,7 @@ class Seats:
         node = self._allocated[member.rank]
         return (
             f"pod {member.name} has {keys.GROUP_RANK} {member.rank} of {where}, whose seat "
-            f"(Slurm node {node} and its GPUs) pod {self._holder[node].name} holds and still "
+            f"(Slurm node {node} and its GPUs) pod {self._holder[node][1]} holds and still "
             "runs on: it waits, gated, until that pod has finished; delete whichever of the "
             "two is the duplicate"
         )
@@ -183,18 +183,23 @@ class Seating:
         self._seats = [Seats(group, job_id, nodes, [self.member(p) for p in members
                                                     if self._where(p)[0] == i])
                        for i, nodes in enumerate(parts)]
+        self._seats_at = {node: seats for seats in self._seats for node in seats.nodes}
 
     def member(self, pod: Pod) -> Member:
         return member_of(pod, self.job_id, self._where(pod)[1])
 
     def seat_of(self, uid: str) -> str | None:
-        return next((n for s in self._seats if (n := s.seat_of(uid)) is not None), None)
+        for seats in self._seats:
+            node = seats.seat_of(uid)
+            if node is not None:
+                return node
+        return None
 
     def hold(self, uid: str, node: str) -> None:
         """The pod ``uid`` holds ``node``'s seat, as recorded on it (filter read it)."""
-        seats = next((s for s in self._seats if node in s), None)
-        if seats is not None:
-            seats.hold(Member(uid, uid, None, node, True), node)
+        seats = self._seats_at.get(node)
+        if seats is not None and seats.seat_of(uid) != node:  # filter's every call: no change
+            seats.hold(uid, uid, node)
 
     def vacate(self, uid: str) -> None:
         for seats in self._seats:
