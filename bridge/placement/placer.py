@@ -8,6 +8,7 @@ record on a pod that came without the gate) and, for a group member, its seat (s
 every replica answers alike.  What a decision came to is a type (outcomes.py).
 """
 
+from collections.abc import Callable
 from datetime import datetime
 
 import structlog
@@ -51,11 +52,14 @@ class Placer:
         *,
         admit: SubmitCheck | None = None,
         members: KubeList | None = None,
+        views: Callable[[str], PodView | None] = lambda uid: None,
     ) -> None:
         """``events``: told of each pod's job met and of each submit; ``admit``: the policy
         check before a submit, ``members``: where a group's members are listed before its
-        job is submitted (placement/submit.py)."""
+        job is submitted (placement/submit.py); ``views``: a pod's view by uid, from the pod
+        cache (bind and prioritize read the job recorded on the pod there)."""
         self._index = index
+        self._views = views
         self._nodes = nodes
         self._pods = pods
         self.seats: SeatTable = pods.seats  # each group's: the release gives, filter and bind read
@@ -84,7 +88,7 @@ class Placer:
         if pod.gated or pod.held or pod.node_name or pod.deleting or job_id is None:
             return None
         job = self._index.by_id(job_id)
-        if job is None or job.owner != pod.owner:
+        if job is None:
             return None
         try:
             placement = self._resolve_view(pod, job)
@@ -185,19 +189,24 @@ class Placer:
 
     def known_placement(self, pod_uid: str) -> Placement | None:
         """Where a pod filter has seen must bind, from memory alone (None: ask the apiserver):
-        memory knows the job filter read recorded on the pod, else (it read none) takes its
-        owner's job for it."""
+        the pod cache's view of it when that shows its job recorded; else the job filter read
+        recorded on it; else (neither knows one) its owner's job is taken for it."""
         owner = self._pods.owner_of(pod_uid)
         if owner is None:
             return None
-        tied = self._pods.tied_job(pod_uid)
-        job = self._index.by_owner(owner) if tied is None else self._index.by_id(tied)
+        view = self._views(pod_uid)
+        if view is not None and view.job_id is None:
+            view = None
+        recorded = view.job_id if view is not None else self._pods.tied_job(pod_uid)
+        job = self._index.by_owner(owner) if recorded is None else self._index.by_id(recorded)
         if job is None:
             return None
         try:
+            if view is not None:
+                return self._resolve_view(view, job)
             return self.resolve(owner, pod_uid, job, recorded=job.job_id, node=None)
-        except PlacementError:  # not running, or no one Node is Slurm's node: a read says why
-            return None
+        except PlacementError:  # not running, not its, or no one Node is Slurm's node
+            return None  # a read says why
 
     def _resolve_view(self, view: PodView, job: SlurmJob) -> Placement:
         """``resolve`` for a pod as its view shows it: the job and node recorded on it."""
@@ -213,7 +222,7 @@ class Placer:
         recorded on it, ``node``: the Slurm node recorded with it) and find its job.  Raises
         Pending (it waits: the message says for what) or Refused.  In this order:
 
-        1. ``job`` runs (else it waits for Slurm);
+        1. ``job`` is ``owner``'s (else Refused) and runs (else it waits for Slurm);
         2. it is the job recorded on the pod (else it waits for the leader's record: another
            live job of its owner, such as a late duplicate, is never the pod's);
         3. the Slurm node: a lone pod's is its job's one node; a group member's is its seat,
@@ -221,6 +230,9 @@ class Placer:
            the group's seats hold for it (none, or not one of the job's nodes: it waits);
         4. the Kubernetes Node that is that Slurm node (none for now: it waits).
         """
+        if job.owner != owner:
+            raise Refused(f"Slurm job {job.job_id} recorded on this pod is {job.owner}'s, not "
+                          f"its owner {owner}'s: recreate the pod")
         allocated = allocated_nodes(job)
         slurm_node = None
         if recorded == job.job_id:

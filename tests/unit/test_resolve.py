@@ -94,3 +94,36 @@ async def test_a_member_is_bound_from_the_seat_its_release_holds_without_a_read(
     assert reads == []
     assert {kube.obj(Pod, f"w{r}", "ns")["spec"]["nodeName"]  # type: ignore[index]
             for r in range(3)} == set(NODES)
+
+
+async def test_bind_on_a_replica_that_saw_the_pod_waiting_binds_the_job_recorded_on_it() -> None:
+    """This replica's filter saw the pod before the leader recorded its job (waiting), so its
+    memory never read the record; another replica's filter passed it, and the bind comes
+    here.  The owner has two live jobs: 11, a deposed leader's late duplicate this replica
+    met first, and 10, the one recorded on the pod.  bind took the owner's job, 11, and wrote
+    it in the Binding with its GPU (the next resync cancels 11: the pod loses its job)."""
+    kube, slurm = FakeKube(), FakeSlurm()
+    owner = PodOwner(UID)
+    recorded = JobBuilder(10).owner(owner).running("node1", gpus=(0,)).build()
+    duplicate = JobBuilder(11).owner(owner).running("node1", gpus=(1,)).build()
+    for job in (recorded, duplicate):
+        slurm.put(job)
+    kube.add(PodBuilder("p", "ns").uid(UID).build())
+    bridge = build_bridge(fake_settings(), slurm=slurm, kube=kube)
+    for job in (duplicate, recorded):
+        bridge.index.record(job)
+    before = cast(Pod, Pod.from_dict(cast(dict[str, Any], kube.obj(Pod, "p", "ns"))))
+    bridge.pod_cache.apply("ADDED", before)
+    waiting = await bridge.placer.filter(before, NODES)
+    assert waiting.keep == [], waiting
+    stored = kube.obj(Pod, "p", "ns")
+    assert stored is not None
+    stored["metadata"]["annotations"] = {keys.JOB_ID: "10", keys.OWNER: UID,
+                                         keys.SLURM_NODE: "node1", keys.GPU_IDS: "0"}
+    stored["metadata"]["resourceVersion"] = str(int(stored["metadata"]["resourceVersion"]) + 1)
+    bridge.pod_cache.apply("MODIFIED", Pod.from_dict(stored))  # the leader's record, watched
+    await bridge.binder.bind("ns", "p", UID, "node1")
+    bound = kube.obj(Pod, "p", "ns")
+    assert bound is not None and bound["spec"]["nodeName"] == "node1"
+    annotations = bound["metadata"]["annotations"]
+    assert (annotations[keys.JOB_ID], annotations[keys.GPU_IDS]) == ("10", "0")
