@@ -122,7 +122,9 @@ class Seats:
     def hold(self, uid: str, name: str, node: str) -> None:
         """Pod ``uid`` (``name``) sits at ``node``, one of the job's (a seat recorded on it):
         whoever held that seat before no longer does, nor does it hold another."""
-        self.vacate(uid)
+        was = self._seat.get(uid)
+        if was is not None:
+            del self._holder[was]
         before = self._holder.get(node)
         if before is not None:
             del self._seat[before[0]]
