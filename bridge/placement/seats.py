@@ -112,10 +112,6 @@ class Seats:
                 self.hold(member.uid, member.name, member.seat)
         self._ranked = frozenset(m.rank for m in listed if m.live and m.rank is not None)
 
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        return self._allocated
-
     def seat_of(self, uid: str) -> str | None:
         return self._seat.get(uid)
 
@@ -185,7 +181,7 @@ class Seating:
         self._seats = [Seats(group, job_id, nodes, [self.member(p) for p in members
                                                     if self._where(p)[0] == i])
                        for i, nodes in enumerate(parts)]
-        self._seats_at = {node: seats for seats in self._seats for node in seats.nodes}
+        self._seats_at = {n: self._seats[i] for i, nodes in enumerate(parts) for n in nodes}
 
     def member(self, pod: Pod) -> Member:
         return member_of(pod, self.job_id, self._where(pod)[1])
