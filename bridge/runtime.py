@@ -70,7 +70,7 @@ class Bridge:
         )
         self.device_claims = ClaimReleaser(self.kube)  # DRA claims: pinned at release, freed after
         self.placer = Placer(self.index, self.nodes, self.pods, self.events,
-                             admit=self._admit, members=self.kube)
+                             admit=self._admit, members=self.kube, views=self.pod_cache.get)
         p = settings.placement
         self.binder = Binder(self.kube, self.placer, cuda_numbering=p.cuda_visible_devices)
         self.releaser = self._releaser()

@@ -2,12 +2,13 @@
 
 Slurm decides; this module only translates its answer.  No Slurm listing
 happens here: known jobs come from the index; a new one is submitted by the leader's intake
-alone (``prepare``, submit.py), and filter and bind only read.  A pod's node is the one the
-leader recorded on it for its job (its release, or the same record on a pod that came
-without the gate; ``reserve`` keeps the leader's own in memory), so every replica answers
-alike.  What a decision came to is a type (outcomes.py).
+alone (``prepare``, submit.py), and filter and bind only read.  Where a pod goes is decided
+by ``resolve`` alone, from the job the leader recorded on the pod (its release, or the same
+record on a pod that came without the gate) and, for a group member, its seat (seats.py), so
+every replica answers alike.  What a decision came to is a type (outcomes.py).
 """
 
+from collections.abc import Callable
 from datetime import datetime
 
 import structlog
@@ -17,9 +18,8 @@ from bridge import keys, metrics
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.nodecache import ContestedSlurmNode, NodeCache
-from bridge.link.gate import released_node
-from bridge.link.ownership import LinkedPod, linked_pod, recorded_job_id, tied_to
-from bridge.link.views import PodView
+from bridge.link.ownership import LinkedPod, job_id_in, linked_pod, recorded_job_id, tied_to
+from bridge.link.views import PodView, view_of
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import (
@@ -32,6 +32,7 @@ from bridge.placement.outcomes import (
 )
 from bridge.placement.reasons import waiting_message
 from bridge.placement.registry import PodRegistry
+from bridge.placement.seats import SeatTable
 from bridge.placement.submit import SubmitCheck, Submitter
 from bridge.ports import KubeList
 from bridge.slurm.allocation import format_gpu_ids
@@ -51,13 +52,17 @@ class Placer:
         *,
         admit: SubmitCheck | None = None,
         members: KubeList | None = None,
+        views: Callable[[str], PodView | None] = lambda uid: None,
     ) -> None:
         """``events``: told of each pod's job met and of each submit; ``admit``: the policy
         check before a submit, ``members``: where a group's members are listed before its
-        job is submitted (placement/submit.py)."""
+        job is submitted (placement/submit.py); ``views``: a pod's view by uid, from the pod
+        cache (bind and prioritize read the job recorded on the pod there)."""
         self._index = index
+        self._views = views
         self._nodes = nodes
         self._pods = pods
+        self.seats: SeatTable = pods.seats  # each group's: the release gives, filter and bind read
         self._events = events
         self._submitter = Submitter(index, admit=admit, events=events, members=members)
 
@@ -71,7 +76,7 @@ class Placer:
                     f"waiting: no Slurm job for pod {linked} yet: the bridge's leader submits "
                     "it (if it cannot, the pod's events say why)"
                 )
-            placement = self._placement(pod, linked, job)
+            placement = self._resolve_view(view_of(pod), job)
         except (PlacementError, InvalidPodRequest, SlurmError) as exc:
             return self._not_placed(linked, candidates, exc)
         return _verdict(placement, job, candidates)
@@ -79,26 +84,19 @@ class Placer:
     def filter_known(self, pod: PodView, candidates: list[str]) -> Verdict | None:
         """The verdict from memory alone, for a pod the cache holds whose job is recorded on
         it (by its release or the leader's record); None: read the pod."""
-        if pod.gated or pod.held or pod.node_name or pod.deleting or pod.job_id is None:
+        job_id = pod.job_id
+        if pod.gated or pod.held or pod.node_name or pod.deleting or job_id is None:
             return None
-        job = self._index.by_id(pod.job_id)
-        if job is None or job.owner != pod.owner:
+        job = self._index.by_id(job_id)
+        if job is None:
             return None
         try:
-            allocated = allocated_nodes(job)
-        except PlacementError:
-            return None
-        node = pod.recorded.get(keys.SLURM_NODE) or self._pods.reserved(pod.owner, pod.uid)
-        if node not in allocated:
-            return None
-        assert node is not None
-        self._pods.remember(LinkedPod(pod.namespace, pod.name, pod.uid, pod.owner), pod.created)
-        self._pods.tie(pod.uid, job.job_id)
-        self.reserve(pod.owner, pod.uid, node)
-        try:
-            return _verdict(self.placement_at(pod.owner, job, node), job, candidates)
+            placement = self._resolve_view(pod, job)
         except PlacementError:
             return None  # filter says why
+        self._pods.remember(LinkedPod(pod.namespace, pod.name, pod.uid, pod.owner), pod.created)
+        self._pods.tie(pod.uid, job.job_id)
+        return _verdict(placement, job, candidates)
 
     def _not_placed(self, pod: LinkedPod, candidates: list[str], exc: Exception) -> Verdict:
         """Every candidate fails with the reason; kube-scheduler parks the pod meanwhile."""
@@ -120,15 +118,10 @@ class Placer:
         job = await self._job_for(pod, linked)
         if job is None:
             raise Refused(f"no Slurm job for pod {linked}")
-        return self._placement(pod, linked, job)
+        return self._resolve_view(view_of(pod), job)
 
     def created_at(self, pod_uid: str) -> datetime | None:
         return self._pods.created_at(pod_uid)
-
-    def reserve(self, owner: Owner, pod_uid: str, slurm_node: str) -> None:
-        """A group member was released to ``slurm_node``: filter and bind need no read."""
-        if isinstance(owner, GroupOwner):
-            self._pods.reserve(owner, pod_uid, slurm_node)
 
     def bound(self, pod_uid: str) -> None:
         """The pod is on its node: no requeue nudge is owed to it any more."""
@@ -195,44 +188,71 @@ class Placer:
         return job if job.owner == owner else None
 
     def known_placement(self, pod_uid: str) -> Placement | None:
-        """Where a pod filter has seen must bind, from memory alone (None: ask the apiserver)."""
+        """Where a pod filter has seen must bind, from memory alone (None: ask the apiserver):
+        the pod cache's view of it when that shows its job recorded; else the job filter read
+        recorded on it; else (neither knows one) its owner's job is taken for it."""
         owner = self._pods.owner_of(pod_uid)
         if owner is None:
             return None
-        tied = self._pods.tied_job(pod_uid)
-        job = self._index.by_owner(owner) if tied is None else self._index.by_id(tied)
+        view = self._views(pod_uid)
+        if view is not None and view.job_id is None:
+            view = None
+        recorded = view.job_id if view is not None else self._pods.tied_job(pod_uid)
+        job = self._index.by_owner(owner) if recorded is None else self._index.by_id(recorded)
         if job is None:
             return None
         try:
-            allocated = allocated_nodes(job)
-        except PlacementError:  # not running: nowhere to bind yet
-            return None
-        node: str | None = allocated[0]
-        if isinstance(owner, GroupOwner):  # only the node recorded for this member
-            node = self._pods.reserved(owner, pod_uid)
-        if node is None or node not in allocated:
-            return None
-        try:
-            return self.placement_at(owner, job, node)
-        except PlacementError:  # no one Node is Slurm's node: a read says why
-            return None
+            if view is not None:
+                return self._resolve_view(view, job)
+            return self.resolve(owner, pod_uid, job, recorded=job.job_id, node=None)
+        except PlacementError:  # not running, not its, or no one Node is Slurm's node
+            return None  # a read says why
 
-    def _placement(self, pod: Pod, linked: LinkedPod, job: SlurmJob) -> Placement:
-        """The node the leader recorded on the pod for ``job`` (filter_known's precedence:
-        the record, then the leader's memory of it); waiting until it has."""
-        owner = linked.owner
+    def _resolve_view(self, view: PodView, job: SlurmJob) -> Placement:
+        """``resolve`` for a pod as its view shows it: the job and node recorded on it."""
+        recorded = view.recorded
+        return self.resolve(view.owner, view.uid, job, recorded=job_id_in(recorded),
+                            node=recorded.get(keys.SLURM_NODE) or None)
+
+    def resolve(
+        self, owner: Owner, uid: str, job: SlurmJob, *, recorded: int | None, node: str | None
+    ) -> Placement:
+        """Where the pod ``uid`` of ``owner`` goes for ``job``: the one answer of filter, bind
+        and the release, which differ only in how they know the pod (``recorded``: the job id
+        recorded on it, ``node``: the Slurm node recorded with it) and find its job.  Raises
+        Pending (it waits: the message says for what) or Refused.  In this order:
+
+        1. ``job`` is ``owner``'s (else Refused) and runs (else it waits for Slurm);
+        2. it is the job recorded on the pod (else it waits for the leader's record: another
+           live job of its owner, such as a late duplicate, is never the pod's);
+        3. the Slurm node: a lone pod's is its job's one node; a group member's is its seat,
+           ``node`` when recorded (the group's seats hold it there from now on), else the seat
+           the group's seats hold for it (none, or not one of the job's nodes: it waits);
+        4. the Kubernetes Node that is that Slurm node (none for now: it waits).
+        """
+        if job.owner != owner:
+            raise Refused(f"Slurm job {job.job_id} recorded on this pod is {job.owner}'s, not "
+                          f"its owner {owner}'s: recreate the pod")
         allocated = allocated_nodes(job)
-        node = released_node(pod, job.job_id) or self._pods.reserved(owner, linked.uid)
-        if node not in allocated:
+        slurm_node = None
+        if recorded == job.job_id:
+            slurm_node = (self._seat(owner, job, uid, node) if isinstance(owner, GroupOwner)
+                          else allocated[0])
+        if slurm_node is None or slurm_node not in allocated:
             raise Pending(
                 f"waiting: Slurm job {job.job_id} runs on {','.join(allocated)}; the bridge "
                 "records which of its nodes is this pod's"
             )
-        assert node is not None
-        self.reserve(owner, linked.uid, node)
-        return self.placement_at(owner, job, node)
+        return self._placement_on(owner, job, slurm_node)
 
-    def placement_at(self, owner: Owner, job: SlurmJob, slurm_node: str) -> Placement:
+    def _seat(self, owner: GroupOwner, job: SlurmJob, uid: str, node: str | None) -> str | None:
+        """A member's seat: ``node`` recorded on it (held from now on), else the table's."""
+        if node is None:
+            return self.seats.seat_of(owner, job.job_id, uid)
+        self.seats.hold(owner, job, uid, node)
+        return node
+
+    def _placement_on(self, owner: Owner, job: SlurmJob, slurm_node: str) -> Placement:
         """Where ``job`` puts its owner's pod on ``slurm_node`` (one of its nodes)."""
         assert job.allocation is not None
         try:

@@ -1,4 +1,4 @@
-"""Which pods wait on which placeholder job, and which node each group member gets."""
+"""Which pods wait on which placeholder job, and each group's seats (seats.py)."""
 
 import time
 from collections.abc import Callable
@@ -7,6 +7,7 @@ from datetime import datetime
 
 from bridge.jobs.owner import Owner
 from bridge.link.ownership import LinkedPod
+from bridge.placement.seats import SeatTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +24,7 @@ class PodRegistry:
         self._by_owner: dict[Owner, dict[str, LinkedPod]] = {}
         self._owner_of: dict[str, Owner] = {}  # pod uid → owner
         self._created: dict[str, datetime] = {}  # pod uid → creationTimestamp (bind latency)
-        # group owner → pod uid → Slurm node recorded for it by this process (the leader)
-        self._group_nodes: dict[Owner, dict[str, str]] = {}
+        self.seats = SeatTable()  # each group's seats: who holds which of its job's nodes
         # pods refused because Slurm could not be asked: requeued when it answers again
         self._slurm_trouble: dict[str, LinkedPod] = {}
         # pods whose filter answered "waiting": kube-scheduler parked them until they change
@@ -78,7 +78,7 @@ class PodRegistry:
             self._owner_of.pop(pod_uid, None)
             self._created.pop(pod_uid, None)
             self._job_of.pop(pod_uid, None)
-        self._group_nodes.pop(owner, None)
+        self.seats.forget(owner)
         self._touched.pop(owner, None)
 
     def prune(self, still_tracked: Callable[[Owner], bool], idle_seconds: float) -> int:
@@ -90,14 +90,6 @@ class PodRegistry:
         for owner in idle:
             self.forget_owner(owner)
         return len(idle)
-
-    def reserved(self, owner: Owner, pod_uid: str) -> str | None:
-        """The node reserved for this group member, as far as this process knows."""
-        return self._group_nodes.get(owner, {}).get(pod_uid)
-
-    def reserve(self, owner: Owner, pod_uid: str, node: str) -> None:
-        """Remember a member's node once it is recorded on the pod."""
-        self._group_nodes.setdefault(owner, {})[pod_uid] = node
 
     def tie(self, pod_uid: str, job_id: int) -> None:
         """The job recorded on this pod: bind uses it, not the owner's latest in the index."""

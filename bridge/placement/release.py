@@ -35,7 +35,7 @@ from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer, allocated_nodes
-from bridge.placement.seats import Seating, SeatRefused, members_differ, members_of
+from bridge.placement.seats import SeatRefused, members_differ, members_of
 from bridge.ports import KubeGet, KubeList, KubePatch
 from bridge.slurm.types import SlurmJob
 
@@ -162,17 +162,15 @@ class Releaser:
             self._releasing.discard(owner)
 
     async def _release(self, owner: Owner, job: SlurmJob) -> None:
-        allocated = allocated_nodes(job)
         if not isinstance(owner, GroupOwner):
             for pod in list(self._waiting.get(owner, {}).values()):
-                await self._release_pod(pod, owner, job, allocated[0])
+                await self._release_pod(pod, owner, job, None)
             return
         members = await members_of(self._kube, owner)
         waiting = sorted((p for p in members if unrecorded(p)), key=_rank_then_name)
         for uid in set(self._waiting.get(owner, {})) - {_uid(p) for p in waiting}:
             self.forget(uid)  # released by someone else, or gone
-        assert job.allocation is not None  # allocated_nodes said so
-        seats = Seating(owner.group, job.job_id, job.allocation, members)
+        seats = self._placer.seats.seated(owner, job, members)
         differ = members_differ(owner, members)
         for pod in waiting:
             try:
@@ -183,7 +181,8 @@ class Releaser:
                 reason = keys.REASON_SEAT_TAKEN if differ is None else keys.REASON_MEMBERS_DIFFER
                 await self._refuse(pod, owner, job, reason, str(refused))
                 continue
-            await self._release_pod(pod, owner, job, node)
+            if not await self._release_pod(pod, owner, job, node):
+                seats.vacate(_uid(pod))  # not recorded on it: the seat is not its
 
     async def _refuse(
         self, pod: Pod, owner: Owner, job: SlurmJob, reason: str, message: str
@@ -198,10 +197,14 @@ class Releaser:
                     reason=reason, why=message)
         await self._events.release_refused(pod, reason, message)
 
-    async def _release_pod(self, pod: Pod, owner: Owner, job: SlurmJob, slurm_node: str) -> bool:
-        """One write (a fresh read first only when the pod changed); True once released."""
+    async def _release_pod(
+        self, pod: Pod, owner: Owner, job: SlurmJob, seat: str | None
+    ) -> bool:
+        """One write (a fresh read first only when the pod changed); True once released.
+        ``seat``: a group member's node (a lone pod's is its job's one node)."""
         uid = _uid(pod)
-        placement = self._placer.placement_at(owner, job, slurm_node)
+        placement = self._placer.resolve(owner, uid, job, recorded=job.job_id, node=seat)
+        slurm_node = placement.slurm_node
         if not await self._claims_pinned(pod, job, placement.kube_node, slurm_node):
             return False
         cuda = cuda_visible_devices(placement.gpu_ids, self._cuda)
@@ -230,7 +233,6 @@ class Releaser:
             return False
         self.forget(uid)
         self._index.pin(owner, job.job_id)
-        self._placer.reserve(owner, uid, slurm_node)
         if was_gated:
             metrics.PODS_RELEASED.inc()
         log.info("release.done", pod=pod_ref(pod), job_id=job.job_id, node=placement.kube_node,

@@ -9,11 +9,13 @@ running: until then no other pod is released there, whatever rank it claims, or 
 would share one GPU set.  A member whose seat is held, or whose rank is beyond the job's
 nodes, stays gated and is told why.
 
-Computed from the group's members as listed, so any leader reaches the same answer: the
-one place that says who sits where.
+The release computes them from the group's members as listed, so any leader reaches the same
+answer, and keeps them in the one store (``SeatTable``) that filter and bind read a member's
+node from (and add to, from the seat recorded on a member they read): the one place that says
+who sits where.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from lightkube.models.core_v1 import Pod
@@ -24,12 +26,12 @@ from bridge.jobs.components import group_components
 from bridge.jobs.group_ask import counted, members_mixed
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.options import pod_group
-from bridge.jobs.owner import GroupOwner
+from bridge.jobs.owner import GroupOwner, Owner
 from bridge.link.gate import gated, released_node
 from bridge.link.ownership import owner_key
 from bridge.link.views import view_of
 from bridge.ports import KubeList
-from bridge.slurm.types import Allocation
+from bridge.slurm.types import Allocation, SlurmJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,10 @@ def member_slot(
 
 
 class Seats:
+    """The seats of one job (of one component of a heterogeneous job): seat ``i`` is Slurm's
+    ``i``-th node of ``allocated``, held by one pod (uid) at most, and a pod holds one seat
+    at most."""
+
     def __init__(
         self, group: str, job_id: int, allocated: tuple[str, ...], members: Iterable[Member],
     ) -> None:
@@ -97,20 +103,46 @@ class Seats:
         self._group = group
         self._job_id = job_id
         self._allocated = allocated
+        self._holder: dict[str, tuple[str, str]] = {}  # node → uid and name holding its seat
+        self._seat: dict[str, str] = {}  # uid → the node of its seat
         listed = list(members)
-        self._holder = {m.seat: m.name for m in listed if m.seat in allocated}
+        nodes = frozenset(allocated)
+        for member in listed:
+            if member.seat in nodes:
+                self.hold(member.uid, member.name, member.seat)
         self._ranked = frozenset(m.rank for m in listed if m.live and m.rank is not None)
+
+    def seat_of(self, uid: str) -> str | None:
+        return self._seat.get(uid)
+
+    def hold(self, uid: str, name: str, node: str) -> None:
+        """Pod ``uid`` (``name``) sits at ``node``, one of the job's (a seat recorded on it):
+        whoever held that seat before no longer does, nor does it hold another."""
+        was = self._seat.get(uid)
+        if was is not None:
+            del self._holder[was]
+        before = self._holder.get(node)
+        if before is not None:
+            del self._seat[before[0]]
+        self._holder[node] = uid, name
+        self._seat[uid] = node
+
+    def vacate(self, uid: str) -> None:
+        """The pod is gone, or its seat was not recorded on it: the seat is free again."""
+        node = self._seat.pop(uid, None)
+        if node is not None:
+            del self._holder[node]
 
     def take(self, member: Member) -> str:
         """The node ``member`` (waiting) sits at, held by it from now on; raises SeatRefused."""
         if member.unreadable is not None:
             raise SeatRefused(member.unreadable)
-        own = {n for n, name in self._holder.items() if name == member.name}
-        taken = set(self._holder) - own
+        taken = {n for n, (uid, _) in self._holder.items() if uid != member.uid}
         node = member_slot(self._allocated, taken, member.rank, self._ranked)
         if node is None:
             raise SeatRefused(self._refusal(member))
-        self._holder[node] = member.name
+        if self._seat.get(member.uid) != node:
+            self.hold(member.uid, member.name, node)
         return node
 
     def _refusal(self, member: Member) -> str:
@@ -130,9 +162,9 @@ class Seats:
         node = self._allocated[member.rank]
         return (
             f"pod {member.name} has {keys.GROUP_RANK} {member.rank} of {where}, whose seat "
-            f"(Slurm node {node} and its GPUs) pod {self._holder[node]} holds and still runs "
-            "on: it waits, gated, until that pod has finished; delete whichever of the two is "
-            "the duplicate"
+            f"(Slurm node {node} and its GPUs) pod {self._holder[node][1]} holds and still "
+            "runs on: it waits, gated, until that pod has finished; delete whichever of the "
+            "two is the duplicate"
         )
 
 
@@ -140,16 +172,36 @@ class Seating:
     """A group job's seats: one set per component of a heterogeneous job, whose members sit
     among their own component's nodes alone; one set for an ordinary job."""
 
-    def __init__(self, group: str, job_id: int, allocation: Allocation, members: list[Pod]):
-        self._job_id = job_id
+    def __init__(
+        self, group: str, job_id: int, allocation: Allocation, members: Sequence[Pod]
+    ) -> None:
+        self.job_id = job_id
         self._split = bool(allocation.components)
         parts = allocation.components or (allocation.nodes,)
         self._seats = [Seats(group, job_id, nodes, [self.member(p) for p in members
                                                     if self._where(p)[0] == i])
                        for i, nodes in enumerate(parts)]
+        self._seats_at = {n: self._seats[i] for i, nodes in enumerate(parts) for n in nodes}
 
     def member(self, pod: Pod) -> Member:
-        return member_of(pod, self._job_id, self._where(pod)[1])
+        return member_of(pod, self.job_id, self._where(pod)[1])
+
+    def seat_of(self, uid: str) -> str | None:
+        for seats in self._seats:
+            node = seats.seat_of(uid)
+            if node is not None:
+                return node
+        return None
+
+    def hold(self, uid: str, node: str) -> None:
+        """The pod ``uid`` holds ``node``'s seat, as recorded on it (filter read it)."""
+        seats = self._seats_at.get(node)
+        if seats is not None and seats.seat_of(uid) != node:  # filter's every call: no change
+            seats.hold(uid, uid, node)
+
+    def vacate(self, uid: str) -> None:
+        for seats in self._seats:
+            seats.vacate(uid)
 
     def take(self, pod: Pod) -> str:
         """The node ``pod`` (waiting) sits at; raises SeatRefused."""
@@ -157,7 +209,7 @@ class Seating:
         if not 0 <= part < len(self._seats):
             name = view_of(pod).name
             raise SeatRefused(
-                f"pod {name} names no component of Slurm job {self._job_id}, a heterogeneous "
+                f"pod {name} names no component of Slurm job {self.job_id}, a heterogeneous "
                 f"job of {len(self._seats)} components: its {keys.GROUP_COMPONENT} label and "
                 f"{keys.GROUP_COMPONENTS} annotation must be its group's; it waits, gated")
         return self._seats[part].take(self.member(pod))
@@ -175,3 +227,36 @@ class Seating:
         if found is None:
             return -1, 0
         return found.parts.index(found.own), found.own.offset
+
+
+class SeatTable:
+    """Every group's seats, one ``Seating`` per group for its current job: the one store the
+    release gives seats from and filter and bind read a member's node from."""
+
+    def __init__(self) -> None:
+        self._by_owner: dict[Owner, Seating] = {}
+
+    def seated(self, owner: GroupOwner, job: SlurmJob, members: Sequence[Pod]) -> Seating:
+        """The group's seats as its members, listed now, hold them (the release): a member
+        gone, finished or deleted with nothing running holds none any more."""
+        assert job.allocation is not None
+        seating = Seating(owner.group, job.job_id, job.allocation, members)
+        self._by_owner[owner] = seating
+        return seating
+
+    def hold(self, owner: GroupOwner, job: SlurmJob, uid: str, node: str) -> None:
+        """A member's seat read from the record on it (filter, on any replica)."""
+        seating = self._by_owner.get(owner)
+        if seating is None or seating.job_id != job.job_id:
+            if job.allocation is None:
+                return
+            seating = self._by_owner[owner] = Seating(owner.group, job.job_id,
+                                                      job.allocation, [])
+        seating.hold(uid, node)
+
+    def seat_of(self, owner: GroupOwner, job_id: int, uid: str) -> str | None:
+        seating = self._by_owner.get(owner)
+        return seating.seat_of(uid) if seating is not None and seating.job_id == job_id else None
+
+    def forget(self, owner: Owner) -> None:
+        self._by_owner.pop(owner, None)
