@@ -11,7 +11,7 @@ that reads its own VmRSS from /proc at three points:
 2. ``baseline``: after importing the bridge, building it over the dev kit's fakes and the
    extender app, and putting the ``app_filters`` pods in the fake apiserver (nothing loaded);
 3. ``loaded``: after indexing ``jobs`` placeholder jobs (``JobIndex.record``) and running
-   one filter per pod through ``Placer.filter`` (so ``PodRegistry`` and the notifier track
+   one filter per pod through ``Placer.filter`` (so ``SeenPods`` and the notifier track
    every pod, as after kube-scheduler asked about each), each pod also in the pod cache
    (``PodCache.apply``, as its watch delivers it: one ``PodView`` per pod), plus
    ``app_filters`` filters through the FastAPI app, then ``gc.collect()``.
@@ -95,7 +95,7 @@ def child(jobs: int, nodes: int, app_filters: int) -> dict[str, float]:
         "peak_kb": loaded["VmHWM"],
         "indexed_jobs": len(bridge.index.jobs()),
         "tracked_pods": sum(
-            len(bridge.pods.pods_of(PodOwner(synthetic.pod_uid(i)))) for i in range(jobs)
+            len(bridge.seen.pods_of(PodOwner(synthetic.pod_uid(i)))) for i in range(jobs)
         ),
         "kept": kept,
         "cached_pods": len(bridge.pod_cache.views()),
@@ -181,7 +181,7 @@ def run(cfg: Config) -> Outcome:
     notes = [
         f"Each repeat and size is a fresh process: at {cfg.sizes[-1]:,} pods "
         f"{int(last['indexed_jobs']):,} jobs indexed, {int(last['tracked_pods']):,} pods "
-        f"remembered by PodRegistry, each filtered once through `Placer.filter` "
+        f"remembered by SeenPods, each filtered once through `Placer.filter` "
         f"({int(last['kept']):,} kept a node), then {cfg.app_filters} filters through the "
         "FastAPI app (httpx ASGITransport), then `gc.collect()`. RSS from /proc/self/status "
         "(VmRSS, VmHWM; psutil is not installed). The bare interpreter: "
@@ -190,8 +190,8 @@ def run(cfg: Config) -> Outcome:
         "fakes, the app's pods in the fake apiserver before the baseline; notifier in its "
         "steady state; apiserver writes counted: "
         f"{int(sum(r['notifier_writes'] for rs in by_size.values() for r in rs))}). Pod "
-        "objects are not retained by the bridge; the index holds `SlurmJob`s, the registry "
-        "`LinkedPod`s.",
+        "objects are not retained by the bridge; the index holds `SlurmJob`s, `SeenPods` "
+        "`PodView`s.",
     ]
     return Outcome(bench="B4", title="bridge memory", figures=figures, notes=notes,
                    repeats=cfg.repeats)

@@ -30,7 +30,7 @@ from bridge.placement.job_events import JobEventFanout
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.outcomes import Refused
 from bridge.placement.placer import Placer
-from bridge.placement.registry import PodRegistry
+from bridge.placement.registry import SeenPods
 from bridge.placement.release import Releaser
 from bridge.placement.trust import JobTrust
 from bridge.policy.check import SubmitRefused, for_submit
@@ -57,11 +57,11 @@ class Bridge:
         self.pod_cache = PodCache(self.kube)
         self.index = self._index()
         self.nodes = NodeCache(self.kube)
-        self.pods = PodRegistry()
+        self.seen = SeenPods()  # the pods filter and intake met, until their job is gone
         self.events = JobEventFanout()  # what happens to a job: listeners below, raisers take it
         self.grace = GraceWarnings(self.kube, self.slurm)
         self.notifier = PodNotifier(
-            self.kube, self.pods, quiet_seconds=settings.placement.notify_quiet_seconds,
+            self.kube, self.seen, quiet_seconds=settings.placement.notify_quiet_seconds,
             estimate_moves_seconds=settings.placement.expected_start_moves_seconds)
         c = settings.controllers
         self.elector = LeaderElector(
@@ -69,7 +69,8 @@ class Bridge:
             identity=c.identity, lease_seconds=c.lease_seconds,
         )
         self.device_claims = ClaimReleaser(self.kube)  # DRA claims: pinned at release, freed after
-        self.placer = Placer(self.index, self.nodes, self.pods, self.events,
+        self.placer = Placer(self.index, self.nodes, self.seen, self.events,
+                             parked=self.notifier.parked, trouble=self.notifier.trouble,
                              admit=self._admit, members=self.kube, views=self.pod_cache.get)
         p = settings.placement
         self.binder = Binder(self.kube, self.placer, cuda_numbering=p.cuda_visible_devices)
@@ -88,7 +89,7 @@ class Bridge:
             watch_running=lambda job: self.grace.preemptable(job.qos),
         )
         self.lifecycle = Lifecycle(
-            self.kube, self.slurm, self.index, self.pods, self.pod_cache,
+            self.kube, self.slurm, self.index, self.seen, self.pod_cache,
             orphan_grace=c.orphan_grace_seconds,
             device_claims=self.device_claims if settings.device_classes else None,
         )
@@ -126,7 +127,8 @@ class Bridge:
             asyncio.create_task(self.nodes.run(), name="nodes"),
             asyncio.create_task(self.pod_cache.run(), name="pods"),
             asyncio.create_task(
-                prune_forever(self.pods, self.index, self.notifier), name="prune"),
+                prune_forever(self.seen, self.index, self.notifier, self.placer.seats),
+                name="prune"),
             asyncio.create_task(export_forever(
                 lambda: self.index.live().values(), self.pod_cache.views), name="gpumap"),
         ]

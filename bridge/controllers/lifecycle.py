@@ -32,7 +32,7 @@ from bridge.link.bound import holds
 from bridge.link.podcache import PodCache
 from bridge.link.views import PodView
 from bridge.placement.index import JobIndex
-from bridge.placement.registry import PodKey, PodRegistry
+from bridge.placement.registry import SeenPods
 from bridge.ports import KubeCreate, KubePatch
 from bridge.slurm.errors import SlurmJobNotFound, SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
@@ -80,7 +80,7 @@ class Lifecycle:
         kube: LifecycleKube,
         slurm: LifecycleSlurm,
         index: JobIndex,
-        registry: PodRegistry,
+        seen: SeenPods,
         pods: PodCache,
         *,
         orphan_grace: float = 30.0,
@@ -90,7 +90,7 @@ class Lifecycle:
         self._kube = kube
         self._slurm = slurm
         self._index = index
-        self._registry = registry
+        self._seen = seen
         self._pods = pods
         self._orphan_grace = orphan_grace
         self._clock = clock
@@ -161,7 +161,7 @@ class Lifecycle:
         # Seen in an earlier round and gone now, or a pod this process placed whose deletion
         # the watch reported (not merely absent: the watch may lag a pod intake just saw).
         if job.owner in self._seen_owners or any(
-            self._pods.deleted(p.uid) for p in self._registry.pods_of(job.owner)
+            self._pods.deleted(p.uid) for p in self._seen.pods_of(job.owner)
         ):
             await self._cancel(job, "its pod was deleted")
             return
@@ -176,7 +176,7 @@ class Lifecycle:
         await self._slurm.cancel(job.job_id)
         self._orphan_since.pop(job.job_id, None)
         if job.owner:
-            self._registry.forget_owner(job.owner)
+            self._seen.forget_owner(job.owner)
         # Slurm accepted the cancel: the job is over for the bridge, which knows why.  Not
         # read back (nor re-read by the poller, which follows live jobs only): a burst of
         # deleted pods would otherwise cost two full job reads each.
@@ -232,10 +232,9 @@ class Lifecycle:
                 raise
         self._evicted.add(pod.uid)
         metrics.CONTROLLER_ACTIONS.labels("evict").inc()
-        ref = PodKey(pod.namespace, pod.name, pod.uid)
         if preempted(job):
             await writes.record_event(
-                self._kube, ref, keys.EventReason.PREEMPTED, message, warning=True
+                self._kube, pod, keys.EventReason.PREEMPTED, message, warning=True
             )
             await writes.set_slurm_condition(
                 self._kube, pod.namespace, pod.name, allocated=False,
@@ -243,6 +242,6 @@ class Lifecycle:
             )
         else:
             await writes.record_event(
-                self._kube, ref, keys.EventReason.JOB_ENDED, message, warning=True
+                self._kube, pod, keys.EventReason.JOB_ENDED, message, warning=True
             )
         log.warning("lifecycle.evicted", pod=str(pod), job_id=job.job_id, state=job.state)

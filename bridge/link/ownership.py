@@ -8,35 +8,12 @@ running pod cannot make its job look orphaned.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, Owner, PodOwner, parse_owner
 from bridge.slurm.types import SlurmJob
-
-
-@dataclass(frozen=True, slots=True)
-class LinkedPod:
-    """A pod as the core passes it along, read once: where it is, and whose job it waits on."""
-
-    namespace: str
-    name: str
-    uid: str
-    owner: Owner
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-def linked_pod(pod: Pod) -> LinkedPod:
-    """Raises ValueError for a pod the API server did not give us (no uid, name, namespace)."""
-    owner = owner_key(pod)
-    meta = pod.metadata
-    if meta is None or not (meta.name and meta.namespace and meta.uid):
-        raise ValueError("pod has no metadata.name/namespace: it must come from the API server")
-    return LinkedPod(meta.namespace, meta.name, meta.uid, owner)
 
 
 def owner_key(pod: Pod) -> Owner:

@@ -17,9 +17,8 @@ from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.kube import writes
-from bridge.link.views import grace_seconds
+from bridge.link.views import grace_seconds, view_of
 from bridge.placement.job_events import JobListener
-from bridge.placement.registry import PodKey
 from bridge.ports import KubeCreate
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.types import Accounting
@@ -95,6 +94,6 @@ class GraceWarnings(JobListener):
         self._warned.add(meta.uid)
         log.warning("grace.too_long", pod=f"{meta.namespace}/{meta.name}", why=warning)
         await writes.record_event(
-            self._kube, PodKey(meta.namespace, meta.name, meta.uid),
+            self._kube, view_of(pod),
             keys.EventReason.GRACE_TOO_LONG, warning, warning=True,
         )

@@ -32,10 +32,10 @@ from lightkube.models.meta_v1 import ObjectMeta
 from bridge import keys
 from bridge.jobs.components import member_part
 from bridge.kube import writes
-from bridge.link.gate import gated
+from bridge.link.views import PodView, view_of
 from bridge.placement.job_events import JobListener
 from bridge.placement.reasons import Part, component_view, expected_start, waiting_message
-from bridge.placement.registry import PodKey, PodRegistry
+from bridge.placement.registry import ParkedPods, SeenPods, SlurmTrouble
 from bridge.ports import KubeCreate, KubePatch
 from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
@@ -77,23 +77,22 @@ def _allocated(job: SlurmJob) -> bool:
     return job.allocation is not None and job.state is not JobState.PENDING
 
 
-def _key(pod: Pod) -> PodKey:
-    meta = pod.metadata or ObjectMeta()
-    assert meta.uid and meta.namespace and meta.name
-    return PodKey(meta.namespace, meta.name, meta.uid)
-
-
 class NotifierKube(KubeCreate, KubePatch, Protocol):
     """Events (created), the job's annotations and the pod's Slurm condition (patched)."""
 
 
 class PodNotifier(JobListener):
     def __init__(
-        self, kube: NotifierKube, registry: PodRegistry, *, quiet_seconds: float = 10.0,
+        self, kube: NotifierKube, seen: SeenPods, *, parked: ParkedPods | None = None,
+        trouble: SlurmTrouble | None = None, quiet_seconds: float = 10.0,
         estimate_moves_seconds: float = 120.0,
     ) -> None:
+        """``seen``: the pods whose jobs it follows; ``parked``, ``trouble``: the pods owed a
+        nudge, which filter notes (``Placer``'s, given these)."""
         self._kube = kube
-        self._registry = registry
+        self._seen_pods = seen
+        self.parked = parked if parked is not None else ParkedPods()
+        self.trouble = trouble if trouble is not None else SlurmTrouble()
         self._quiet = quiet_seconds
         self._moves = estimate_moves_seconds
         self._seen: dict[str, Status] = {}  # pod uid -> its job's last known status
@@ -110,8 +109,8 @@ class PodNotifier(JobListener):
         """Called for every pod whose job filter or intake meets; cheap when nothing changed.
         It only shows status: the job is recorded on the pod by the leader, which submitted
         it (placement/release.py)."""
-        key = _key(pod)
-        if gated(pod):
+        key = view_of(pod)
+        if key.gated:
             self._gated.add(key.uid)
         meta = pod.metadata or ObjectMeta()
         if (part := member_part(meta.labels, meta.annotations)) is not None:
@@ -122,10 +121,10 @@ class PodNotifier(JobListener):
         """Called by the poller on any change: new reason, or nodes allocated (requeue now)."""
         if after.owner is None:
             return
-        for key in self._registry.pods_of(after.owner):
+        for key in self._seen_pods.pods_of(after.owner):
             self._update(key, after)
 
-    def _update(self, key: writes.PodRef, job: SlurmJob) -> None:
+    def _update(self, key: PodView, job: SlurmJob) -> None:
         status = _status(job, self._parts.get(key.uid))
         if _same(self._seen.get(key.uid), status, self._moves):
             return
@@ -142,13 +141,13 @@ class PodNotifier(JobListener):
                 self._spawn(self._show(key, job))
         elif self._events_only(key.uid):
             return  # its release lifts the gate; kube-scheduler's "Scheduled" follows
-        elif shown or self._registry.parked(key.uid):
+        elif shown or self.parked.parked(key.uid):
             # The condition alone: kube-scheduler's "Scheduled" event follows at once.
             if shown:
                 self._shown[key.uid] = status
             self._spawn(self._nudge(key, job))
 
-    async def _after_quiet(self, key: writes.PodRef) -> None:
+    async def _after_quiet(self, key: PodView) -> None:
         await asyncio.sleep(self._quiet)
         job = self._latest.pop(key.uid, None)
         if job is None or key.uid in self._shown:
@@ -161,16 +160,18 @@ class PodNotifier(JobListener):
         self._spawn(self._show(key, job))
 
     def prune(self) -> None:
-        """Drop what is remembered about pods the registry has forgotten."""
+        """Drop what is remembered about pods ``seen`` has forgotten."""
+        known = self._seen_pods.get
         for memory in (self._seen, self._shown, self._latest, self._refusals, self._parts):
-            for uid in [u for u in memory if self._registry.owner_of(u) is None]:
+            for uid in [u for u in memory if known(u) is None]:
                 del memory[uid]
         for uids in (self._gated, self._unread):
-            uids.intersection_update(u for u in uids if self._registry.owner_of(u) is not None)
+            uids.intersection_update(u for u in uids if known(u) is not None)
+        self.parked.keep(known)
 
     async def slurm_recovered(self) -> None:
         """slurmrestd answers again: nudge the pods it turned away, instead of their backoff."""
-        for key in self._registry.take_slurm_trouble():
+        for key in self.trouble.take():
             self._spawn(writes.set_slurm_condition(
                 self._kube, key.namespace, key.name, allocated=False,
                 reason=keys.REASON_SLURM_REACHABLE, message="slurmrestd answers again: retrying",
@@ -178,7 +179,7 @@ class PodNotifier(JobListener):
 
     async def submit_refused(self, pod: Pod, reason: str, message: str) -> None:
         """Slurm refused the pod's job: event and condition, once per distinct refusal."""
-        key = _key(pod)
+        key = view_of(pod)
         if self._refusals.get(key.uid) == message:
             return
         self._refusals[key.uid] = message
@@ -186,16 +187,16 @@ class PodNotifier(JobListener):
 
     async def claims_unallocated(self, pod: Pod, message: str) -> None:
         """Slurm runs the pod's job but its claims cannot name the GPUs: it stays gated."""
-        key = _key(pod)
+        key = view_of(pod)
         self._spawn(self._refused(key, keys.EventReason.CLAIMS_UNALLOCATED,
                                   keys.REASON_CLAIMS_UNALLOCATED, message))
 
     async def release_refused(self, pod: Pod, reason: str, message: str) -> None:
         """A group member is not released (its seat, its group's asks): it stays gated."""
-        self._spawn(self._refused(_key(pod), keys.EventReason.RELEASE_REFUSED, reason, message))
+        self._spawn(self._refused(view_of(pod), keys.EventReason.RELEASE_REFUSED, reason, message))
 
     async def _refused(
-        self, key: writes.PodRef, event: keys.EventReason, reason: str, message: str
+        self, key: PodView, event: keys.EventReason, reason: str, message: str
     ) -> None:
         await writes.record_event(self._kube, key, event, message, warning=True)
         await writes.set_slurm_condition(
@@ -207,7 +208,7 @@ class PodNotifier(JobListener):
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _show(self, key: writes.PodRef, job: SlurmJob) -> None:
+    async def _show(self, key: PodView, job: SlurmJob) -> None:
         """Event and condition: the pod's owner follows the job from here on."""
         self._shown[key.uid] = _status(job, self._parts.get(key.uid))
         await writes.record_event(
@@ -223,11 +224,11 @@ class PodNotifier(JobListener):
         """Gated, and no condition of the bridge's on the pod (a refusal's) to correct."""
         return uid in self._gated and uid not in self._refusals
 
-    async def _nudge(self, key: writes.PodRef, job: SlurmJob) -> None:
+    async def _nudge(self, key: PodView, job: SlurmJob) -> None:
         """The condition alone; its change makes kube-scheduler requeue a parked pod."""
         allocated, part = _allocated(job), self._parts.get(key.uid)
         if allocated:
-            self._registry.unpark(key.uid)
+            self.parked.unpark(key.uid)
         self._refusals.pop(key.uid, None)  # the condition no longer says it
         await writes.set_slurm_condition(
             self._kube, key.namespace, key.name,

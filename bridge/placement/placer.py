@@ -18,7 +18,7 @@ from bridge import keys, metrics
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.nodecache import ContestedSlurmNode, NodeCache
-from bridge.link.ownership import LinkedPod, job_id_in, linked_pod, recorded_job_id, tied_to
+from bridge.link.ownership import job_id_in, tied_to
 from bridge.link.views import PodView, view_of
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
@@ -31,7 +31,7 @@ from bridge.placement.outcomes import (
     Verdict,
 )
 from bridge.placement.reasons import waiting_message
-from bridge.placement.registry import PodRegistry
+from bridge.placement.registry import ParkedPods, SeenPods, SlurmTrouble
 from bridge.placement.seats import SeatTable
 from bridge.placement.submit import SubmitCheck, Submitter
 from bridge.ports import KubeList
@@ -47,9 +47,11 @@ class Placer:
         self,
         index: JobIndex,
         nodes: NodeCache,
-        pods: PodRegistry,
+        seen: SeenPods,
         events: JobEvents = NO_LISTENER,
         *,
+        parked: ParkedPods | None = None,
+        trouble: SlurmTrouble | None = None,
         admit: SubmitCheck | None = None,
         members: KubeList | None = None,
         views: Callable[[str], PodView | None] = lambda uid: None,
@@ -57,28 +59,31 @@ class Placer:
         """``events``: told of each pod's job met and of each submit; ``admit``: the policy
         check before a submit, ``members``: where a group's members are listed before its
         job is submitted (placement/submit.py); ``views``: a pod's view by uid, from the pod
-        cache (bind and prioritize read the job recorded on the pod there)."""
+        cache (bind and prioritize read the job recorded on the pod there); ``parked`` and
+        ``trouble``: where it notes the pods owed a nudge (the notifier gives it)."""
         self._index = index
         self._views = views
         self._nodes = nodes
-        self._pods = pods
-        self.seats: SeatTable = pods.seats  # each group's: the release gives, filter and bind read
+        self._seen = seen
+        self._parked = parked if parked is not None else ParkedPods()
+        self._trouble = trouble if trouble is not None else SlurmTrouble()
+        self.seats = SeatTable()  # each group's: the release gives, filter and bind read
         self._events = events
         self._submitter = Submitter(index, admit=admit, events=events, members=members)
 
     async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
-        linked = linked_pod(pod)
+        view = view_of(pod)
         try:
-            job = await self._job_for(pod, linked)
+            job = await self._job_for(pod, view)
             if job is None:
-                self._submitter.checked(pod, linked.owner)  # refused: say why, as intake does
+                self._submitter.checked(pod, view.owner)  # refused: say why, as intake does
                 raise Pending(
-                    f"waiting: no Slurm job for pod {linked} yet: the bridge's leader submits "
+                    f"waiting: no Slurm job for pod {view} yet: the bridge's leader submits "
                     "it (if it cannot, the pod's events say why)"
                 )
-            placement = self._resolve_view(view_of(pod), job)
+            placement = self._resolve_view(view, job)
         except (PlacementError, InvalidPodRequest, SlurmError) as exc:
-            return self._not_placed(linked, candidates, exc)
+            return self._not_placed(view, candidates, exc)
         return _verdict(placement, job, candidates)
 
     def filter_known(self, pod: PodView, candidates: list[str]) -> Verdict | None:
@@ -94,18 +99,17 @@ class Placer:
             placement = self._resolve_view(pod, job)
         except PlacementError:
             return None  # filter says why
-        self._pods.remember(LinkedPod(pod.namespace, pod.name, pod.uid, pod.owner), pod.created)
-        self._pods.tie(pod.uid, job.job_id)
+        self._seen.remember(pod)
         return _verdict(placement, job, candidates)
 
-    def _not_placed(self, pod: LinkedPod, candidates: list[str], exc: Exception) -> Verdict:
+    def _not_placed(self, pod: PodView, candidates: list[str], exc: Exception) -> Verdict:
         """Every candidate fails with the reason; kube-scheduler parks the pod meanwhile."""
-        self._pods.park(pod.uid)
+        self._parked.park(pod.uid)
         if isinstance(exc, PlacementError):
             outcome = exc.outcome
         elif isinstance(exc, SlurmError):
             outcome = Outcome.SLURM_UNAVAILABLE
-            self._pods.note_slurm_trouble(pod)
+            self._trouble.note(pod)
         else:
             outcome = Outcome.REFUSED
         metrics.FILTER_DECISIONS.labels(outcome.metric_label).inc()
@@ -114,43 +118,44 @@ class Placer:
 
     async def placement_for(self, pod: Pod) -> Placement:
         """Where a pod that passed filter must bind (raises PlacementError otherwise)."""
-        linked = linked_pod(pod)
-        job = await self._job_for(pod, linked)
+        view = view_of(pod)
+        job = await self._job_for(pod, view)
         if job is None:
-            raise Refused(f"no Slurm job for pod {linked}")
-        return self._resolve_view(view_of(pod), job)
+            raise Refused(f"no Slurm job for pod {view}")
+        return self._resolve_view(view, job)
 
     def created_at(self, pod_uid: str) -> datetime | None:
-        return self._pods.created_at(pod_uid)
+        seen = self._seen.get(pod_uid)
+        return seen.created if seen is not None else None
 
     def bound(self, pod_uid: str) -> None:
         """The pod is on its node: no requeue nudge is owed to it any more."""
-        self._pods.unpark(pod_uid)
+        self._parked.unpark(pod_uid)
 
     async def prepare(self, pod: Pod) -> SlurmJob:
         """The pod's job, submitted if it has none (the leader's intake alone calls this)."""
-        linked = linked_pod(pod)
-        job = await self._job_for(pod, linked)
-        recorded = recorded_job_id(pod)
+        view = view_of(pod)
+        job = await self._job_for(pod, view)
+        recorded = view.job_id
         if job is None and recorded is not None:
             raise Refused(
                 f"Slurm job {recorded} recorded on this pod is gone; the bridge will not "
                 "resubmit it: recreate the pod"
             )
         if job is None:
-            job = await self._submitter.submit(pod, linked.owner)
+            job = await self._submitter.submit(pod, view.owner)
             await self._events.job_known(pod, job)
         return job
 
-    async def _job_for(self, pod: Pod, linked: LinkedPod) -> SlurmJob | None:
-        """The pod's live job as far as is known (None: none yet); ``linked``: ``pod`` read
+    async def _job_for(self, pod: Pod, view: PodView) -> SlurmJob | None:
+        """The pod's live job as far as is known (None: none yet); ``view``: ``pod`` read
         once (the pod itself still gives the job's request)."""
-        owner = linked.owner
-        self._pods.remember(linked, pod.metadata.creationTimestamp if pod.metadata else None)
+        owner = view.owner
+        self._seen.remember(view)
         job = (
-            self._recorded_live(pod, owner)
+            self._recorded_live(view)
             or self._index.by_owner(owner)
-            or await self._adopt_recorded(pod, owner)
+            or await self._adopt_recorded(view)
         )
         if job is None:
             return None
@@ -164,47 +169,44 @@ class Placer:
         await self._events.job_known(pod, job)
         return job
 
-    def _recorded_live(self, pod: Pod, owner: Owner) -> SlurmJob | None:
+    def _recorded_live(self, view: PodView) -> SlurmJob | None:
         """The live job the pod's release or Binding recorded, when the index holds it: the
         pod's job, though the owner may have another live one (a submit that timed out but
         landed) until the resync cancels the extra."""
-        job_id = recorded_job_id(pod)
+        job_id = view.job_id
         job = self._index.by_id(job_id) if job_id is not None else None
-        if job is None or job.owner != owner or not job.state.is_live:
+        if job is None or job.owner != view.owner or not job.state.is_live:
             return None
-        assert pod.metadata is not None and pod.metadata.uid
-        self._pods.tie(pod.metadata.uid, job.job_id)
         return job
 
-    async def _adopt_recorded(self, pod: Pod, owner: Owner) -> SlurmJob | None:
+    async def _adopt_recorded(self, view: PodView) -> SlurmJob | None:
         """A job another replica (or this one before a restart) recorded on the pod."""
-        job_id = recorded_job_id(pod)
-        if job_id is None:
+        if view.job_id is None:
             return None
         try:
-            job = await self._index.adopt(job_id)
+            job = await self._index.adopt(view.job_id)
         except SlurmJobNotFound:
             return None
-        return job if job.owner == owner else None
+        return job if job.owner == view.owner else None
 
     def known_placement(self, pod_uid: str) -> Placement | None:
         """Where a pod filter has seen must bind, from memory alone (None: ask the apiserver):
         the pod cache's view of it when that shows its job recorded; else the job filter read
         recorded on it; else (neither knows one) its owner's job is taken for it."""
-        owner = self._pods.owner_of(pod_uid)
-        if owner is None:
+        seen = self._seen.get(pod_uid)
+        if seen is None:
             return None
         view = self._views(pod_uid)
-        if view is not None and view.job_id is None:
-            view = None
-        recorded = view.job_id if view is not None else self._pods.tied_job(pod_uid)
-        job = self._index.by_owner(owner) if recorded is None else self._index.by_id(recorded)
+        if view is None or view.job_id is None:
+            view = seen
+        recorded = view.job_id
+        job = self._index.by_owner(view.owner) if recorded is None else self._index.by_id(recorded)
         if job is None:
             return None
         try:
-            if view is not None:
+            if recorded is not None:
                 return self._resolve_view(view, job)
-            return self.resolve(owner, pod_uid, job, recorded=job.job_id, node=None)
+            return self.resolve(view.owner, pod_uid, job, recorded=job.job_id, node=None)
         except PlacementError:  # not running, not its, or no one Node is Slurm's node
             return None  # a read says why
 

@@ -15,7 +15,7 @@ node from (and add to, from the seat recorded on a member they read): the one pl
 who sits where.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from lightkube.models.core_v1 import Pod
@@ -258,5 +258,6 @@ class SeatTable:
         seating = self._by_owner.get(owner)
         return seating.seat_of(uid) if seating is not None and seating.job_id == job_id else None
 
-    def forget(self, owner: Owner) -> None:
-        self._by_owner.pop(owner, None)
+    def prune(self, tracked: Callable[[int], bool]) -> None:
+        """Drop the seats of the jobs the index no longer ``tracked``: they hold no node."""
+        self._by_owner = {o: s for o, s in self._by_owner.items() if tracked(s.job_id)}

@@ -10,7 +10,7 @@ from bridge.kube.nodecache import NodeCache
 from bridge.placement.index import JobIndex
 from bridge.placement.outcomes import Outcome
 from bridge.placement.placer import Placer
-from bridge.placement.registry import PodRegistry
+from bridge.placement.registry import SeenPods
 from bridge.slurm.client import SlurmClient
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.e2e import create_pod
@@ -31,7 +31,7 @@ async def test_only_the_leader_submits_while_another_replica_filters_the_pod(
     name = f"k8s:{ns}/raced"
     try:
         async with SlurmClient(slurm.settings()) as one, SlurmClient(slurm.settings()) as two:
-            leader, other = (Placer(JobIndex(client), NodeCache(kube), PodRegistry())
+            leader, other = (Placer(JobIndex(client), NodeCache(kube), SeenPods())
                              for client in (one, two))
             before, job, after = await asyncio.gather(
                 other.filter(pod, ["kube-node1"]), leader.prepare(pod),

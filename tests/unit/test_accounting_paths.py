@@ -22,7 +22,7 @@ from bridge.placement.notifier import PodNotifier
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer
 from bridge.placement.reasons import explain, refusal, waiting_message
-from bridge.placement.registry import PodRegistry
+from bridge.placement.registry import SeenPods
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.convert import accounting
 from bridge.slurm.errors import SlurmRejected
@@ -120,7 +120,7 @@ async def test_a_refused_submit_reaches_the_pod_once_without_a_retry_storm() -> 
     slurm = RefusingSlurm()
     events = RecordedEvents()
     told = events.refusals
-    placer = Placer(JobIndex(slurm), NodeCache(FakeKube()), PodRegistry(), events)
+    placer = Placer(JobIndex(slurm), NodeCache(FakeKube()), SeenPods(), events)
     messages = [await _refusal(placer) for _ in range(5)]
     assert slurm.submits == 1  # the leader's intake retries; Slurm is asked once per backoff
     assert told == [("InvalidAccount", messages[0])]
@@ -164,7 +164,7 @@ def writes(kube: FakeKube) -> list[tuple[str, Any]]:
 
 async def test_submit_refusal_is_an_event_and_a_condition_once() -> None:
     kube = _kube(_pod())
-    notifier = PodNotifier(kube, PodRegistry(), quiet_seconds=0)
+    notifier = PodNotifier(kube, SeenPods(), quiet_seconds=0)
     for _ in range(3):
         await notifier.submit_refused(_pod(), "InvalidAccount", "Slurm refused: account")
     await notifier.drain()
@@ -204,7 +204,7 @@ async def test_a_preempted_job_evicts_its_pod_with_the_reason(job: SlurmJob) -> 
     kube, slurm = _kube(_bound_pod(grace=45)), _fresh(job)
     index = JobIndex(slurm)
     index.record(job)  # as the poller saw it; the lifecycle confirms with a fresh read
-    lifecycle = Lifecycle(kube, slurm, index, PodRegistry(), PodCache(kube))
+    lifecycle = Lifecycle(kube, slurm, index, SeenPods(), PodCache(kube))
     await lifecycle.reconcile_once()
     assert writes(kube)[0] == ("evict", "p")  # the Eviction API: the pod's grace period holds
     (reason, message, kind), = [w[1] for w in writes(kube) if w[0] == "event"]
@@ -222,7 +222,7 @@ async def test_a_job_that_ended_otherwise_is_not_called_a_preemption() -> None:
     kube, slurm = _kube(_bound_pod(grace=0)), _fresh(cancelled)
     index = JobIndex(slurm)
     index.record(cancelled)
-    lifecycle = Lifecycle(kube, slurm, index, PodRegistry(), PodCache(kube))
+    lifecycle = Lifecycle(kube, slurm, index, SeenPods(), PodCache(kube))
     await lifecycle.reconcile_once()
     events = [w[1] for w in writes(kube) if w[0] == "event"]
     assert [e[0] for e in events] == ["SlurmJobEnded"]

@@ -52,7 +52,7 @@ async def _submitted(world: World) -> tuple[int, JobRequest]:
     [job_id] = world.slurm.jobs
     owner = world.slurm.jobs[job_id].owner
     assert owner == GroupOwner("ns", "g")
-    await until(lambda: len(world.bridge.pods.pods_of(owner)) == 3)
+    await until(lambda: len(world.bridge.seen.pods_of(owner)) == 3)
     return job_id, world.slurm.submitted[0]
 
 

@@ -11,9 +11,9 @@ from lightkube import AsyncClient, KubeConfig
 
 from bridge import keys
 from bridge.link.bound import holds
-from bridge.link.ownership import linked_pod
+from bridge.link.views import view_of
 from bridge.placement.notifier import PodNotifier
-from bridge.placement.registry import PodRegistry
+from bridge.placement.registry import SeenPods
 from bridge.slurm.types import JobState
 from slurmbridge_cli.status_view import collect, render_table
 from slurmbridge_devkit.builders import PodBuilder
@@ -68,9 +68,9 @@ async def test_each_member_is_told_its_own_components_state_and_reason() -> None
     async with het_client(_pending(HetRest(), ("Resources", "Priority"))) as client:
         job = await client.get_job(29)
     pods = [_member("launcher", 0, "launcher"), _member("worker-0", 1, "workers")]
-    kube, registry = FakeKube(), PodRegistry()
+    kube, registry = FakeKube(), SeenPods()
     for pod in pods:
-        registry.remember(linked_pod(pod))
+        registry.remember(view_of(pod))
     notifier = PodNotifier(kube, registry, quiet_seconds=0.01)
     for pod in pods:
         await notifier.job_known(pod, job)

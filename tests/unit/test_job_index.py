@@ -12,7 +12,7 @@ from bridge.jobs.request import JobRequest
 from bridge.kube.nodecache import NodeCache
 from bridge.placement.index import JobIndex
 from bridge.placement.placer import Placer
-from bridge.placement.registry import PodRegistry
+from bridge.placement.registry import SeenPods
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
 from slurmbridge_devkit import fakes
@@ -118,7 +118,7 @@ async def test_a_group_created_again_after_its_job_ended_gets_a_new_job() -> Non
     the group's earlier run must not hold them ("will not resubmit: recreate the pod")."""
     fake = FakeSlurm()
     index = _index(fake)
-    placer = Placer(index, NodeCache(FakeKube()), PodRegistry())
+    placer = Placer(index, NodeCache(FakeKube()), SeenPods())
     first = await placer.prepare(_member("a"))
     index.record(JobBuilder(first.job_id, first.name).owner(first.owner)
                  .state(JobState.CANCELLED).build())

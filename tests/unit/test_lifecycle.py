@@ -10,7 +10,7 @@ from bridge.controllers.lifecycle import Lifecycle
 from bridge.jobs.owner import PodOwner
 from bridge.link.podcache import PodCache
 from bridge.placement.index import JobIndex
-from bridge.placement.registry import PodRegistry
+from bridge.placement.registry import SeenPods
 from bridge.slurm.convert import comment_for, slurm_job
 from bridge.slurm.types import Allocation, JobState
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
@@ -29,7 +29,7 @@ class World:
         self.kube, self.slurm = FakeKube(), FakeSlurm(("node1",))
         self.index = JobIndex(self.slurm)
         self.now = 0.0
-        self.lifecycle = Lifecycle(self.kube, self.slurm, self.index, PodRegistry(),
+        self.lifecycle = Lifecycle(self.kube, self.slurm, self.index, SeenPods(),
                                    PodCache(self.kube), orphan_grace=30.0,
                                    clock=lambda: self.now)
 

@@ -8,10 +8,10 @@ from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, PodOwner
-from bridge.link.ownership import linked_pod
+from bridge.link.views import view_of
 from bridge.placement.notifier import NOTIFICATIONS_IN_FLIGHT, PodNotifier
 from bridge.placement.reasons import clock
-from bridge.placement.registry import PodRegistry
+from bridge.placement.registry import SeenPods
 from bridge.slurm.types import JobState
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
@@ -46,12 +46,12 @@ PENDING = JobBuilder(7).state(JobState.PENDING, "Resources").build()
 RUNNING = JobBuilder(7).running("node1").build()
 
 
-def _notifier(*known: Pod) -> tuple[PodNotifier, FakeKube, PodRegistry]:
+def _notifier(*known: Pod) -> tuple[PodNotifier, FakeKube, SeenPods]:
     """A notifier over a fake apiserver, its registry holding the ``known`` pods (as intake
     leaves them)."""
-    kube, registry = FakeKube(), PodRegistry()
+    kube, registry = FakeKube(), SeenPods()
     for pod in known:
-        registry.remember(linked_pod(pod))
+        registry.remember(view_of(pod))
     notifier = PodNotifier(kube, registry, quiet_seconds=QUIET)
     return notifier, kube, registry
 
@@ -74,14 +74,14 @@ async def test_a_job_slurm_starts_at_once_costs_the_notifier_no_write() -> None:
 
 async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
     pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
-    notifier, kube, registry = _notifier(pod)
+    notifier, kube, _ = _notifier(pod)
     await notifier.job_known(pod, PENDING)
-    registry.park("uid-1")  # filter answered "waiting": kube-scheduler set the pod aside
+    notifier.parked.park("uid-1")  # filter answered "waiting": kube-scheduler set the pod aside
     await notifier.job_changed(PENDING, RUNNING)
     await asyncio.sleep(0)
     await notifier.drain()  # before the quiet period is over
     assert writes(kube) == [("condition", "True")]  # kube-scheduler will say "Scheduled"
-    assert not registry.parked("uid-1")
+    assert not notifier.parked.parked("uid-1")
     await _settle(notifier)
     assert len(writes(kube)) == 1  # nothing more once the quiet period ends
 
@@ -159,7 +159,7 @@ async def test_pods_whose_jobs_are_long_gone_are_forgotten() -> None:
     notifier, _, registry = _notifier()
     gone, waiting = _pod("uid-1"), _pod("uid-2")
     for uid, pod, job in (("uid-1", gone, PENDING), ("uid-2", waiting, RUNNING)):
-        registry.remember(linked_pod(pod))
+        registry.remember(view_of(pod))
         await notifier.job_known(pod, job)
         assert registry.owner_of(uid) == PodOwner(uid)
     tracked = {PodOwner("uid-2")}  # the index still has uid-2's job; uid-1's left Slurm's listing
@@ -206,7 +206,7 @@ async def test_a_pending_pod_is_told_when_slurm_expects_its_job_to_start() -> No
 async def test_an_estimate_is_shown_again_only_when_it_moves_by_more_than_the_setting() -> None:
     notifier, kube, registry = _notifier()  # estimate_moves_seconds: 120
     pod = _pod(gated=True)  # gated: the event alone says it
-    registry.remember(linked_pod(pod))
+    registry.remember(view_of(pod))
     await notifier.job_known(pod, ESTIMATED)
     await _settle(notifier)
     for moved in (timedelta(seconds=90), timedelta(seconds=-100)):  # jitter: nothing written
@@ -233,7 +233,7 @@ async def test_every_member_of_a_group_is_told_its_groups_expected_start() -> No
         pod = _pod(f"uid-w{i}", gated=True)
         assert pod.metadata is not None
         pod.metadata.name, pod.metadata.labels = f"w{i}", {keys.GROUP: "allreduce"}
-        registry.remember(linked_pod(pod))
+        registry.remember(view_of(pod))
         await notifier.job_known(pod, dataclasses.replace(job, reason="None"))
     await _settle(notifier)
     await notifier.job_changed(dataclasses.replace(job, reason="None"), job)
@@ -255,7 +255,7 @@ async def test_a_burst_of_pending_pods_keeps_the_notifiers_writes_in_flight_boun
     pods = 3 * NOTIFICATIONS_IN_FLIGHT
     for i in range(pods):
         pod = _pod(f"uid-{i}", gated=True)
-        registry.remember(linked_pod(pod))
+        registry.remember(view_of(pod))
         await notifier.job_known(pod, dataclasses.replace(PENDING, job_id=100 + i,
                                                           owner=PodOwner(f"uid-{i}")))
     await _settle(notifier)
@@ -266,14 +266,14 @@ async def test_a_burst_of_pending_pods_keeps_the_notifiers_writes_in_flight_boun
 async def test_pods_in_their_quiet_period_hold_no_write_slot() -> None:
     """The quiet period is a wait, not a write: 48 pending pods are all told one quiet
     period after they appeared, not 16 quiet periods at a time."""
-    kube, registry = FakeKube(), PodRegistry()
+    kube, registry = FakeKube(), SeenPods()
     quiet = 0.3
     notifier = PodNotifier(kube, registry, quiet_seconds=quiet)
     pods = 3 * NOTIFICATIONS_IN_FLIGHT
     started = asyncio.get_running_loop().time()
     for i in range(pods):
         pod = _pod(f"uid-{i}", gated=True)
-        registry.remember(linked_pod(pod))
+        registry.remember(view_of(pod))
         await notifier.job_known(pod, dataclasses.replace(PENDING, job_id=100 + i,
                                                           owner=PodOwner(f"uid-{i}")))
     await asyncio.sleep(quiet)

@@ -117,7 +117,7 @@ async def test_an_ungated_group_gets_each_members_seat_from_the_leader(world: Wo
         [job_id] = world.slurm.jobs
         owner = world.slurm.jobs[job_id].owner
         assert owner is not None
-        await until(lambda: len(world.leader.pods.pods_of(owner)) == 3)
+        await until(lambda: len(world.leader.seen.pods_of(owner)) == 3)
         await world.allocate(job_id, "node3", "node1", "node2")
 
     nodes = {f"w{r}": world.pod(f"w{r}")["metadata"]["annotations"][keys.SLURM_NODE]

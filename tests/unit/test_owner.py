@@ -8,7 +8,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, PodOwner, owner_text, parse_owner
-from bridge.link.ownership import LinkedPod, linked_pod, owner_key
+from bridge.link.ownership import owner_key
+from bridge.link.views import view_of
 from bridge.slurm.convert import comment_for, owner_from_comment
 from slurmbridge_devkit.builders import PodBuilder
 
@@ -43,10 +44,11 @@ def test_an_older_bridges_pod_annotation_names_the_owner() -> None:
 
 
 def test_a_pod_is_read_once_into_where_it_is_and_whose_job_it_waits_on() -> None:
-    linked = linked_pod(PodBuilder("w-0", "research").uid(UID).group("other")
-                        .annotate(keys.OWNER, "group:research/train").build())
+    linked = view_of(PodBuilder("w-0", "research").uid(UID).group("other")
+                      .annotate(keys.OWNER, "group:research/train").build())
     # relabelled after its job was recorded: the recorded owner stands
-    assert linked == LinkedPod("research", "w-0", UID, GroupOwner("research", "train"))
+    assert (linked.namespace, linked.name, linked.uid, linked.owner) == (
+        "research", "w-0", UID, GroupOwner("research", "train"))
     assert str(linked) == "research/w-0"
     with pytest.raises(ValueError, match=r"metadata\.name"):
-        linked_pod(Pod(metadata=ObjectMeta(namespace="research", uid=UID)))
+        view_of(Pod(metadata=ObjectMeta(namespace="research", uid=UID)))

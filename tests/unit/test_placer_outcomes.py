@@ -11,7 +11,7 @@ from bridge.kube.nodecache import NodeCache
 from bridge.placement.index import JobIndex
 from bridge.placement.outcomes import Outcome, Refused
 from bridge.placement.placer import Placer
-from bridge.placement.registry import PodRegistry
+from bridge.placement.registry import SeenPods
 from bridge.slurm.errors import SlurmRejected, SlurmUnavailable
 from bridge.slurm.types import JobState, SlurmJob
 from slurmbridge_devkit.builders import PodBuilder
@@ -47,7 +47,7 @@ def _pod(**annotations: str) -> PodResource:
 
 
 def _placer(slurm: OneJobSlurm) -> Placer:
-    return Placer(JobIndex(slurm), NodeCache(FakeKube()), PodRegistry())
+    return Placer(JobIndex(slurm), NodeCache(FakeKube()), SeenPods())
 
 
 def _count(label: str) -> float:
@@ -85,7 +85,7 @@ async def test_a_pod_not_placed_gets_a_typed_outcome_and_todays_message(
 async def test_a_running_job_places_the_pod_on_its_node() -> None:
     slurm = OneJobSlurm(JobState.RUNNING)
     index = JobIndex(slurm)
-    placer = Placer(index, NodeCache(FakeKube()), PodRegistry())
+    placer = Placer(index, NodeCache(FakeKube()), SeenPods())
     await placer.prepare(_pod())  # the leader submits; the job is not read back
     index.record(await slurm.get_job(7))  # what the poller does when the job starts
     before = _count("allocated")

@@ -11,11 +11,10 @@ from lightkube.types import PatchType
 from bridge import keys
 from bridge.controllers.lifecycle import Lifecycle
 from bridge.jobs.owner import PodOwner
-from bridge.link.ownership import LinkedPod
 from bridge.link.podcache import PodCache
 from bridge.link.views import view_of
 from bridge.placement.index import JobIndex
-from bridge.placement.registry import PodRegistry
+from bridge.placement.registry import SeenPods
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
 from slurmbridge_devkit.fakes import FakeSlurm
@@ -88,7 +87,7 @@ async def test_the_leaders_rounds_read_the_cache_not_the_apiserver(
 ) -> None:
     kube, cache = cached
     slurm = FakeSlurm(("node1",))
-    lifecycle = Lifecycle(kube, slurm, JobIndex(slurm), PodRegistry(), cache)
+    lifecycle = Lifecycle(kube, slurm, JobIndex(slurm), SeenPods(), cache)
     for i in range(3):
         kube.add(PodBuilder(f"p{i}", "ns").build())
     await _until(lambda: len(cache.views()) == 3)
@@ -105,7 +104,7 @@ async def test_a_pending_pod_deleted_at_once_has_its_job_cancelled_at_once(
     cache (intake has just seen it) is not taken for deleted."""
     kube, cache = cached
     slurm = FakeSlurm(("node1",))
-    index, registry = JobIndex(slurm), PodRegistry()
+    index, registry = JobIndex(slurm), SeenPods()
     lifecycle = Lifecycle(kube, slurm, index, registry, cache, orphan_grace=30.0)
     pods = []
     for name in ("deleted", "unseen"):
@@ -113,7 +112,7 @@ async def test_a_pending_pod_deleted_at_once_has_its_job_cancelled_at_once(
         assert pod.metadata is not None and pod.metadata.uid is not None
         pods.append(pod)
         owner = PodOwner(pod.metadata.uid)
-        registry.remember(LinkedPod("ns", name, pod.metadata.uid, owner))
+        registry.remember(view_of(pod))
         index.record(slurm.put(JobBuilder(len(pods), f"k8s:ns/{name}").owner(owner).build()))
     kube.add(pods[0])
     await _until(lambda: len(cache.views()) == 1)

@@ -176,7 +176,7 @@ class Replica:
             identity=self.name, placement={"notify_quiet_seconds": 0},
         )
         b = self.bridge
-        b.lifecycle = Lifecycle(b.kube, b.slurm, b.index, b.pods, b.pod_cache,
+        b.lifecycle = Lifecycle(b.kube, b.slurm, b.index, b.seen, b.pod_cache,
                                 orphan_grace=ORPHAN_GRACE, clock=self._clock)
         b.index.clock = self._clock  # the model's time passes between polls: blind spells
 

@@ -52,7 +52,7 @@ class World:
         [job_id] = self.slurm.jobs
         owner = self.slurm.jobs[job_id].owner
         assert owner is not None
-        await until(lambda: len(self.bridge.pods.pods_of(owner)) == size)
+        await until(lambda: len(self.bridge.seen.pods_of(owner)) == size)
         return job_id, owner
 
     async def allocate(self, job_id: int, *nodes: str, gpus: tuple[int, ...] = ()) -> None:
@@ -395,7 +395,7 @@ async def test_a_member_asking_for_other_things_than_its_groups_job_is_not_relea
     world.kube.add(_member("worker", 1, gpus=2))
     owner = world.slurm.jobs[job_id].owner
     assert owner is not None
-    await until(lambda: len(world.bridge.pods.pods_of(owner)) == 2)
+    await until(lambda: len(world.bridge.seen.pods_of(owner)) == 2)
     world.slurm.start(job_id, "node1", "node2")  # the worker waits on: no drain
     await world.bridge.poller.poll_once()
     await until(lambda: bool(_told(world, keys.EventReason.RELEASE_REFUSED, "worker")))

@@ -65,7 +65,7 @@ async def test_a_member_is_bound_from_the_seat_its_release_holds_without_a_read(
         [job_id] = slurm.jobs
         owner = slurm.jobs[job_id].owner
         assert isinstance(owner, GroupOwner)
-        await wait_for(lambda: len(bridge.pods.pods_of(owner)) == 3, 2, interval=0.01)
+        await wait_for(lambda: len(bridge.seen.pods_of(owner)) == 3, 2, interval=0.01)
         slurm.start(job_id, "node3", "node1", "node2")
         await bridge.poller.poll_once()
         await asyncio.wait_for(bridge.releaser.drain(), 5)

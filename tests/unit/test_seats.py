@@ -124,7 +124,7 @@ def test_a_seat_is_freed_when_its_pod_is_gone() -> None:
     assert table.seated(OWNER, JOB, [newcomer]).take(newcomer) == "node2"  # w0 no longer listed
     deleted = _seated_at(_member("w1", 1), "node3").deleting().phase("Succeeded").build()
     assert table.seated(OWNER, JOB, [deleted]).seat_of("uid-w1") is None
-    table.forget(OWNER)
+    table.prune(lambda job_id: False)  # its job left the index
     assert table.seat_of(OWNER, 7, "uid-new") is None
 
 

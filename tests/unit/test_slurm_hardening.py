@@ -21,7 +21,7 @@ from bridge.kube.nodecache import NodeCache
 from bridge.link.ownership import owner_key
 from bridge.placement.index import JobIndex
 from bridge.placement.placer import Placer
-from bridge.placement.registry import PodRegistry
+from bridge.placement.registry import SeenPods
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmProtocolError
 from bridge.slurm.types import JobState
@@ -158,7 +158,7 @@ async def test_known_placement_is_none_until_the_job_runs() -> None:
     """prioritize and bind ask from memory: a pending job is "no preference", not an error."""
     fake = BrokenOnce()
     index = JobIndex(fake)
-    placer = Placer(index, NodeCache(FakeKube()), PodRegistry())
+    placer = Placer(index, NodeCache(FakeKube()), SeenPods())
     pod = _pod({})
     index.record(fake.job)
     verdict = await placer.filter(pod, ["node1"])
