@@ -21,6 +21,7 @@ poller reads it with the reason, so at most once per ``placement.reason_refresh_
 import asyncio
 import contextlib
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -81,6 +82,25 @@ class NotifierKube(KubeCreate, KubePatch, Protocol):
     """Events (created), the job's annotations and the pod's Slurm condition (patched)."""
 
 
+@dataclass(slots=True)
+class _Told:
+    """What the notifier knows of one pod's job and has told the pod: one record per pod,
+    dropped with it."""
+
+    status: Status | None = None  # its job's last known
+    latest: SlurmJob | None = None  # that job, until its quiet period is over
+    shown: Status | None = None  # the status written on the pod
+    refusal: str | None = None  # Slurm's last submit refusal shown
+    gated: bool = False  # held by the bridge's gate: events alone
+    unread: bool = False  # quiet period over, Slurm's reason not read yet
+    part: Part | None = None  # its component of a heterogeneous job
+
+
+def _events_only(told: _Told) -> bool:
+    """Gated, and no condition of the bridge's on the pod (a refusal's) to correct."""
+    return told.gated and told.refusal is None
+
+
 class PodNotifier(JobListener):
     def __init__(
         self, kube: NotifierKube, seen: SeenPods, *, parked: ParkedPods | None = None,
@@ -95,26 +115,26 @@ class PodNotifier(JobListener):
         self.trouble = trouble if trouble is not None else SlurmTrouble()
         self._quiet = quiet_seconds
         self._moves = estimate_moves_seconds
-        self._seen: dict[str, Status] = {}  # pod uid -> its job's last known status
-        self._latest: dict[str, SlurmJob] = {}  # pod uid -> that job, until first shown
-        self._shown: dict[str, Status] = {}  # pod uid -> status written on the pod
-        self._refusals: dict[str, str] = {}  # pod uid -> Slurm's last submit refusal shown
-        self._gated: set[str] = set()  # pod uids held by the bridge's gate: events alone
-        self._unread: set[str] = set()  # quiet period over, Slurm's reason not read yet
-        self._parts: dict[str, Part] = {}  # pod uid -> its component of a heterogeneous job
+        self._seen: dict[str, _Told] = {}  # pod uid -> what it knows and told of it
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(NOTIFICATIONS_IN_FLIGHT)
+
+    def _told(self, uid: str) -> _Told:
+        told = self._seen.get(uid)
+        if told is None:
+            told = self._seen[uid] = _Told()
+        return told
 
     async def job_known(self, pod: Pod, job: SlurmJob) -> None:
         """Called for every pod whose job filter or intake meets; cheap when nothing changed.
         It only shows status: the job is recorded on the pod by the leader, which submitted
         it (placement/release.py)."""
         key = view_of(pod)
-        if key.gated:
-            self._gated.add(key.uid)
+        told = self._told(key.uid)
+        told.gated = told.gated or key.gated
         meta = pod.metadata or ObjectMeta()
         if (part := member_part(meta.labels, meta.annotations)) is not None:
-            self._parts[key.uid] = part
+            told.part = part
         self._update(key, job)
 
     async def job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
@@ -125,48 +145,48 @@ class PodNotifier(JobListener):
             self._update(key, after)
 
     def _update(self, key: PodView, job: SlurmJob) -> None:
-        status = _status(job, self._parts.get(key.uid))
-        if _same(self._seen.get(key.uid), status, self._moves):
+        told = self._told(key.uid)
+        status = _status(job, told.part)
+        if _same(told.status, status, self._moves):
             return
-        first = key.uid not in self._seen
-        self._seen[key.uid] = status
+        first = told.status is None
+        told.status = status
         if first:
             self._spawn(self._after_quiet(key), writes=False)
-        if key.uid in self._latest or first:
-            self._latest[key.uid] = job
-        shown = key.uid in self._shown
+        if told.latest is not None or first:
+            told.latest = job
+        shown = told.shown is not None
         if not _allocated(job):
-            if shown or (key.uid in self._unread and job.reason != NO_REASON):
-                self._unread.discard(key.uid)
+            if shown or (told.unread and job.reason != NO_REASON):
+                told.unread = False
                 self._spawn(self._show(key, job))
-        elif self._events_only(key.uid):
+        elif _events_only(told):
             return  # its release lifts the gate; kube-scheduler's "Scheduled" follows
         elif shown or self.parked.parked(key.uid):
             # The condition alone: kube-scheduler's "Scheduled" event follows at once.
             if shown:
-                self._shown[key.uid] = status
+                told.shown = status
             self._spawn(self._nudge(key, job))
 
     async def _after_quiet(self, key: PodView) -> None:
         await asyncio.sleep(self._quiet)
-        job = self._latest.pop(key.uid, None)
-        if job is None or key.uid in self._shown:
+        told = self._seen.get(key.uid)
+        if told is None:
+            return
+        job, told.latest = told.latest, None
+        if job is None or told.shown is not None:
             return
         if _allocated(job):
             return  # kube-scheduler has the pod queued (or bound it, or was nudged)
         if job.reason == NO_REASON and not job.unreadable:  # shown once its reason is read
-            self._unread.add(key.uid)
+            told.unread = True
             return
         self._spawn(self._show(key, job))
 
     def prune(self) -> None:
         """Drop what is remembered about pods ``seen`` has forgotten."""
         known = self._seen_pods.get
-        for memory in (self._seen, self._shown, self._latest, self._refusals, self._parts):
-            for uid in [u for u in memory if known(u) is None]:
-                del memory[uid]
-        for uids in (self._gated, self._unread):
-            uids.intersection_update(u for u in uids if known(u) is not None)
+        self._seen = {u: t for u, t in self._seen.items() if known(u) is not None}
         self.parked.keep(known)
 
     async def slurm_recovered(self) -> None:
@@ -180,9 +200,10 @@ class PodNotifier(JobListener):
     async def submit_refused(self, pod: Pod, reason: str, message: str) -> None:
         """Slurm refused the pod's job: event and condition, once per distinct refusal."""
         key = view_of(pod)
-        if self._refusals.get(key.uid) == message:
+        told = self._told(key.uid)
+        if told.refusal == message:
             return
-        self._refusals[key.uid] = message
+        told.refusal = message
         self._spawn(self._refused(key, keys.EventReason.SUBMIT_REFUSED, reason, message))
 
     async def claims_unallocated(self, pod: Pod, message: str) -> None:
@@ -210,26 +231,24 @@ class PodNotifier(JobListener):
 
     async def _show(self, key: PodView, job: SlurmJob) -> None:
         """Event and condition: the pod's owner follows the job from here on."""
-        self._shown[key.uid] = _status(job, self._parts.get(key.uid))
+        told = self._told(key.uid)
+        told.shown = _status(job, told.part)
         await writes.record_event(
             self._kube, key,
             keys.EventReason.PENDING if job.state is JobState.PENDING
             else keys.EventReason.ALLOCATED,
-            describe(job, self._parts.get(key.uid)),
+            describe(job, told.part),
         )
-        if not self._events_only(key.uid):
+        if not _events_only(told):
             await self._nudge(key, job)
-
-    def _events_only(self, uid: str) -> bool:
-        """Gated, and no condition of the bridge's on the pod (a refusal's) to correct."""
-        return uid in self._gated and uid not in self._refusals
 
     async def _nudge(self, key: PodView, job: SlurmJob) -> None:
         """The condition alone; its change makes kube-scheduler requeue a parked pod."""
-        allocated, part = _allocated(job), self._parts.get(key.uid)
+        told = self._told(key.uid)
+        allocated, part = _allocated(job), told.part
         if allocated:
             self.parked.unpark(key.uid)
-        self._refusals.pop(key.uid, None)  # the condition no longer says it
+        told.refusal = None  # the condition no longer says it
         await writes.set_slurm_condition(
             self._kube, key.namespace, key.name,
             allocated=allocated,
