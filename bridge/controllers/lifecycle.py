@@ -25,12 +25,12 @@ from lightkube.core.exceptions import ApiError
 
 from bridge import keys, metrics
 from bridge.devices.freeing import ClaimReleaser
-from bridge.jobs.owner import GroupOwner, Owner
+from bridge.jobs.owner import Owner
 from bridge.kube import writes
 from bridge.kube.apierrors import is_not_found, is_too_many_requests
 from bridge.link.bound import holds
 from bridge.link.podcache import PodCache
-from bridge.link.views import PodView
+from bridge.link.views import PodView, tied_to
 from bridge.placement.index import JobIndex
 from bridge.placement.registry import SeenPods
 from bridge.ports import KubeCreate, KubePatch
@@ -58,11 +58,6 @@ def _what_happened(job: SlurmJob) -> str:
         return f"Slurm job {job.job_id} was restarted on other resources ({where})"
     verb = "no longer runs" if job.state.is_live else "ended"
     return f"Slurm job {job.job_id} {verb} ({job.state_text}, reason {job.reason})"
-
-
-def _tied_to(pod: PodView, job: SlurmJob) -> bool:
-    """Whether an ended ``job`` is this pod's for good (``link.owner.tied_to``, on a view)."""
-    return not isinstance(job.owner, GroupOwner) or pod.job_id == job.job_id
 
 
 class LifecycleSlurm(Protocol):
@@ -207,7 +202,7 @@ class Lifecycle:
         if pod.node_name or keys.SLURM_NODE in annotations:
             # bound, or released to a node: only that node and those GPUs will do
             return pod.job_id == job.job_id and not holds(annotations, job)
-        if job.state.is_live or not _tied_to(pod, job):  # untied: the group's next run
+        if job.state.is_live or not tied_to(pod, job):  # untied: the group's next run
             return False
         current = self._index.by_owner(owner)
         return current is None or current.job_id == job.job_id

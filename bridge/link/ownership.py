@@ -13,7 +13,6 @@ from lightkube.models.core_v1 import Pod
 
 from bridge import keys
 from bridge.jobs.owner import GroupOwner, Owner, PodOwner, parse_owner
-from bridge.slurm.types import SlurmJob
 
 
 def owner_key(pod: Pod) -> Owner:
@@ -45,17 +44,3 @@ def job_id_in(annotations: Mapping[str, str]) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def recorded_job_id(pod: Pod) -> int | None:
-    return job_id_in((pod.metadata and pod.metadata.annotations) or {})
-
-
-def tied_to(pod: Pod, job: SlurmJob) -> bool:
-    """Whether an ended ``job`` is this pod's for good.
-
-    A lone pod's job is its own.  A group's ended job binds only the members it was
-    recorded on (``slurmbridge.io/job-id``): a member that never saw it belongs to the
-    group's next run (a Job resumed after suspend, a group re-created under its name).
-    """
-    if not isinstance(job.owner, GroupOwner):
-        return True
-    return recorded_job_id(pod) == job.job_id

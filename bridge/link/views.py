@@ -11,10 +11,11 @@ from datetime import datetime
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
-from bridge.jobs.owner import Owner
+from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.watchcache import resource_version
 from bridge.link.gate import gated, other_gates
 from bridge.link.ownership import job_id_in, owner_key
+from bridge.slurm.types import SlurmJob
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
 _KEPT_ANNOTATIONS = (keys.JOB_ID, keys.SLURM_NODE, keys.GPU_IDS)
@@ -61,6 +62,16 @@ class PodView:
     @property
     def job_id(self) -> int | None:
         return job_id_in(self.recorded)
+
+
+def tied_to(pod: PodView, job: SlurmJob) -> bool:
+    """Whether an ended ``job`` is this pod's for good.
+
+    A lone pod's job is its own.  A group's ended job binds only the members it was
+    recorded on (``slurmbridge.io/job-id``): a member that never saw it belongs to the
+    group's next run (a Job resumed after suspend, a group re-created under its name).
+    """
+    return not isinstance(job.owner, GroupOwner) or pod.job_id == job.job_id
 
 
 def view_of(pod: Pod) -> PodView:

@@ -18,8 +18,8 @@ from bridge import keys, metrics
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.nodecache import ContestedSlurmNode, NodeCache
-from bridge.link.ownership import job_id_in, tied_to
-from bridge.link.views import PodView, view_of
+from bridge.link.ownership import job_id_in
+from bridge.link.views import PodView, tied_to, view_of
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import (
@@ -160,7 +160,7 @@ class Placer:
         if job is None:
             return None
         if not job.state.is_live:
-            if tied_to(pod, job):
+            if tied_to(view, job):
                 raise Refused(
                     f"Slurm job {job.job_id} for this pod ended ({job.state_text}, reason "
                     f"{job.reason}); the bridge will not resubmit it: recreate the pod"

@@ -11,7 +11,6 @@ from typing import Any, cast
 import pytest
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import Pod
 from lightkube.models.meta_v1 import Status, StatusDetails
 
 from admission import mutate
@@ -32,7 +31,7 @@ from bridge import keys
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.options import PodGroup, pod_group
 from bridge.jobs.owner import GroupOwner, PodOwner
-from bridge.link.ownership import tied_to
+from bridge.link.views import PodView, tied_to, view_of
 from bridge.placement.seats import member_slot
 from bridge.slurm.types import JobState
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
@@ -292,8 +291,8 @@ def test_rank_zero_gets_the_first_allocated_node_whatever_arrives_first() -> Non
     assert member_slot(allocated, set(allocated), None) is None
 
 
-def _pod_with(annotations: dict[str, str]) -> Pod:
-    return PodBuilder("p", NS).uid("u").annotations(annotations).build()
+def _pod_with(annotations: dict[str, str]) -> PodView:
+    return view_of(PodBuilder("p", NS).uid("u").annotations(annotations).build())
 
 
 def test_an_ended_group_job_binds_only_the_members_it_was_recorded_on() -> None:
