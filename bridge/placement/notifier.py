@@ -110,7 +110,7 @@ class PodNotifier(JobListener):
         """``seen``: the pods whose jobs it follows; ``parked``, ``trouble``: the pods owed a
         nudge, which filter notes (``Placer``'s, given these)."""
         self._kube = kube
-        self._seen_pods = seen
+        self._pods = seen
         self.parked = parked if parked is not None else ParkedPods()
         self.trouble = trouble if trouble is not None else SlurmTrouble()
         self._quiet = quiet_seconds
@@ -141,7 +141,7 @@ class PodNotifier(JobListener):
         """Called by the poller on any change: new reason, or nodes allocated (requeue now)."""
         if after.owner is None:
             return
-        for key in self._seen_pods.pods_of(after.owner):
+        for key in self._pods.pods_of(after.owner):
             self._update(key, after)
 
     def _update(self, key: PodView, job: SlurmJob) -> None:
@@ -185,7 +185,7 @@ class PodNotifier(JobListener):
 
     def prune(self) -> None:
         """Drop what is remembered about pods ``seen`` has forgotten."""
-        known = self._seen_pods.get
+        known = self._pods.get
         self._seen = {u: t for u, t in self._seen.items() if known(u) is not None}
         self.parked.keep(known)
 
