@@ -123,7 +123,7 @@ def slurm_job(
         user=info.user_name,
         account=info.account,
         qos=info.qos,
-        preempting=info.preempt_time.set and info.preempt_time.number > 0,
+        preempting=_signalled(info),
         expected_start=expected,
         backfill_at=_time(last_backfill) if expected and last_backfill else None,
         unreadable=unreadable,
@@ -131,6 +131,11 @@ def slurm_job(
         ended_as=ended_as(info.job_state),
         unsigned=owner is not None and not signed,
     )
+
+
+def _signalled(info: JobInfo) -> bool:
+    """Slurm signalled the job's preemption (its GraceTime runs)."""
+    return info.preempt_time.set and info.preempt_time.number > 0
 
 
 _UNSET = 2**32 - 3  # Slurm's NO_VAL and INFINITE sit above: not an ask
@@ -210,10 +215,11 @@ def with_components(job: SlurmJob, parts: Sequence[JobInfo]) -> SlurmJob:
     node to two components), each component's nodes kept apart."""
     if len(parts) < 2:
         return job
-    states = tuple(ComponentState(job_state(p.job_state), p.state_reason or NO_REASON)
-                   for p in parts)
-    job = dataclasses.replace(job, het_components=len(parts), parts=states)
-    ended = next((i for i, c in enumerate(states) if not c.state.is_live), None)
+    states = tuple(ComponentState(job_state(p.job_state), p.state_reason or NO_REASON,
+                                  ended_as(p.job_state), _signalled(p)) for p in parts)
+    job = dataclasses.replace(job, het_components=len(parts), parts=states,
+                              preempting=any(c.preempting for c in states))
+    ended = next((i for i, c in enumerate(states) if c.ended), None)
     if ended is not None and job.state.is_live:
         return _ending(job, ended)
     if job.allocation is None:
@@ -238,7 +244,7 @@ def _ending(job: SlurmJob, offset: int) -> SlurmJob:
     as when any ordinary job of a group ends."""
     part = job.parts[offset]
     return dataclasses.replace(
-        job, state=JobState.COMPLETING, ended_as=part.state, allocation=None,
+        job, state=JobState.COMPLETING, ended_as=part.ended_as or part.state, allocation=None,
         reason=f"its component +{offset} ended ({part.state}, reason {part.reason})")
 
 
@@ -253,7 +259,8 @@ def listed_states(resp: JobStatesResponse) -> dict[int, JobState | None]:
             state = None
         if (job_id := entry.number) is not None:
             states[job_id] = state
-        elif entry.leader is not None and state is not None and not state.is_live:
+        elif entry.leader is not None and state is not None and (
+                not state.is_live or ended_as(entry.state) is not None):
             ended.add(entry.leader)
     for leader in ended:  # re-read whole: see _ending
         if (listed := states.get(leader)) is not None and listed.is_live:
