@@ -186,16 +186,37 @@ def accounting(
     )
 
 
-def with_any_allocation(info: JobInfo, job: SlurmJob) -> SlurmJob:
-    """``job`` with where it holds nodes and GPUs, native jobs too: an admin's GPU map draws
-    them (``slurmbridge gpus``); the bridge itself never acts on it.  An allocation that cannot
-    be read is left ``unreadable``, never guessed."""
+def with_any_allocation(parts: Sequence[JobInfo], job: SlurmJob) -> SlurmJob:
+    """``job`` (of records ``parts``) with where it holds nodes and GPUs, native jobs too, every
+    component of a heterogeneous one that still holds its own: an admin's GPU map draws them
+    (``slurmbridge gpus``); the bridge itself never acts on it.  An allocation that cannot be
+    read is left ``unreadable``, never guessed."""
     if job.allocation is not None or job.unreadable or job.state is JobState.PENDING:
         return job
     try:
-        return dataclasses.replace(job, allocation=allocation_from(info.nodes, info.gres_detail))
+        holding = [p for p in parts if job_state(p.job_state).holds_allocation]
+        return dataclasses.replace(job, allocation=_folded(holding) if holding else None)
     except ValueError as exc:
         return dataclasses.replace(job, unreadable=str(exc))
+
+
+def _folded(parts: Sequence[JobInfo]) -> Allocation | None:
+    """The allocation of a job's records: one record's, or a heterogeneous job's components'
+    on the nodes and GPUs of all of them (Slurm gives no node to two components), each
+    component's nodes kept apart; None while one has no nodes yet.  Raises ValueError for
+    an allocation that cannot be read."""
+    allocations = [allocation_from(p.nodes, p.gres_detail) for p in parts]
+    every = [a for a in allocations if a is not None]
+    if len(every) < len(parts):
+        return None
+    if len(every) == 1:
+        return every[0]
+    return Allocation(
+        tuple(n for a in every for n in a.nodes),
+        {n: g for a in every for n, g in a.gpu_ids.items()},
+        {n: g for a in every for n, g in a.shared.items()},
+        components=tuple(a.nodes for a in every),
+    )
 
 
 def het_records(infos: Sequence[JobInfo]) -> list[list[JobInfo]]:
@@ -224,18 +245,10 @@ def with_components(job: SlurmJob, parts: Sequence[JobInfo]) -> SlurmJob:
         return _ending(job, ended)
     if job.allocation is None:
         return job
-    try:
-        allocations = [a for p in parts if (a := allocation_from(p.nodes, p.gres_detail))]
+    try:  # None: a component not allocated yet
+        return dataclasses.replace(job, allocation=_folded(parts))
     except ValueError as exc:  # still the owner's job: see SlurmJob.unreadable
         return dataclasses.replace(job, allocation=None, unreadable=str(exc))
-    if len(allocations) < len(parts):  # a component not allocated yet
-        return dataclasses.replace(job, allocation=None)
-    return dataclasses.replace(job, allocation=Allocation(
-        tuple(n for a in allocations for n in a.nodes),
-        {n: g for a in allocations for n, g in a.gpu_ids.items()},
-        {n: g for a in allocations for n, g in a.shared.items()},
-        components=tuple(a.nodes for a in allocations),
-    ))
 
 
 def _ending(job: SlurmJob, offset: int) -> SlurmJob:
