@@ -58,7 +58,8 @@ class Allocation:
 @dataclass(frozen=True, slots=True)
 class ComponentState:
     """One component of a heterogeneous job as Slurm lists it: each has its own state and
-    reason (its members are told their own), and is preempted on its own."""
+    reason (its members are told their own), and its own record of Slurm's preemption signal
+    and end (a time limit ends one component alone)."""
 
     state: JobState
     reason: str
