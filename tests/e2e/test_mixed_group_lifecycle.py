@@ -10,7 +10,9 @@ group.
 Needs slurmdbd behind every local Slurm (deploy/slurm/recipe.sh: account team-a, user alice,
 QOS low (preemptable, GraceTime 15 s) and high (preempts low))."""
 
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -23,10 +25,12 @@ from bridge.slurm.client import SlurmClient
 from bridge.slurm.wire.base import JobsResponse
 from slurmbridge_devkit.e2e import create_pod, pod_events, pod_manifest, quiet_namespace, wait_bound
 from slurmbridge_devkit.kubelet import set_pod_phase
+from slurmbridge_devkit.namespaces import kubectl_plugin, namespace_user
 from slurmbridge_devkit.slurm import SlurmTarget
 from slurmbridge_devkit.stack import DEFAULT_TENANCY, BridgeStack, NamespaceFactory
 from slurmbridge_devkit.waiting import wait_for
 from tests.e2e.test_accounting import accounting_ready
+from tests.e2e.test_kubectl_plugin import READ_PODS_AND_EVENTS
 
 pytestmark = pytest.mark.e2e
 
@@ -167,3 +171,33 @@ async def test_a_component_past_its_time_limit_ends_the_group(
     await wait_for(lambda: _accounted(slurm, job_id).get(f"{job_id}+0", "").startswith(
         "CANCELLED"), 60, interval=1, what=f"the launcher's component {job_id}+0 cancelled")
     assert _accounted(slurm, job_id)[f"{job_id}+1"] == "TIMEOUT"
+
+
+async def test_kubectl_slurmbridge_status_shows_each_members_component(
+    bridge_stack: BridgeStack, kube: AsyncClient, low_qos: tuple[SlurmTarget, str],
+    tmp_path: Path,
+) -> None:
+    """A researcher who reads only their namespace's pods and events sees each member as
+    squeue lists its component (``<job>+0``, ``<job>+1``), from what the bridge wrote."""
+    slurm, ns = low_qos
+    await create_pod(kube, ns, _member("launcher", 0, "launcher", 0))
+    for i in range(2):
+        await create_pod(kube, ns, _member(f"worker-{i}", 1 + i, "workers", 2))
+    bound = {name: await wait_bound(kube, ns, name, timeout=120) for name in NAMES}
+    meta = bound["launcher"].metadata
+    assert meta is not None and meta.annotations is not None
+    job_id = meta.annotations[keys.JOB_ID]
+    researcher = tmp_path / "researcher.kubeconfig"
+    config = await namespace_user(kube, bridge_stack.control_plane, ns, READ_PODS_AND_EVENTS)
+    researcher.write_text(yaml.safe_dump(config))
+    table = kubectl_plugin(bridge_stack.control_plane, researcher, "status")
+    assert table.returncode == 0, table.stdout + table.stderr
+    jobs = {line.split()[0]: line.split()[1] for line in table.stdout.splitlines()[1:]}
+    assert jobs == {f"{ns}/launcher": f"{job_id}+0", f"{ns}/worker-0": f"{job_id}+1",
+                    f"{ns}/worker-1": f"{job_id}+1"}, table.stdout
+    listed = slurm.admin("squeue", "-h", "-o", "%i", "-n", f"k8s:{ns}/mix").split()
+    assert sorted(set(jobs.values())) == sorted(listed), (jobs, listed)
+    rows = json.loads(kubectl_plugin(bridge_stack.control_plane, researcher, "status",
+                                     "-o", "json").stdout)
+    assert {(r["pod"], r["component"], r["offset"]) for r in rows} == {
+        ("launcher", "launcher", 0), ("worker-0", "workers", 1), ("worker-1", "workers", 1)}
