@@ -78,8 +78,11 @@ GPU_IDS: Final = PREFIX + "gpu-ids"
 CUDA_DEVICES: Final = PREFIX + "cuda-visible-devices"
 # The owner of the pod's job (pod UID, or group:<ns>/<group>), recorded once (link/ownership.py).
 OWNER: Final = PREFIX + "owner"
+# A member of a heterogeneous job: its component's offset ("1": squeue's <job>+1), recorded
+# with the job at release (absent for an ordinary job): what ``kubectl slurmbridge`` shows.
+JOB_COMPONENT: Final = PREFIX + "job-component"
 BRIDGE_OWNED_ANNOTATIONS: Final = (
-    JOB_ID, SLURM_NODE, GPU_IDS, CUDA_DEVICES, OWNER,
+    JOB_ID, SLURM_NODE, GPU_IDS, CUDA_DEVICES, OWNER, JOB_COMPONENT,
 )
 
 # Pod labels for pod groups (one Slurm job of n nodes).

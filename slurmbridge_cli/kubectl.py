@@ -145,7 +145,7 @@ def status(ctx: click.Context, namespace: str | None, all_namespaces: bool, outp
         scope = "any namespace" if where == ALL_NAMESPACES else f"namespace {where}"
         click.echo(f"No pods of slurmbridge in {scope}.", err=True)
         return
-    _emit(output, [asdict(r) for r in rows], lambda: render.status_table(rows))
+    _emit(output, [r.as_dict() for r in rows], lambda: render.status_table(rows))
 
 
 @main.command()

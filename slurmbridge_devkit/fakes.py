@@ -231,14 +231,14 @@ TENANCY = "namespaces:\n  ns: {account: research, user: alice}\n"
 def bridge_over_fakes(
     workdir: Path, slurm: FakeSlurm, kube: FakeKube, *, identity: str = "replica-a",
     tenancy: str = TENANCY, placement: dict[str, Any] | None = None,
-    device_classes: dict[str, Any] | None = None,
+    device_classes: dict[str, Any] | None = None, admission: dict[str, Any] | None = None,
 ) -> Bridge:
     """The bridge as ``slurmbridge extender`` wires it, over the fakes.  Namespace ``ns``
     is mapped to Slurm account research and user alice; a job's status is shown on its pod
     after 0.1 s (not 10: a test drains the notifier when it ends)."""
     (workdir / "tenancy.yaml").write_text(tenancy)
     settings = fake_settings(
-        admission={"tenancy_file": workdir / "tenancy.yaml"},
+        admission={"tenancy_file": workdir / "tenancy.yaml", **(admission or {})},
         controllers={"identity": identity},
         placement={"notify_quiet_seconds": 0.1, **(placement or {})},
         device_classes=device_classes or {},

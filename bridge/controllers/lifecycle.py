@@ -44,10 +44,10 @@ _ADOPT_PER_RECONCILE = 50
 
 
 def preempted(job: SlurmJob) -> bool:
-    """Slurm took the job's resources for another job (ended PREEMPTED, in its GraceTime, or
-    requeued by preemption)."""
+    """Slurm took the job's resources for another job (ended PREEMPTED, completing or not, or
+    one of its components did; in its GraceTime; or requeued by preemption)."""
     return (
-        job.state is JobState.PREEMPTED or job.preempting
+        job.end_state is JobState.PREEMPTED or job.preempting
         or (job.state is JobState.PENDING and "preempt" in job.reason.lower())
     )
 

@@ -45,7 +45,8 @@ def _translated(pod: Pod, *, through_the_webhook: bool) -> JobRequest:
     resources = pod_resources(pod)
     gpu = gpu_ask(options, resources.gpus)
     components = group_components(meta.labels, meta.annotations)
-    _check_segment(options.placement.topology, group.size if group else 1)
+    if components is None:  # a mixed group's job is checked whole: placement/hetjob.py
+        check_segment(options.placement.topology, group.size if group else 1)
     nodes = components.own.size if components else group.size if group else 1
     return JobRequest(
         name=placeholder_job_name(namespace, options.job_name or (group.name if group else name)),
@@ -79,14 +80,16 @@ def _claims_through_the_webhook(pod: Pod, claimed_gpus: int | None) -> None:
         )
 
 
-def _check_segment(topology: TopologyAsk | None, nodes: int) -> None:
-    """Slurm refuses a job whose node count is not a multiple of its segment size."""
+def check_segment(topology: TopologyAsk | None, nodes: int, component: str | None = None) -> None:
+    """Slurm refuses a job whose node count is not a multiple of its segment size; a
+    heterogeneous job's ``component`` takes its own segment, on its own nodes."""
     segment = topology.segment if topology else None
     if segment is not None and nodes % segment:
-        accepted = (
-            f"a divisor of the job's {nodes} node(s), one per pod of the group: Slurm places "
-            "the nodes in segments of this many, each segment within one block"
-        )
+        whose = (f"component {component}'s {nodes} node(s), one per pod of that part of the "
+                 "group (Slurm applies a heterogeneous job's segment to each component)"
+                 if component else f"the job's {nodes} node(s), one per pod of the group")
+        accepted = (f"a divisor of {whose}: Slurm places the nodes in segments of this many, "
+                    "each segment within one block")
         raise InvalidPodRequest(keys.SEGMENT, str(segment), accepted, kind="annotation")
 
 

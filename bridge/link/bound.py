@@ -30,16 +30,20 @@ def cuda_visible_devices(gpu_ids: str, numbering: CudaNumbering) -> str:
 
 
 def bound(
-    job_id: int, owner: Owner, slurm_node: str, gpu_ids: str, cuda_devices: str
+    job_id: int, owner: Owner, slurm_node: str, gpu_ids: str, cuda_devices: str, *,
+    component: int | None = None,
 ) -> dict[str, str]:
     """The annotations the Binding carries: applied with the node name in one write, so a
-    container starting on the node always finds its GPUs through the downward API."""
+    container starting on the node always finds its GPUs through the downward API.
+    ``component``: a heterogeneous job's member's offset, recorded at release (the Binding's
+    annotations add to the pod's, so the Binding leaves it out)."""
     return {
         keys.JOB_ID: str(job_id),
         keys.OWNER: owner_text(owner),
         keys.SLURM_NODE: slurm_node,
         keys.GPU_IDS: gpu_ids,
         keys.CUDA_DEVICES: cuda_devices,
+        **({keys.JOB_COMPONENT: str(component)} if component is not None else {}),
     }
 
 

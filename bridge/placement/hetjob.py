@@ -5,7 +5,10 @@ nodes = the component's size), with the tenancy of that member's namespace fille
 the account, partition and QOS are on every component.  Slurm starts the components
 together and gives each nodes of its own.  A group whose parts all ask alike (an LWS whose
 leader is a worker like the others) stays an ordinary job of ``size`` nodes.  Until a member
-of every component exists the job waits: built from fewer, it would miss a part.
+of every component exists the job waits: built from fewer, it would miss a part.  A topology
+ask (``--switches``, ``--segment``) is each component's own, as Slurm applies it to a
+heterogeneous job: a segment must divide its component's nodes, checked once the job's shape
+is known.
 """
 
 import dataclasses
@@ -16,7 +19,7 @@ from lightkube.models.core_v1 import Pod
 from bridge.jobs.components import group_components
 from bridge.jobs.group_ask import component_of, counted
 from bridge.jobs.request import JobRequest
-from bridge.jobs.translate import job_request_for_pod
+from bridge.jobs.translate import check_segment, job_request_for_pod
 from bridge.placement.outcomes import Pending
 
 
@@ -42,7 +45,10 @@ def group_request(
         asks.append(dataclasses.replace(ask, name=request.name, owner=request.owner))
     size = sum(p.size for p in components.parts)
     if all(_shape(a) == _shape(asks[0]) for a in asks):
+        check_segment(request.placement.topology, size)
         return dataclasses.replace(request, nodes=size)
+    for part, ask in zip(components.parts, asks, strict=True):
+        check_segment(ask.placement.topology, ask.nodes, part.name)
     return dataclasses.replace(request, nodes=size, components=tuple(asks))
 
 

@@ -85,6 +85,16 @@ def waiting_message(job: SlurmJob, part: Part | None = None) -> str:
     return f"{head}: {explain(own)}" if own.state is JobState.PENDING else head
 
 
+_SAID_COMPONENT = re.compile(
+    r", component (?P<name>\S+) \(\+(?P<offset>\d+)\) of heterogeneous job ")
+
+
+def said_component(words: str) -> Part | None:
+    """The member's component as ``waiting_message`` said it (``kubectl slurmbridge``)."""
+    found = _SAID_COMPONENT.search(words)
+    return (found["name"], int(found["offset"])) if found else None
+
+
 def component_view(job: SlurmJob, part: Part | None) -> SlurmJob:
     """A pending heterogeneous job as one member's component sees it: that component's
     state and reason as Slurm lists them; ``job`` itself otherwise."""

@@ -25,6 +25,7 @@ from lightkube.types import PatchType
 
 from bridge import keys, metrics
 from bridge.devices.pinning import ClaimPinError, ClaimPinner, ClaimsNotReady
+from bridge.jobs.components import member_part
 from bridge.jobs.group_ask import rank_of
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.apierrors import is_conflict, is_not_found, is_unprocessable
@@ -208,9 +209,11 @@ class Releaser:
         if not await self._claims_pinned(pod, job, placement.kube_node, slurm_node):
             return False
         cuda = cuda_visible_devices(placement.gpu_ids, self._cuda)
-        recorded = bound(job.job_id, owner, slurm_node, placement.gpu_ids, cuda)
         meta = pod.metadata
         assert meta is not None and meta.name and meta.namespace
+        part = member_part(meta.labels, meta.annotations) if job.het_components else None
+        recorded = bound(job.job_id, owner, slurm_node, placement.gpu_ids, cuda,
+                         component=part[1] if part else None)
         was_gated = gated(pod)
         for _ in range(_WRITE_ATTEMPTS):
             patch = (release_patch(pod, placement.kube_node, recorded) if gated(pod)

@@ -159,7 +159,7 @@ class SlurmClient:
         its index from ``every_job_state``.  Not ``?update_time=``: Slurm answers it with every
         job as soon as any changed.  ``every_allocation``: native jobs' too (the GPU map)."""
         resp = await self.rest.call("GET", "/jobs/", "list_jobs", JobsResponse)
-        return [convert.with_any_allocation(parts[0], job) if every_allocation else job
+        return [convert.with_any_allocation(parts, job) if every_allocation else job
                 for parts in convert.het_records(resp.jobs)
                 if (job := self._listed(parts, resp.last_backfill)) is not None]
 

@@ -123,7 +123,7 @@ def slurm_job(
         user=info.user_name,
         account=info.account,
         qos=info.qos,
-        preempting=info.preempt_time.set and info.preempt_time.number > 0,
+        preempting=_signalled(info),
         expected_start=expected,
         backfill_at=_time(last_backfill) if expected and last_backfill else None,
         unreadable=unreadable,
@@ -131,6 +131,11 @@ def slurm_job(
         ended_as=ended_as(info.job_state),
         unsigned=owner is not None and not signed,
     )
+
+
+def _signalled(info: JobInfo) -> bool:
+    """Slurm signalled the job's preemption (its GraceTime runs)."""
+    return info.preempt_time.set and info.preempt_time.number > 0
 
 
 _UNSET = 2**32 - 3  # Slurm's NO_VAL and INFINITE sit above: not an ask
@@ -181,16 +186,37 @@ def accounting(
     )
 
 
-def with_any_allocation(info: JobInfo, job: SlurmJob) -> SlurmJob:
-    """``job`` with where it holds nodes and GPUs, native jobs too: an admin's GPU map draws
-    them (``slurmbridge gpus``); the bridge itself never acts on it.  An allocation that cannot
-    be read is left ``unreadable``, never guessed."""
+def with_any_allocation(parts: Sequence[JobInfo], job: SlurmJob) -> SlurmJob:
+    """``job`` (of records ``parts``) with where it holds nodes and GPUs, native jobs too, every
+    component of a heterogeneous one that still holds its own: an admin's GPU map draws them
+    (``slurmbridge gpus``); the bridge itself never acts on it.  An allocation that cannot be
+    read is left ``unreadable``, never guessed."""
     if job.allocation is not None or job.unreadable or job.state is JobState.PENDING:
         return job
     try:
-        return dataclasses.replace(job, allocation=allocation_from(info.nodes, info.gres_detail))
+        holding = [p for p in parts if job_state(p.job_state).holds_allocation]
+        return dataclasses.replace(job, allocation=_folded(holding) if holding else None)
     except ValueError as exc:
         return dataclasses.replace(job, unreadable=str(exc))
+
+
+def _folded(parts: Sequence[JobInfo]) -> Allocation | None:
+    """The allocation of a job's records: one record's, or a heterogeneous job's components'
+    on the nodes and GPUs of all of them (Slurm gives no node to two components), each
+    component's nodes kept apart; None while one has no nodes yet.  Raises ValueError for
+    an allocation that cannot be read."""
+    allocations = [allocation_from(p.nodes, p.gres_detail) for p in parts]
+    every = [a for a in allocations if a is not None]
+    if len(every) < len(parts):
+        return None
+    if len(every) == 1:
+        return every[0]
+    return Allocation(
+        tuple(n for a in every for n in a.nodes),
+        {n: g for a in every for n, g in a.gpu_ids.items()},
+        {n: g for a in every for n, g in a.shared.items()},
+        components=tuple(a.nodes for a in every),
+    )
 
 
 def het_records(infos: Sequence[JobInfo]) -> list[list[JobInfo]]:
@@ -210,26 +236,19 @@ def with_components(job: SlurmJob, parts: Sequence[JobInfo]) -> SlurmJob:
     node to two components), each component's nodes kept apart."""
     if len(parts) < 2:
         return job
-    states = tuple(ComponentState(job_state(p.job_state), p.state_reason or NO_REASON)
-                   for p in parts)
-    job = dataclasses.replace(job, het_components=len(parts), parts=states)
-    ended = next((i for i, c in enumerate(states) if not c.state.is_live), None)
+    states = tuple(ComponentState(job_state(p.job_state), p.state_reason or NO_REASON,
+                                  ended_as(p.job_state), _signalled(p)) for p in parts)
+    job = dataclasses.replace(job, het_components=len(parts), parts=states,
+                              preempting=any(c.preempting for c in states))
+    ended = next((i for i, c in enumerate(states) if c.ended), None)
     if ended is not None and job.state.is_live:
         return _ending(job, ended)
     if job.allocation is None:
         return job
-    try:
-        allocations = [a for p in parts if (a := allocation_from(p.nodes, p.gres_detail))]
+    try:  # None: a component not allocated yet
+        return dataclasses.replace(job, allocation=_folded(parts))
     except ValueError as exc:  # still the owner's job: see SlurmJob.unreadable
         return dataclasses.replace(job, allocation=None, unreadable=str(exc))
-    if len(allocations) < len(parts):  # a component not allocated yet
-        return dataclasses.replace(job, allocation=None)
-    return dataclasses.replace(job, allocation=Allocation(
-        tuple(n for a in allocations for n in a.nodes),
-        {n: g for a in allocations for n, g in a.gpu_ids.items()},
-        {n: g for a in allocations for n, g in a.shared.items()},
-        components=tuple(a.nodes for a in allocations),
-    ))
 
 
 def _ending(job: SlurmJob, offset: int) -> SlurmJob:
@@ -238,7 +257,7 @@ def _ending(job: SlurmJob, offset: int) -> SlurmJob:
     as when any ordinary job of a group ends."""
     part = job.parts[offset]
     return dataclasses.replace(
-        job, state=JobState.COMPLETING, ended_as=part.state, allocation=None,
+        job, state=JobState.COMPLETING, ended_as=part.ended_as or part.state, allocation=None,
         reason=f"its component +{offset} ended ({part.state}, reason {part.reason})")
 
 
@@ -253,7 +272,8 @@ def listed_states(resp: JobStatesResponse) -> dict[int, JobState | None]:
             state = None
         if (job_id := entry.number) is not None:
             states[job_id] = state
-        elif entry.leader is not None and state is not None and not state.is_live:
+        elif entry.leader is not None and state is not None and (
+                not state.is_live or ended_as(entry.state) is not None):
             ended.add(entry.leader)
     for leader in ended:  # re-read whole: see _ending
         if (listed := states.get(leader)) is not None and listed.is_live:

@@ -58,10 +58,17 @@ class Allocation:
 @dataclass(frozen=True, slots=True)
 class ComponentState:
     """One component of a heterogeneous job as Slurm lists it: each has its own state and
-    reason (its members are told their own)."""
+    reason (its members are told their own), and its own record of Slurm's preemption signal
+    and end (a time limit ends one component alone)."""
 
     state: JobState
     reason: str
+    ended_as: JobState | None = None  # as SlurmJob.ended_as: ended, its nodes not free yet
+    preempting: bool = False  # as SlurmJob.preempting: signalled, in its QOS's GraceTime
+
+    @property
+    def ended(self) -> bool:
+        return not self.state.is_live or self.ended_as is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +112,11 @@ class SlurmJob:
     def state_text(self) -> str:
         """``CANCELLED, COMPLETING`` while an ended job still completes, else the state."""
         return f"{self.ended_as}, {self.state}" if self.ended_as else str(self.state)
+
+    @property
+    def end_state(self) -> JobState:
+        """How Slurm ended it (while it completes too), else its state."""
+        return self.ended_as or self.state
 
 
 @dataclass(frozen=True, slots=True)

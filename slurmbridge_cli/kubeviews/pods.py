@@ -2,17 +2,18 @@
 start (as the bridge's words say them), node, GPUs."""
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from lightkube.models.core_v1 import PodCondition
 from lightkube.resources.core_v1 import Event, Pod
 
 from bridge import keys
+from bridge.jobs.components import member_part
 from bridge.kube.writes import COMPONENT
 from bridge.link.ownership import job_id_in
-from bridge.placement.reasons import said_expected
+from bridge.placement.reasons import said_component, said_expected
 from bridge.ports import KubePort
 from slurmbridge_cli.kubeviews.clock import age, iso
 from slurmbridge_cli.kubeviews.events import newest_word, read_events
@@ -38,6 +39,24 @@ class PodRow:
     gpus_requested: int | None
     age: str
     created: str | None
+    # A member of a heterogeneous job: its component's name and offset (``JOB`` 29+1), as the
+    # bridge recorded it at release or said it while the job pends; left out of the data of
+    # any other pod.
+    component: str = ""
+    offset: int | None = None
+
+    @property
+    def job(self) -> str:
+        """The job as squeue names it: ``29``, or a component ``29+1``."""
+        if self.job_id is None:
+            return ""
+        return f"{self.job_id}+{self.offset}" if self.offset is not None else str(self.job_id)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.offset is None:
+            del data["component"], data["offset"]
+        return data
 
 
 def slurm_condition(pod: Pod) -> PodCondition | None:
@@ -89,7 +108,23 @@ def pod_row(pod: Pod, now: datetime) -> PodRow:
         gpus_requested=_int(ann.get(keys.GPUS)),
         age=age(meta.creationTimestamp, now),
         created=iso(meta.creationTimestamp),
+        **_component(pod, ann, message),
     )
+
+
+def _component(pod: Pod, ann: dict[str, str], words: str) -> dict[str, Any]:
+    """The member's component of its heterogeneous job: recorded at release, else as the
+    bridge's words say it while the job pends; none for any other pod."""
+    recorded = _int(ann.get(keys.JOB_COMPONENT))
+    if recorded is None:
+        return _said(words)
+    part = member_part(pod.metadata.labels if pod.metadata else None, ann)
+    return {"component": part[0] if part else "", "offset": recorded}
+
+
+def _said(words: str) -> dict[str, Any]:
+    part = said_component(words)
+    return {"component": part[0], "offset": part[1]} if part else {}
 
 
 async def read_status(kube: KubePort, namespace: str, now: datetime) -> list[PodRow]:
@@ -115,4 +150,5 @@ def told(row: PodRow, events: list[Event], now: datetime) -> PodRow:
     _, reason, words, _ = newest_word(None, events, now)
     found = _JOB_ID.search(words)
     return replace(row, reason=reason, message=words, expected=said_expected(words),
-                   job_id=row.job_id or (int(found["job"]) if found else None))
+                   job_id=row.job_id or (int(found["job"]) if found else None),
+                   **_said(words))

@@ -22,7 +22,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 def status_table(rows: Sequence[PodRow]) -> str:
     return table(
         ("POD", "JOB", "STATE", "REASON", "EXPECTED", "NODE", "GPUS", "AGE"),
-        ((f"{r.namespace}/{r.pod}", str(r.job_id or ""), r.state, r.reason, r.expected, r.node,
+        ((f"{r.namespace}/{r.pod}", r.job, r.state, r.reason, r.expected, r.node,
           r.gpus, r.age) for r in rows),
     )
 

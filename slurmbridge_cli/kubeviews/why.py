@@ -68,7 +68,8 @@ class Why:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "bridge": self.bridge, "placed": self.placed}
+        status = self.status.as_dict() if self.status else None
+        return {**asdict(self), "status": status, "bridge": self.bridge, "placed": self.placed}
 
 
 def _group(pod: Pod) -> str:

@@ -147,3 +147,29 @@ async def test_kubectl_gpus_shows_another_namespaces_pods_only_as_another_namesp
                    for h in holders), data
     alone = _gpus(control_plane, narrow).stdout  # RBAC of its namespace alone: its own pods
     assert f"{mine}/mine-0" in alone and "→ another namespace" not in alone, alone
+
+
+async def test_a_native_heterogeneous_jobs_every_component_is_on_the_map(
+    bridge_stack: BridgeStack, e2e_namespace: NamespaceFactory,
+) -> None:
+    """Issue 43: a Slurm user's ``sbatch --gres=gpu:1 -w node1 : --gres=gpu:2 -w node2``, one
+    job of two components: the map shows the GPUs Slurm gave each (``scontrol show job -d``
+    lists them on the component's own record), as the job's id, not the first alone."""
+    slurm = (await quiet_namespace(bridge_stack, e2e_namespace, "gpumaphet"))[0]
+    script = "/tmp/slurmbridge-native-het.sh"
+    slurm.admin("bash", "-c", f"printf '#!/bin/sh\\nsleep 600\\n' > {script}")
+    job = slurm.admin("sbatch", "--parsable", "-J", "native-het", "--gres=gpu:1", "-w", "node1",
+                      "-o", "/dev/null", ":", "--gres=gpu:2", "-w", "node2", script)
+    job = job.strip().split(";")[0]
+    try:
+        await wait_for(lambda: slurm.admin("squeue", "-h", "-j", job, "-o", "%T").split()
+                       == ["RUNNING"] * 2, 30, interval=0.5, what=f"both components of {job}")
+        parts = [j for j in show_jobs(slurm) if j.fields.get("HetJobId") == job]
+        slurm_view = {(node, index): int(job) for part in parts
+                      for node, indices in part.gpus.items() for index in indices}
+        assert {node for node, _ in slurm_view} == {"node1", "node2"}, parts
+        held = {gpu: [h["job_id"] for h in holders]
+                for gpu, holders in _held(_map(bridge_stack)).items() if holders}
+        assert held == {gpu: [owner] for gpu, owner in slurm_view.items()}, held
+    finally:
+        slurm.admin("scancel", job)

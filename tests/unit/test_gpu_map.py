@@ -297,3 +297,35 @@ async def test_the_admins_map_reads_native_jobs_allocations_from_slurmrestd() ->
         gpu_map = await gpumap_view.collect(FakeKube(), client, _believe)
     assert _holders(gpu_map) == {("node1", 0): [("native", 5)], ("node1", 1): [("native", 5)],
                                  ("node1", 2): [], ("node1", 3): [("native", 6)]}
+
+
+class TwoNodes(FakeRest):
+    """slurmrestd answering the node listing as well (two nodes, 4 GPUs each)."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/nodes/"):
+            return httpx.Response(200, json={"nodes": [{"name": n, "gres": "gpu:4"}
+                                                       for n in ("node1", "node2")]})
+        return super().__call__(request)
+
+
+def _component(job_id: int, offset: int, nodes: str, gres: list[str]) -> dict[str, Any]:
+    """One record of a native heterogeneous job (``sbatch ... : ...``) as slurmrestd lists
+    it: its own job id, the leader's (``het_job_id``) and its offset."""
+    return {"job_id": job_id, "name": "native-het", "user_name": "bob", "comment": "",
+            "job_state": ["RUNNING"], "nodes": nodes, "gres_detail": gres,
+            "het_job_id": {"set": True, "infinite": False, "number": 40},
+            "het_job_offset": {"set": True, "infinite": False, "number": offset}}
+
+
+async def test_a_native_heterogeneous_job_holds_the_gpus_of_every_component() -> None:
+    """Issue 43: a Slurm user's ``sbatch --gres=gpu:1 : -N1 --gres=gpu:2``: the map shows
+    the GPUs of both components (as ``40``, the job's id), not the first component's alone."""
+    rest = TwoNodes([_component(40, 0, "node1", ["gpu:1(IDX:0)"]),
+                     _component(41, 1, "node2", ["gpu:2(IDX:2-3)"])])
+    settings = SlurmSettings(url=MOCK_SLURM_URL, user=BRIDGE_USER, token="t", retries=0)
+    async with SlurmClient(settings, exchange=HttpxExchange.mock(rest)) as client:
+        gpu_map = await gpumap_view.collect(FakeKube(), client, _believe)
+    held = {at: who for at, who in _holders(gpu_map).items() if who}
+    assert held == {("node1", 0): [("native", 40)], ("node2", 2): [("native", 40)],
+                    ("node2", 3): [("native", 40)]}, held

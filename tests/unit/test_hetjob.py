@@ -80,6 +80,31 @@ async def test_each_member_goes_to_its_components_node_by_rank_with_its_gpus(
                       "worker-1": ("node1", "2,3")}
 
 
+async def test_each_member_records_its_component_of_the_job(world: World) -> None:
+    """What ``kubectl slurmbridge status`` (Kubernetes only) shows as ``<job>+<offset>``, as
+    squeue does; a group whose parts ask alike is an ordinary job: its members record none."""
+    _add_group(world)
+    job_id, _ = await _submitted(world)
+    world.slurm.start_components(job_id, (("node3",), ()), (("node2", "node1"), (2, 3)))
+    await world.bridge.poller.poll_once()
+    names = ("launcher", "worker-0", "worker-1")
+    await until(lambda: not any(world.pod(n)["spec"].get("schedulingGates") for n in names))
+    recorded = {n: world.pod(n)["metadata"]["annotations"].get(keys.JOB_COMPONENT)
+                for n in names}
+    assert recorded == {"launcher": "0", "worker-0": "1", "worker-1": "1"}
+
+
+async def test_members_of_an_ordinary_job_record_no_component(world: World) -> None:
+    _add_group(world, worker_gpus=0)
+    job_id, _ = await _submitted(world)
+    world.slurm.start(job_id, "node1", "node2", "node3")
+    await world.bridge.poller.poll_once()
+    names = ("launcher", "worker-0", "worker-1")
+    await until(lambda: not any(world.pod(n)["spec"].get("schedulingGates") for n in names))
+    assert not [n for n in names
+                if keys.JOB_COMPONENT in world.pod(n)["metadata"]["annotations"]]
+
+
 async def test_no_member_is_released_before_every_component_is_allocated(
     world: World,
 ) -> None:

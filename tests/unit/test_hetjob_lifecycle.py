@@ -7,17 +7,23 @@ from typing import Any
 
 import httpx
 import httpx2
+import pytest
 from lightkube import AsyncClient, KubeConfig
 
 from bridge import keys
+from bridge.controllers.lifecycle import Lifecycle
 from bridge.link.bound import holds
+from bridge.link.podcache import PodCache
 from bridge.link.views import view_of
+from bridge.placement.index import JobIndex
 from bridge.placement.notifier import PodNotifier
 from bridge.placement.registry import SeenPods
 from bridge.slurm.types import JobState
 from slurmbridge_cli.status_view import collect, render_table
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fake_kube import FakeKube
+from slurmbridge_devkit.fakes import FakeSlurm
+from tests.unit.test_accounting_paths import writes
 from tests.unit.test_hetjob import PARTS, HetRest, het_client
 
 OWNER = f"{keys.COMMENT_OWNER}group:ns/g"
@@ -52,6 +58,20 @@ async def test_the_state_list_tells_a_component_that_ended() -> None:
                 return httpx.Response(200, json={"jobs": [
                     {"job_id": "29+0", "state": ["RUNNING"]},
                     {"job_id": "30+1", "state": ["CANCELLED"]}]})
+            return super().__call__(request)
+
+    async with het_client(Listing()) as client:
+        assert await client.job_states([29]) == {29: JobState.COMPLETING}
+
+
+async def test_the_state_list_tells_a_component_that_ended_and_still_completes() -> None:
+    """``PREEMPTED,COMPLETING``: the component ended, its nodes not free yet."""
+    class Listing(HetRest):
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith("/jobs/state/"):
+                return httpx.Response(200, json={"jobs": [
+                    {"job_id": "29+0", "state": ["RUNNING"]},
+                    {"job_id": "30+1", "state": ["PREEMPTED", "COMPLETING"]}]})
             return super().__call__(request)
 
     async with het_client(Listing()) as client:
@@ -110,3 +130,49 @@ async def test_status_shows_each_members_component_of_the_job() -> None:
     lines = {line.split()[0]: line.split() for line in table[1:]}
     assert lines["ns/launcher"][1:4] == ["29+0", "PENDING", "Resources"], table
     assert lines["ns/worker-0"][1:4] == ["29+1", "PENDING", "Priority"], table
+
+
+# --- one component preempted (issue 43, item 4) --------------------------------------------
+
+_SIGNALLED = {"set": True, "infinite": False, "number": 1764921600}
+
+
+@pytest.mark.parametrize(
+    "workers",
+    [
+        {"job_state": ["PREEMPTED"]},  # PreemptMode CANCEL, its GraceTime over
+        {"job_state": ["PREEMPTED", "COMPLETING"]},  # ended, its nodes not free yet
+        {"preempt_time": _SIGNALLED},  # signalled: still RUNNING, in its GraceTime
+    ],
+    ids=["ended", "completing", "in-grace"],
+)
+async def test_a_preempted_component_evicts_its_members_as_a_preempted_job_does(
+    workers: dict[str, Any],
+) -> None:
+    """Slurm preempts the workers' component of a QOS ``low`` group: each member is told it
+    was preempted and keeps its own grace period to stop, as a pod of an ordinary preempted
+    job is (tests/unit/test_accounting_paths.py), never a plain "job ended"."""
+    rest = HetRest()
+    for record in rest.jobs:
+        record["qos"] = "low"
+    rest.jobs[1].update(workers)
+    async with het_client(rest) as client:
+        job = await client.get_job(29)
+    worker = (PodBuilder("worker-0", "ns").uid("uid-w0").group("g", 3)
+              .label(keys.GROUP_RANK, "1").label(keys.GROUP_COMPONENT, "workers")
+              .annotate(keys.GROUP_COMPONENTS, PARTS)
+              .annotations({keys.JOB_ID: "29", keys.SLURM_NODE: "node2", keys.GPU_IDS: "0,1"})
+              .node("kube-node2").grace(45).containers().build())
+    kube, slurm = FakeKube(), FakeSlurm()
+    kube.add(worker)
+    slurm.put(job)  # the lifecycle's confirming read
+    index = JobIndex(slurm)
+    index.record(job)
+    await Lifecycle(kube, slurm, index, SeenPods(), PodCache(kube)).reconcile_once()
+    assert writes(kube)[0] == ("evict", "worker-0")
+    (reason, message, kind), = [w[1] for w in writes(kube) if w[0] == "event"]
+    assert (reason, kind) == (keys.EventReason.PREEMPTED, "Warning"), message
+    assert "preempted by Slurm" in message and "QOS low" in message, message
+    assert "terminationGracePeriodSeconds=45" in message, message
+    assert [w[1] for w in writes(kube) if w[0] == "condition"] == [
+        (keys.REASON_PREEMPTED, message)]

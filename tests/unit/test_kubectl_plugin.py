@@ -529,3 +529,36 @@ def test_why_a_member_of_a_pending_heterogeneous_job_names_its_component() -> No
     assert "Group:      mix (3 pods, rank 1, component workers (+1))" in _lines(out.output), \
         out.output
     assert "Slurm job:  29 (PENDING, reason Resources)" in _lines(out.output), out.output
+
+
+def test_status_shows_each_member_as_its_component_of_the_heterogeneous_job() -> None:
+    """Issue 43: ``29+0``, ``29+1`` as ``slurmbridge status`` and squeue show them, from what
+    the bridge wrote: a pending member's words, a released member's record.  A member of a
+    group whose parts ask alike (one ordinary job) shows the job alone."""
+    kube = FakeKube()
+    parts = {keys.GROUP_COMPONENTS: "launcher=1,workers=2"}
+
+    def member(name: str, group: str, rank: int, component: str) -> PodBuilder:
+        return (PodBuilder(name, NS).uid(f"uid-{name}").scheduler(keys.SCHEDULER_NAME)
+                .group(group, 3).label(keys.GROUP_RANK, str(rank))
+                .label(keys.GROUP_COMPONENT, component).annotations(parts))
+
+    kube.add(member("launcher", "mix", 0, "launcher").gated().build())
+    said = ("waiting for Slurm job 29 (PENDING, reason Resources), component launcher (+0) of "
+            "heterogeneous job 29: no node has the CPUs, memory or GPUs free right now")
+    kube.add(_event("launcher", "Pod", keys.EventReason.PENDING.value, said, uid="uid-launcher"))
+    record = {keys.JOB_ID: "29", keys.SLURM_NODE: "node2", keys.GPU_IDS: "2,3"}
+    kube.add(member("worker-0", "mix", 1, "workers").annotations(record)
+             .annotate(keys.JOB_COMPONENT, "1").node("node2").build())
+    kube.add(member("alike-1", "alike", 1, "workers")
+             .annotations({keys.JOB_ID: "31", keys.SLURM_NODE: "node3", keys.GPU_IDS: ""})
+             .node("node3").build())
+    result = run(kube, "status")
+    assert result.exit_code == 0, result.output
+    jobs = {line.split()[0]: line.split()[1] for line in _lines(result.output)[1:]}
+    assert jobs == {"ns/launcher": "29+0", "ns/worker-0": "29+1", "ns/alike-1": "31"}, \
+        result.output
+    rows = {r["pod"]: r for r in json.loads(run(kube, "status", "-o", "json").output)}
+    assert [(rows[n]["job_id"], rows[n]["component"], rows[n]["offset"])
+            for n in ("launcher", "worker-0")] == [(29, "launcher", 0), (29, "workers", 1)]
+    assert "component" not in rows["alike-1"] and "offset" not in rows["alike-1"]
