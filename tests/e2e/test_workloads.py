@@ -277,7 +277,10 @@ def jobset_jobs(name: str, owner: dict[str, Any], replicated: Replicated) -> lis
             manifest = job_manifest(f"{name}-{rj}-{index}", pods, labels=marks)
             manifest["spec"]["template"]["spec"] = pod["spec"]
             manifest["metadata"].update(labels=marks, annotations=marks, ownerReferences=[owner])
-            manifest["spec"]["template"]["metadata"]["annotations"] = marks
+            own = pod.get("metadata") or {}
+            manifest["spec"]["template"]["metadata"] = {
+                "labels": {**own.get("labels", {}), **marks},
+                "annotations": {**own.get("annotations", {}), **marks}}
             jobs.append(manifest)
     return jobs
 

@@ -3,6 +3,13 @@ GPUs come through DRA is one Slurm heterogeneous job, and each worker's containe
 exactly the devices of its component on its node (the DRA driver of deploy/kind/dra), beside
 native jobs holding GPUs 0-1 of every node.
 
+Slurm never puts two components of one heterogeneous job on one node (26.05: ``-N1 : -N2`` on
+kind's two slurmd nodes pends for Resources while both are idle, ``-N1 : -N1`` runs at
+once), so the launcher asks for partition ``external`` (a per-component partition, the
+``slurmbridge.io/partition`` of its own template): kind's worker without slurmd, registered
+as an EXTERNAL Slurm node (tests/kind/test_external.py), while the workers take the two
+slurmd workers beside the native jobs.
+
 No JobSet controller runs in kind (its image cannot be pulled here): the test installs a CRD
 accepting the JobSet, creates it, and creates its child Jobs as the controller would, with
 exactly its labels and annotations (tests/e2e/test_workloads.py); kind's own Job controller
@@ -25,6 +32,7 @@ from tests.e2e.test_workloads import (
 )
 from tests.kind.cluster import Kind, wait, workload_pod
 from tests.kind.test_dra_claims import allocated, claim_spec
+from tests.kind.test_external import external_node, sinfo  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.kind, pytest.mark.e2e]
 
@@ -53,6 +61,12 @@ def create_jobset(kind: Kind, ns: str, name: str, replicated: Replicated) -> Non
              "uid": made["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
     for job in jobset_jobs(name, owner, replicated):
         kind.apply(ns, job)
+
+
+def template(pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod manifest as a Job's pod template: its annotations and spec."""
+    return {"metadata": {"annotations": pod["metadata"].get("annotations", {})},
+            "spec": pod["spec"]}
 
 
 def devices_seen(kind: Kind, ns: str, pod: str) -> list[str]:
@@ -84,9 +98,13 @@ def components(kind: Kind, job_id: str) -> dict[int, JobView]:
     return parts
 
 
+@pytest.mark.usefixtures("external_node")
 def test_a_jobsets_gpu_workers_see_exactly_their_components_devices(
     kind: Kind, ns: str, native: list[str]
 ) -> None:
+    outside = kind.external_workers()[0]
+    wait(lambda: "external" in sinfo(kind, outside).get("partitions", "").split(","), 60,
+         f"{outside} in Slurm's partition external")
     for node in kind.workers():
         native.append(kind.sbatch("-J", "native-gpu", "-w", node, "--gres=gpu:2", "-c", "1",
                                   "--wrap", "sleep 600"))
@@ -95,11 +113,12 @@ def test_a_jobsets_gpu_workers_see_exactly_their_components_devices(
     assert {i for _, i in natives} == {0, 1}, natives
     kind.apply(ns, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                     "metadata": {"name": "two-gpus"}, "spec": {"spec": claim_spec(2)}})
-    launcher = workload_pod("launcher", PRINT_DEVICES).cpu("1").manifest()
+    launcher = (workload_pod("launcher", PRINT_DEVICES).cpu("1")
+                .annotate(keys.PARTITION, "external").manifest())
     workers = (workload_pod("worker", PRINT_DEVICES)
                .claim("gpus", resourceClaimTemplateName="two-gpus").manifest())
-    create_jobset(kind, ns, "mix", [("launcher", 1, 1, {"spec": launcher["spec"]}),
-                                    ("workers", 1, 2, {"spec": workers["spec"]})])
+    create_jobset(kind, ns, "mix", [("launcher", 1, 1, template(launcher)),
+                                    ("workers", 1, 2, template(workers))])
 
     pods = running_pods(kind, ns, f"{keys.JOBSET_NAME}=mix", 3)
     [job_id] = {kind.job_of(p) for p in pods}
@@ -117,6 +136,7 @@ def test_a_jobsets_gpu_workers_see_exactly_their_components_devices(
         assert node in parts[offset].nodes, (meta["name"], node, parts[offset].nodes)
         seen = devices_seen(kind, ns, meta["name"])
         if offset == 0:
+            assert node == outside, (meta["name"], node)
             assert seen == [], f"the launcher's container was handed {seen}"
             assert meta["uid"] not in held, f"the launcher holds devices {held[meta['uid']]}"
             continue
