@@ -148,6 +148,8 @@ def test_a_jobsets_gpu_workers_see_exactly_their_components_devices(
         assert meta["annotations"][keys.GPU_IDS].split(",") == [
             d.removeprefix("gpu-") for d in seen], meta["annotations"]
         workers_seen |= {(node, d) for d in seen}
+        print(json.dumps({"pod": meta["name"], "node": node, "container": seen,
+                          "slurm": list(slurm_ids), "job": f"{job_id}+1"}))
     assert len(workers_seen) == 4, workers_seen
     assert not {(n, int(d.removeprefix("gpu-"))) for n, d in workers_seen} & natives
     assert gpu_overlaps(show_jobs(Admin(kind))) == {}
