@@ -121,7 +121,9 @@ def test_a_jobsets_gpu_workers_see_exactly_their_components_devices(
                                     ("workers", 1, 2, template(workers))])
 
     pods = running_pods(kind, ns, f"{keys.JOBSET_NAME}=mix", 3)
-    [job_id] = {kind.job_of(p) for p in pods}
+    jobs = {kind.job_of(p) for p in pods}
+    assert len(jobs) == 1, f"one Slurm job for the JobSet's pods: {jobs}"
+    job_id = jobs.pop()
     name = f"k8s:{ns}/mix"
     assert sorted(kind.slurm("squeue", "-h", "-o", "%i|%j", "-n", name).split()) == [
         f"{job_id}+0|{name}", f"{job_id}+1|{name}"]
