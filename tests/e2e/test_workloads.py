@@ -209,9 +209,9 @@ async def block(slurm: SlurmTarget, *nodes: str, cpus: int = 32) -> list[str]:
     return jobs
 
 
-async def ensure_crd(kube: AsyncClient, group: str, version: str, kind: str, plural: str) -> None:
+def crd_manifest(group: str, version: str, kind: str, plural: str) -> dict[str, Any]:
     """A CRD accepting any spec (the real controller's CRD validates more)."""
-    crd = CRD.from_dict({
+    return {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.{group}"},
         "spec": {"group": group, "scope": "Namespaced",
@@ -219,9 +219,12 @@ async def ensure_crd(kube: AsyncClient, group: str, version: str, kind: str, plu
                  "versions": [{"name": version, "served": True, "storage": True, "schema": {
                      "openAPIV3Schema": {"type": "object",
                                          "x-kubernetes-preserve-unknown-fields": True}}}]},
-    })
+    }
+
+
+async def ensure_crd(kube: AsyncClient, group: str, version: str, kind: str, plural: str) -> None:
     try:
-        await kube.create(crd)
+        await kube.create(CRD.from_dict(crd_manifest(group, version, kind, plural)))
     except ApiError as exc:
         if exc.status.code != 409:
             raise
@@ -243,14 +246,12 @@ def owner_ref(obj: Any) -> dict[str, Any]:
             "uid": meta.uid, "controller": True, "blockOwnerDeletion": True}
 
 
-async def create_jobset(
-    kube: AsyncClient, ns: str, name: str,
-    replicated: list[tuple[str, int, int, dict[str, Any]]],
-) -> Any:
-    """JobSet ``name`` of (replicated job, replicas, parallelism, pod template), and its child
-    Jobs as the JobSet controller makes them (its Go module is not served to these machines)."""
-    await ensure_crd(kube, "jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
-    jobset = await create(kube, JobSet, ns, {
+Replicated = list[tuple[str, int, int, dict[str, Any]]]  # (name, replicas, pods, pod template)
+JOBSET_CRD = ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
+
+
+def jobset_manifest(name: str, replicated: Replicated) -> dict[str, Any]:
+    return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
         "metadata": {"name": name},
         "spec": {"replicatedJobs": [
@@ -258,8 +259,13 @@ async def create_jobset(
              "template": {"spec": {"parallelism": pods, "completions": pods,
                                    "completionMode": "Indexed", "template": pod}}}
             for rj, replicas, pods, pod in replicated]},
-    })
-    global_index = 0
+    }
+
+
+def jobset_jobs(name: str, owner: dict[str, Any], replicated: Replicated) -> list[dict[str, Any]]:
+    """The child Jobs the JobSet controller makes of JobSet ``name`` (``owner``: the reference
+    to it), with exactly the labels and annotations it sets."""
+    jobs, global_index = [], 0
     for rj, replicas, pods, pod in replicated:
         for index in range(replicas):
             marks = {keys.JOBSET_NAME: name, keys.JOBSET_REPLICATED_JOB: rj,
@@ -270,10 +276,22 @@ async def create_jobset(
             global_index += 1
             manifest = job_manifest(f"{name}-{rj}-{index}", pods, labels=marks)
             manifest["spec"]["template"]["spec"] = pod["spec"]
-            manifest["metadata"].update(labels=marks, annotations=marks,
-                                        ownerReferences=[owner_ref(jobset)])
-            manifest["spec"]["template"]["metadata"]["annotations"] = marks
-            await create(kube, Job, ns, manifest)
+            manifest["metadata"].update(labels=marks, annotations=marks, ownerReferences=[owner])
+            own = pod.get("metadata") or {}
+            manifest["spec"]["template"]["metadata"] = {
+                "labels": {**own.get("labels", {}), **marks},
+                "annotations": {**own.get("annotations", {}), **marks}}
+            jobs.append(manifest)
+    return jobs
+
+
+async def create_jobset(kube: AsyncClient, ns: str, name: str, replicated: Replicated) -> Any:
+    """JobSet ``name`` and its child Jobs as the JobSet controller makes them (its Go module
+    is not served to these machines)."""
+    await ensure_crd(kube, *JOBSET_CRD)
+    jobset = await create(kube, JobSet, ns, jobset_manifest(name, replicated))
+    for manifest in jobset_jobs(name, owner_ref(jobset), replicated):
+        await create(kube, Job, ns, manifest)
     return jobset
 
 
