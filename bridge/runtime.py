@@ -25,6 +25,7 @@ from bridge.kube.nodecache import NodeCache
 from bridge.kube.writes import set_slurm_condition
 from bridge.link.podcache import PodCache
 from bridge.placement.grace import GraceWarnings
+from bridge.placement.hetfit import SlurmNodeListing
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import JobEventFanout
 from bridge.placement.notifier import PodNotifier
@@ -69,9 +70,8 @@ class Bridge:
             identity=c.identity, lease_seconds=c.lease_seconds,
         )
         self.device_claims = ClaimReleaser(self.kube)  # DRA claims: pinned at release, freed after
-        self.placer = Placer(self.index, self.nodes, self.seen, self.events,
-                             parked=self.notifier.parked, trouble=self.notifier.trouble,
-                             admit=self._admit, members=self.kube, views=self.pod_cache.get)
+        self.slurm_nodes = SlurmNodeListing(self.slurm)  # node sync lists, the submit reads
+        self.placer = self._placer()
         p = settings.placement
         self.binder = Binder(self.kube, self.placer, cuda_numbering=p.cuda_visible_devices)
         self.releaser = self._releaser()
@@ -93,7 +93,8 @@ class Bridge:
             orphan_grace=c.orphan_grace_seconds,
             device_claims=self.device_claims if settings.device_classes else None,
         )
-        self.nodesync = NodeSync(self.kube, self.slurm, self.nodes, self.pod_cache)
+        self.nodesync = NodeSync(self.kube, self.slurm, self.nodes, self.pod_cache,
+                                 self.slurm_nodes)
         self.external = ExternalNodes(self.kube, self.slurm, self.nodes, c.external_node_feature)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -101,6 +102,13 @@ class Bridge:
         """Whose placeholder a job is: the tenancy's word, given the namespaces of the pods."""
         trust = owner_trust(self.tenancy, self.settings.slurm.user)
         return JobIndex(self.slurm, trust=JobTrust(trust, self.pod_cache))
+
+    def _placer(self) -> Placer:
+        """Filter's answers and the leader's submits, each group's seats."""
+        return Placer(self.index, self.nodes, self.seen, self.events,
+                      parked=self.notifier.parked, trouble=self.notifier.trouble,
+                      admit=self._admit, members=self.kube, views=self.pod_cache.get,
+                      slurm_nodes=self.slurm_nodes)
 
     def _releaser(self) -> Releaser:
         """The gated pods' release, their DRA claims written with Slurm's GPUs first."""

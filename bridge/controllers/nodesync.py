@@ -25,6 +25,7 @@ from bridge.controllers.drains import ours
 from bridge.controllers.nodeclaims import NodeClaims
 from bridge.kube.nodecache import NodeCache, NodeView, Taint, claims
 from bridge.link.podcache import PodCache
+from bridge.placement.hetfit import SlurmNodeListing
 from bridge.ports import KubeCreate, KubePatch, SlurmNodes
 from bridge.slurm.types import SlurmNode
 
@@ -53,15 +54,21 @@ class NodeSyncKube(KubePatch, KubeCreate, Protocol):
 
 class NodeSync:
     def __init__(self, kube: NodeSyncKube, slurm: NodeSyncSlurm, nodes: NodeCache,
-                 pods: PodCache) -> None:
+                 pods: PodCache, listing: SlurmNodeListing | None = None) -> None:
+        """``listing``: where Slurm's nodes, listed each round, are remembered for others
+        (the submit's check of a heterogeneous job: placement/hetfit.py)."""
         self._kube = kube
         self._slurm = slurm
         self._nodes = nodes
         self._pods = pods
         self._claims = NodeClaims(kube)
+        self._listing = listing
 
     async def reconcile_once(self) -> None:
-        slurm_nodes = {n.name: n for n in await self._slurm.list_nodes()}
+        listed = await self._slurm.list_nodes()
+        if self._listing is not None:
+            self._listing.remember(listed)
+        slurm_nodes = {n.name: n for n in listed}
         kube_nodes = await self._nodes.current()
         claimed = claims(kube_nodes)
         await self._claims.tell(claimed)

@@ -20,6 +20,7 @@ from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.nodecache import ContestedSlurmNode, NodeCache
 from bridge.link.ownership import job_id_in
 from bridge.link.views import PodView, tied_to, view_of
+from bridge.placement.hetfit import SlurmNodeListing
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import (
@@ -55,12 +56,14 @@ class Placer:
         admit: SubmitCheck | None = None,
         members: KubeList | None = None,
         views: Callable[[str], PodView | None] = lambda uid: None,
+        slurm_nodes: SlurmNodeListing | None = None,
     ) -> None:
         """``events``: told of each pod's job met and of each submit; ``admit``: the policy
         check before a submit, ``members``: where a group's members are listed before its
-        job is submitted (placement/submit.py); ``views``: a pod's view by uid, from the pod
-        cache (bind and prioritize read the job recorded on the pod there); ``parked`` and
-        ``trouble``: where it notes the pods owed a nudge (the notifier gives it)."""
+        job is submitted, ``slurm_nodes``: Slurm's nodes (placement/submit.py); ``views``: a
+        pod's view by uid, from the pod cache (bind and prioritize read the job recorded on
+        the pod there); ``parked`` and ``trouble``: where it notes the pods owed a nudge (the
+        notifier gives it)."""
         self._index = index
         self._views = views
         self._nodes = nodes
@@ -69,7 +72,8 @@ class Placer:
         self._trouble = trouble if trouble is not None else SlurmTrouble()
         self.seats = SeatTable()  # each group's: the release gives, filter and bind read
         self._events = events
-        self._submitter = Submitter(index, admit=admit, events=events, members=members)
+        self._submitter = Submitter(index, admit=admit, events=events, members=members,
+                                    slurm_nodes=slurm_nodes)
 
     async def filter(self, pod: Pod, candidates: list[str]) -> Verdict:
         view = view_of(pod)

@@ -13,9 +13,11 @@ import structlog
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.components import group_components
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import job_request_for_pod
+from bridge.placement.hetfit import SlurmNodeListing, never_fits
 from bridge.placement.hetjob import group_request
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
@@ -38,14 +40,17 @@ class Submitter:
     def __init__(
         self, index: JobIndex, *, admit: SubmitCheck | None = None,
         events: JobEvents = NO_LISTENER, members: KubeList | None = None,
+        slurm_nodes: SlurmNodeListing | None = None,
     ) -> None:
         """``admit``: the policy check before a submit; ``events`` hears of Slurm's answer
         (its refusal told to the pod's owner, the grace-period check: placement/grace.py);
         ``members``: where a group's members are listed, so that its job is never built
-        from one member while the others ask for something else."""
+        from one member while the others ask for something else; ``slurm_nodes``: Slurm's
+        nodes, so that a heterogeneous job that could never start is not submitted."""
         self._index = index
         self._admit = admit
         self._members = members
+        self._slurm_nodes = slurm_nodes
         self._events = events
         # owner → (monotonic time until which it is not resubmitted, Slurm's refusal in words)
         self._refused: dict[Owner, tuple[float, str]] = {}
@@ -84,7 +89,22 @@ class Submitter:
             if differ is not None:
                 raise Refused(differ)
             request = group_request(pod, request, members, self._admit or (lambda p: p))
+            await self._check_fit(pod, owner, request)
         return await self._ensure(pod, request)
+
+    async def _check_fit(self, pod: Pod, owner: GroupOwner, request: JobRequest) -> None:
+        """Raises Refused, told to every member as a refused submit, when ``request`` is a
+        heterogeneous job Slurm could never start (placement/hetfit.py)."""
+        if not request.components or self._slurm_nodes is None:
+            return
+        meta = pod.metadata
+        found = group_components(meta.labels if meta else None,
+                                 meta.annotations if meta else None)
+        names = [part.name for part in found.parts] if found else []
+        unfit = never_fits(owner, names, request, await self._slurm_nodes.nodes())
+        if unfit is not None:
+            log.warning("placement.hetjob_never_fits", owner=str(owner), why=unfit)
+            raise Refused(unfit)
 
     async def _ensure(self, pod: Pod, request: JobRequest) -> SlurmJob:
         """Submit; a refusal is told to the pod's owner in words, and not retried for a while."""

@@ -159,11 +159,15 @@ def slurm_node(info: NodeInfo) -> SlurmNode:
         memory_mb=info.real_memory,
         gres=info.gres,
         topology=topology_units(info.topology),
-        features=frozenset(
-            f.strip() for f in (info.features.split(",") if isinstance(info.features, str)
-                                else info.features) if f.strip()
-        ),
+        features=_names(info.features),
+        partitions=_names(info.partitions),
     )
+
+
+def _names(listed: list[str] | str) -> frozenset[str]:
+    """A list of names as slurmrestd gives it: a list, or CSV in some parsers."""
+    return frozenset(n.strip() for n in (listed.split(",") if isinstance(listed, str)
+                                         else listed) if n.strip())
 
 
 def topology_units(text: str) -> tuple[tuple[str, str], ...]:

@@ -131,6 +131,7 @@ class SlurmNode:
     # Slurm's topology (25.05+, a node's Topology=); () on 24.11 or a node that names none.
     topology: tuple[tuple[str, str], ...] = ()
     features: frozenset[str] = frozenset()
+    partitions: frozenset[str] = frozenset()  # the partitions the node is in
 
     @property
     def unavailable(self) -> bool:

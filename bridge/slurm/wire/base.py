@@ -161,6 +161,7 @@ class NodeInfo(WireModel):
     gres: str = ""
     topology: str = ""  # v0.0.43+: "tree:leaf1,block:b1", the node's units (NodeName Topology=)
     features: list[str] | str = Field(default_factory=list)  # a list, or CSV in some parsers
+    partitions: list[str] | str = Field(default_factory=list)  # likewise
 
 
 class NodesResponse(Envelope):
