@@ -270,6 +270,48 @@ async def test_a_composite_asking_for_fewer_groups_than_it_has_is_refused_naming
     assert "set schedulingPolicy.gang.minGroupCount to 2" in message, message
 
 
+
+async def test_a_group_needing_more_nodes_than_slurm_has_is_refused_naming_the_fix(
+    bridge_stack: BridgeStack, kube: AsyncClient, e2e_namespace: NamespaceFactory
+) -> None:
+    """Slurm puts no two components of one heterogeneous job on one node (``-N1 : -N2`` on two
+    idle nodes pends for ever, reason Resources): a launcher beside a worker on every node
+    needs one node more than Slurm has.  Nothing is submitted, and every member is told so,
+    naming each component's nodes, Slurm's and what to do."""
+    slurm, ns = await quiet_namespace(bridge_stack, e2e_namespace, "hetfit")
+    count = len(set(slurm.admin("sinfo", "-h", "-N", "-o", "%N").split()))
+    group = {keys.GROUP: "big", keys.GROUP_SIZE: str(1 + count)}
+    parts = {keys.GROUP_COMPONENTS: f"launcher=1,workers={count}"}
+    names = ["launcher", *(f"worker-{i}" for i in range(count))]
+    for rank, name in enumerate(names):
+        labels = {**group, keys.GROUP_RANK: str(rank),
+                  keys.GROUP_COMPONENT: "launcher" if rank == 0 else "workers"}
+        await create_pod(kube, ns, pod_manifest(name, cpu="1", gpus=1 if rank else 0,
+                                                labels=labels, annotations=parts))
+    said: dict[str, str] = {}
+
+    async def told() -> bool:
+        for name in names:
+            said[name] = next((m for r, m in await pod_events(kube, ns, name)
+                               if r == keys.EventReason.SUBMIT_REFUSED.value), "")
+        return all(said.values())
+
+    try:
+        await wait_for(told, 60, interval=1, what="every member told its job can never start")
+        print(f"slurm {slurm.version}, each member's {keys.EventReason.SUBMIT_REFUSED.value}: "
+              f"{said['launcher']}")
+        for name, message in said.items():
+            for words in (f"group {ns}/big can never start",
+                          "no two components of one heterogeneous job on one node",
+                          f"launcher 1, workers {count}", f"Slurm has {count} nodes",
+                          "put fewer members in a component, or ask for partitions with more "
+                          "nodes"):
+                assert words in message, (name, words, message)
+        listed = slurm.admin("squeue", "-h", "-t", "all", "-o", "%i", "-n", f"k8s:{ns}/big")
+        assert listed.split() == [], f"a job was submitted: {listed}"
+    finally:
+        slurm.admin("scancel", "-n", f"k8s:{ns}/big")
+
 # --- lifecycle and status (issue 43, item 4) -------------------------------------------------
 
 async def _slurmrestd_says(slurm: SlurmTarget, job_id: str) -> list[tuple[str, str, str, str]]:
