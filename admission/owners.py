@@ -125,6 +125,9 @@ class _CompositeSpec(_Wire):
     scheduling_policy: _CompositePolicy = Field(
         default_factory=_CompositePolicy, alias="schedulingPolicy"
     )
+    scheduling_constraints: _Constraints | None = Field(
+        default=None, alias="schedulingConstraints"
+    )
 
 
 class CompositePodGroupObject(_Wire):

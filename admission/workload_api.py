@@ -38,10 +38,14 @@ async def pod_group(
     if policy is None:  # basic policy: scheduled pod by pod
         return None
     size = policy.min_count
-    constraints = gang.spec.scheduling_constraints
-    domains = [t.key for t in constraints.topology] if constraints else []
     return Membership(group_name(name), size, ranked(own, size), ref,
-                      asks=_one_domain(ref, domains, size))
+                      asks=_one_domain(ref, _domains(gang), size))
+
+
+def _domains(group: PodGroupObject | CompositePodGroupObject) -> list[str]:
+    """The topology label keys whose one domain the group's pods are to share."""
+    constraints = group.spec.scheduling_constraints
+    return [t.key for t in constraints.topology] if constraints else []
 
 
 def _one_domain(ref: str, domain_keys: list[str], size: int) -> dict[str, str]:
@@ -73,6 +77,14 @@ async def _composite(
             f"heterogeneous job has one level of components; point {ref}'s "
             "spec.parentCompositePodGroupName at a top-level composite (one without a parent)"
         )
+    if shared := _domains(composite):
+        raise WorkloadError(
+            f"{where} asks its child groups to share one {shared[0]} "
+            "(spec.schedulingConstraints), but they run as one Slurm heterogeneous job and "
+            "Slurm keeps no heterogeneous job's components within one unit (each component's "
+            "switches and segment are its own): put the constraint on its child PodGroups, "
+            "each kept within one unit of its own, or on none"
+        )
     workload, parts = await _child_templates(namespace, where, composite, read)
     gang = spec.scheduling_policy.gang
     if gang is None or gang.min_group_count != len(parts):
@@ -98,6 +110,7 @@ async def _composite(
     rank = ranked(own, size)
     return Membership(group_name(name), sum(s for _, s in parts),
                       None if rank is None else offset + rank, where,
+                      asks=_one_domain(ref, _domains(child), size),
                       components=tuple(parts), component=chosen)
 
 

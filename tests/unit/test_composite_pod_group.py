@@ -141,3 +141,51 @@ async def test_a_composite_slurm_cannot_start_as_one_job_is_refused_naming_it(
     read = owners(*objects, child("launcher", 1), child("workers", 2))
     with pytest.raises(WorkloadError, match=re.escape(words)):
         await membership(member("workers", 0), NS, read)
+
+
+# --- topology (issue 43, item 5): a child's constraint is its own component's ---------------
+
+SAME_LEAF = {"topology": [{"key": keys.TOPOLOGY_LABEL_PREFIX + "tree"}]}
+
+
+def _constrained(found: tuple[Kind, dict[str, Any]]) -> tuple[Kind, dict[str, Any]]:
+    found[1]["spec"]["schedulingConstraints"] = SAME_LEAF
+    return found
+
+
+async def test_a_child_pod_groups_topology_constraint_is_its_own_components_ask() -> None:
+    """Slurm keeps each component of a heterogeneous job within its own leaf switch or block
+    (its ``--switches``/``--segment``): the workers' constraint asks it of their component, of
+    their 2 nodes; the launcher asks nothing."""
+    read = owners(workload(), composite(), child("launcher", 1), _constrained(child("workers", 2)))
+    workers = await membership(member("workers", 0), NS, read)
+    launcher = await membership(member("launcher", 0), NS, read)
+    assert workers is not None and launcher is not None
+    assert workers.asks == {keys.SWITCHES: "1", keys.SEGMENT: "2"}
+    assert launcher.asks == {}
+
+
+async def test_a_child_constraint_on_a_key_slurm_does_not_know_is_refused_naming_it() -> None:
+    rack = child("workers", 2)
+    rack[1]["spec"]["schedulingConstraints"] = {
+        "topology": [{"key": "topology.kubernetes.io/rack"}]}
+    read = owners(workload(), composite(), child("launcher", 1), rack)
+    with pytest.raises(WorkloadError, match=re.escape(
+            f"PodGroup {NS}/train-job-workers asks its pods to share one "
+            "topology.kubernetes.io/rack")):
+        await membership(member("workers", 0), NS, read)
+
+
+async def test_a_topology_constraint_on_the_composite_itself_is_refused() -> None:
+    """All components within one unit: Slurm applies a heterogeneous job's switches and
+    segment per component, never across them; the refusal says where to put it instead."""
+    read = owners(workload(), _constrained(composite()), child("launcher", 1),
+                  child("workers", 2))
+    with pytest.raises(WorkloadError) as refused:
+        await membership(member("workers", 0), NS, read)
+    message = str(refused.value)
+    for words in (f"{COMPOSITE} asks its child groups to share one "
+                  f"{keys.TOPOLOGY_LABEL_PREFIX}tree (spec.schedulingConstraints)",
+                  "Slurm keeps no heterogeneous job's components within one unit",
+                  "put the constraint on its child PodGroups"):
+        assert words in message, (words, message)
