@@ -18,7 +18,6 @@ from bridge.link.ownership import job_id_in, owner_key
 from bridge.slurm.types import SlurmJob
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
-_KEPT_ANNOTATIONS = (keys.JOB_ID, keys.SLURM_NODE, keys.GPU_IDS)
 DEFAULT_GRACE_SECONDS = 30  # Kubernetes' default terminationGracePeriodSeconds
 
 
@@ -36,7 +35,12 @@ class PodView:
     gated: bool  # held by the bridge's gate
     held: bool  # held by another gate (Kueue's, a user's)
     grace_seconds: int
-    annotations: tuple[tuple[str, str], ...]  # the bridge's records about the job
+    # The bridge's records about the job, each annotation's text (None: not on the pod),
+    # as fields, not a tuple of pairs: one view per pod is kept by the cache and SeenPods.
+    recorded_job: str | None
+    recorded_node: str | None
+    recorded_gpus: str | None
+    job_id: int | None  # recorded_job parsed once here, not per read (filter_known)
     created: datetime | None = None  # creationTimestamp (bind latency)
 
     def __str__(self) -> str:
@@ -57,11 +61,9 @@ class PodView:
 
     @property
     def recorded(self) -> dict[str, str]:
-        return dict(self.annotations)
-
-    @property
-    def job_id(self) -> int | None:
-        return job_id_in(self.recorded)
+        kept = ((keys.JOB_ID, self.recorded_job), (keys.SLURM_NODE, self.recorded_node),
+                (keys.GPU_IDS, self.recorded_gpus))
+        return {key: text for key, text in kept if text is not None}
 
 
 def tied_to(pod: PodView, job: SlurmJob) -> bool:
@@ -90,7 +92,8 @@ def view_of(pod: Pod) -> PodView:
         containers_stopped=_containers_stopped(pod),
         gated=gated(pod), held=bool(other_gates(pod)),
         grace_seconds=grace_seconds(pod),
-        annotations=tuple((k, annotations[k]) for k in _KEPT_ANNOTATIONS if k in annotations),
+        recorded_job=annotations.get(keys.JOB_ID), recorded_node=annotations.get(keys.SLURM_NODE),
+        recorded_gpus=annotations.get(keys.GPU_IDS), job_id=job_id_in(annotations),
         created=meta.creationTimestamp,
     )
 

@@ -14,11 +14,10 @@ from datetime import datetime
 import structlog
 from lightkube.models.core_v1 import Pod
 
-from bridge import keys, metrics
+from bridge import metrics
 from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.nodecache import ContestedSlurmNode, NodeCache
-from bridge.link.ownership import job_id_in
 from bridge.link.views import PodView, tied_to, view_of
 from bridge.placement.hetfit import SlurmNodeListing
 from bridge.placement.index import JobIndex
@@ -216,9 +215,8 @@ class Placer:
 
     def _resolve_view(self, view: PodView, job: SlurmJob) -> Placement:
         """``resolve`` for a pod as its view shows it: the job and node recorded on it."""
-        recorded = view.recorded
-        return self.resolve(view.owner, view.uid, job, recorded=job_id_in(recorded),
-                            node=recorded.get(keys.SLURM_NODE) or None)
+        return self.resolve(view.owner, view.uid, job, recorded=view.job_id,
+                            node=view.recorded_node or None)
 
     def resolve(
         self, owner: Owner, uid: str, job: SlurmJob, *, recorded: int | None, node: str | None
