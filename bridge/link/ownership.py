@@ -17,8 +17,13 @@ from bridge.jobs.owner import GroupOwner, Owner, PodOwner, parse_owner
 
 def owner_key(pod: Pod) -> Owner:
     """The recorded owner, else the one the pod's labels declare (no job yet)."""
-    recorded = ((pod.metadata and pod.metadata.annotations) or {}).get(keys.OWNER)
-    return parse_owner(recorded) if recorded else declared_owner(pod)
+    meta = pod.metadata
+    recorded = ((meta and meta.annotations) or {}).get(keys.OWNER)
+    if not recorded:
+        return declared_owner(pod)
+    if meta is not None and meta.uid and recorded == meta.uid:  # a lone pod: one copy of its uid
+        return PodOwner(meta.uid)
+    return parse_owner(recorded)
 
 
 def declared_owner(pod: Pod) -> Owner:

@@ -35,12 +35,12 @@ class PodView:
     gated: bool  # held by the bridge's gate
     held: bool  # held by another gate (Kueue's, a user's)
     grace_seconds: int
-    # The bridge's records about the job, each annotation's text (None: not on the pod),
-    # as fields, not a tuple of pairs: one view per pod is kept by the cache and SeenPods.
-    recorded_job: str | None
+    # The bridge's records about the job as fields, not a tuple of pairs (the cache and
+    # SeenPods each keep a view per pod): the job id parsed once here, not per read; the
+    # Slurm node's and GPUs' annotations as written (None: not on the pod).
+    job_id: int | None
     recorded_node: str | None
     recorded_gpus: str | None
-    job_id: int | None  # recorded_job parsed once here, not per read (filter_known)
     created: datetime | None = None  # creationTimestamp (bind latency)
 
     def __str__(self) -> str:
@@ -61,7 +61,8 @@ class PodView:
 
     @property
     def recorded(self) -> dict[str, str]:
-        kept = ((keys.JOB_ID, self.recorded_job), (keys.SLURM_NODE, self.recorded_node),
+        job = None if self.job_id is None else str(self.job_id)  # what job_id_in reads
+        kept = ((keys.JOB_ID, job), (keys.SLURM_NODE, self.recorded_node),
                 (keys.GPU_IDS, self.recorded_gpus))
         return {key: text for key, text in kept if text is not None}
 
@@ -92,8 +93,8 @@ def view_of(pod: Pod) -> PodView:
         containers_stopped=_containers_stopped(pod),
         gated=gated(pod), held=bool(other_gates(pod)),
         grace_seconds=grace_seconds(pod),
-        recorded_job=annotations.get(keys.JOB_ID), recorded_node=annotations.get(keys.SLURM_NODE),
-        recorded_gpus=annotations.get(keys.GPU_IDS), job_id=job_id_in(annotations),
+        job_id=job_id_in(annotations), recorded_node=annotations.get(keys.SLURM_NODE),
+        recorded_gpus=annotations.get(keys.GPU_IDS),
         created=meta.creationTimestamp,
     )
 
