@@ -7,7 +7,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from bridge import keys
-from bridge.jobs.components import member_part
+from bridge.jobs.components import member_part, squeue_job_text
 from bridge.jobs.owner import Owner
 from bridge.link.ownership import owner_key
 from bridge.placement.reasons import clock, component_view
@@ -35,9 +35,7 @@ class Row:
 
     @property
     def job(self) -> str:
-        if self.job_id is None:
-            return "-"
-        return f"{self.job_id}+{self.offset}" if self.offset is not None else str(self.job_id)
+        return "-" if self.job_id is None else squeue_job_text(self.job_id, self.offset)
 
 
 def _age(created: datetime | None) -> str:

@@ -110,3 +110,8 @@ def member_part(
     except InvalidPodRequest:
         return None
     return None if found is None else (found.own.name, found.parts.index(found.own))
+
+
+def squeue_job_text(job_id: int, offset: int | None) -> str:
+    """A job as squeue names it: ``29``, or a heterogeneous job's component ``29+1``."""
+    return f"{job_id}+{offset}" if offset is not None else str(job_id)

@@ -10,7 +10,7 @@ from lightkube.models.core_v1 import PodCondition
 from lightkube.resources.core_v1 import Event, Pod
 
 from bridge import keys
-from bridge.jobs.components import member_part
+from bridge.jobs.components import member_part, squeue_job_text
 from bridge.kube.writes import COMPONENT
 from bridge.link.ownership import job_id_in
 from bridge.placement.reasons import said_component, said_expected
@@ -48,9 +48,7 @@ class PodRow:
     @property
     def job(self) -> str:
         """The job as squeue names it: ``29``, or a component ``29+1``."""
-        if self.job_id is None:
-            return ""
-        return f"{self.job_id}+{self.offset}" if self.offset is not None else str(self.job_id)
+        return "" if self.job_id is None else squeue_job_text(self.job_id, self.offset)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

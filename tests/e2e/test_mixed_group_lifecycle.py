@@ -103,15 +103,7 @@ async def test_a_preempted_heterogeneous_job_evicts_every_member_as_preempted(
     native = slurm.admin("sbatch", "--parsable", "--qos=high", "--gres=gpu:8", "-w", node,
                          "-o", "/dev/null", "--wrap", "sleep 600").strip()
     try:
-        said: dict[str, str] = {}
-
-        async def every_member_told() -> bool:
-            for name in NAMES:
-                said[name] = next((m for r, m in await pod_events(kube, ns, name)
-                                   if r == keys.EventReason.PREEMPTED.value), said.get(name, ""))
-            return all(said.values())
-
-        await wait_for(every_member_told, 90, interval=1, what="every member told SlurmPreempted")
+        said = await _every_member_told(kube, ns, keys.EventReason.PREEMPTED, 90, interval=1)
         signalled = await _signalled(slurm, job_id)
         listed = slurm.admin("squeue", "-h", "-t", "all", "-o", "%i|%T|%r", "-j", job_id)
         print(f"slurm {slurm.version} preempting {job_id}: {signalled} {listed.split()}")
@@ -150,15 +142,7 @@ async def test_a_component_past_its_time_limit_ends_the_group(
     job_id = meta.annotations[keys.JOB_ID]
     limits = slurm.admin("squeue", "-h", "-o", "%i|%l", "-j", job_id).split()
     assert sorted(limits) == [f"{job_id}+0|UNLIMITED", f"{job_id}+1|1:00"], limits
-    said: dict[str, str] = {}
-
-    async def every_member_told() -> bool:
-        for name in NAMES:
-            said[name] = next((m for r, m in await pod_events(kube, ns, name)
-                               if r == keys.EventReason.JOB_ENDED.value), said.get(name, ""))
-        return all(said.values())
-
-    await wait_for(every_member_told, 150, interval=2, what="every member told SlurmJobEnded")
+    said = await _every_member_told(kube, ns, keys.EventReason.JOB_ENDED, 150, interval=2)
     print(f"slurm {slurm.version} {job_id} at the time limit: {_accounted(slurm, job_id)}; "
           f"told: {said['launcher']}")
     for name, message in said.items():
@@ -201,3 +185,19 @@ async def test_kubectl_slurmbridge_status_shows_each_members_component(
                                      "-o", "json").stdout)
     assert {(r["pod"], r["component"], r["offset"]) for r in rows} == {
         ("launcher", "launcher", 0), ("worker-0", "workers", 1), ("worker-1", "workers", 1)}
+
+
+async def _every_member_told(
+    kube: AsyncClient, ns: str, reason: keys.EventReason, seconds: float, *, interval: float
+) -> dict[str, str]:
+    """Each member's first event of ``reason``, once every member has one."""
+    said: dict[str, str] = {}
+
+    async def told() -> bool:
+        for name in NAMES:
+            said[name] = next((m for r, m in await pod_events(kube, ns, name)
+                               if r == reason.value), said.get(name, ""))
+        return all(said.values())
+
+    await wait_for(told, seconds, interval=interval, what=f"every member told {reason.value}")
+    return said
