@@ -46,12 +46,16 @@ class ClaimReleaser:
 
     def __init__(self, kube: FreeingKube) -> None:
         self._kube = kube
-        self._maybe_pinned = True  # until a listing finds none (another leader's may exist)
+        self._pins = 0  # claims about to be written, counted
+        # The count when a listing last found none: None until one does (another leader's
+        # may exist).  A count, not a flag: a pin during a listing that answers "none" is
+        # not hidden by that answer.
+        self._none_since: int | None = None
         self._told: set[str] = set()  # UIDs of labelled claims without the bridge's record
 
     def pinning(self) -> None:
         """A claim is about to be written: the loop looks again."""
-        self._maybe_pinned = True
+        self._pins += 1
 
     async def pinned(self) -> list[Pinned]:
         """Every claim the bridge allocated and has not freed: one list, by the job label,
@@ -82,10 +86,11 @@ class ClaimReleaser:
         self, job_holds: Callable[[int], Awaitable[bool]], pod_runs: Callable[[str], bool]
     ) -> None:
         """Free every claim whose job holds no GPUs and whose pods may no longer run."""
-        if not self._maybe_pinned:
+        if self._none_since == self._pins:
             return
+        pins = self._pins
         pinned = await self.pinned()
-        self._maybe_pinned = bool(pinned)
+        self._none_since = None if pinned else pins
         for claim, record in pinned:
             users = [r.uid for r in (claim.status.reservedFor if claim.status else None) or []]
             if any(pod_runs(uid) for uid in users) or await job_holds(record.job):

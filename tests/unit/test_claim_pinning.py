@@ -3,6 +3,7 @@
 Over the in-memory fakes; the same against a real apiserver, kube-scheduler and DRA driver is
 tests/kind/test_dra_claims.py."""
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from lightkube.resources.resource_v1 import ResourceClaimStatus as ClaimStatus
 from lightkube.types import PatchType
 
 from bridge import keys
+from bridge.devices.freeing import ClaimReleaser, FreeingKube
 from bridge.slurm.types import JobState
 from slurmbridge_devkit.builders import PodBuilder
 from slurmbridge_devkit.fakes import intake_running
@@ -227,3 +229,41 @@ async def test_a_claim_allocated_again_by_someone_else_is_unmarked_never_cleared
     assert devices(kept) == ["gpu-1"], "kube-scheduler's allocation must stay"
     assert keys.CLAIM_FINALIZER not in (kept["metadata"].get("finalizers") or [])
     assert keys.CLAIM_JOB_LABEL not in (kept["metadata"].get("labels") or {})
+
+
+class _ListingHeld:
+    """A claim listing that answers only when told, with the claims as they were when asked."""
+
+    def __init__(self) -> None:
+        self.claims: list[ResourceClaim] = []
+        self.lists = 0
+        self.asked, self.answer = asyncio.Event(), asyncio.Event()
+
+    async def list(self, *_: object, **__: object) -> AsyncIterator[ResourceClaim]:
+        self.lists += 1
+        seen = list(self.claims)
+        self.asked.set()
+        await self.answer.wait()
+        for found in seen:
+            yield found
+
+    async def patch(self, *_: object, **__: object) -> object:
+        raise AssertionError("nothing to free here")
+
+
+async def test_a_claim_pinned_while_a_round_lists_is_looked_at_next_round() -> None:
+    """A claim written while the lifecycle's listing is under way (it read none yet): the
+    empty answer must not hide that claim from the rounds after, or it is never freed."""
+    kube = _ListingHeld()
+    releaser = ClaimReleaser(cast(FreeingKube, kube))
+    round_one = asyncio.create_task(releaser.free_finished(_holds, lambda _: False))
+    await kube.asked.wait()
+    releaser.pinning()  # the pinner, about to write a claim the listing did not see
+    kube.answer.set()
+    await round_one
+    await releaser.free_finished(_holds, lambda _: False)
+    assert kube.lists == 2, "the round after the pin must list the claims again"
+
+
+async def _holds(_: int) -> bool:
+    return True
