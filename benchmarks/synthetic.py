@@ -20,6 +20,7 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from bridge import keys
 from bridge.jobs.owner import PodOwner
+from bridge.link.views import view_of
 from bridge.runtime import Bridge
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.fake_kube import FakeKube
@@ -175,7 +176,7 @@ def load(
                 kube.add(p)
             if released:
                 bridge.pod_cache.apply("ADDED", p)
-            await bridge.notifier.job_known(p, j)
+            await bridge.notifier.job_known(view_of(p), j)
         await bridge.notifier.drain()
         if len(bridge.index.live()) != jobs:  # else the benchmark times a bridge with no jobs
             raise RuntimeError(f"the index believes {len(bridge.index.live())} of {jobs} "

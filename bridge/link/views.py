@@ -11,6 +11,7 @@ from datetime import datetime
 from lightkube.models.core_v1 import Pod
 
 from bridge import keys
+from bridge.jobs.components import member_part
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.watchcache import resource_version
 from bridge.link.gate import gated, other_gates
@@ -42,6 +43,7 @@ class PodView:
     recorded_node: str | None
     recorded_gpus: str | None
     created: datetime | None = None  # creationTimestamp (bind latency)
+    part: tuple[str, int] | None = None  # a mixed group member's component and its offset
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -96,6 +98,7 @@ def view_of(pod: Pod) -> PodView:
         job_id=job_id_in(annotations), recorded_node=annotations.get(keys.SLURM_NODE),
         recorded_gpus=annotations.get(keys.GPU_IDS),
         created=meta.creationTimestamp,
+        part=member_part(meta.labels, annotations),
     )
 
 

@@ -11,12 +11,13 @@ from typing import Protocol
 
 from lightkube.models.core_v1 import Pod
 
+from bridge.link.views import PodView
 from bridge.slurm.types import SlurmJob
 
 
 class JobEvents(Protocol):
-    async def job_known(self, pod: Pod, job: SlurmJob) -> None:
-        """The placer met ``pod`` and knows its job (each filter and each early submit)."""
+    async def job_known(self, pod: PodView, job: SlurmJob) -> None:
+        """The placer met ``pod`` (read once, at the edge) and knows its job."""
 
     async def job_submitted(self, pod: Pod) -> None:
         """Slurm took the job of ``pod``."""
@@ -41,7 +42,7 @@ class JobEvents(Protocol):
 class JobListener:
     """Hears every event and acts on none: a listener overrides the events it acts on."""
 
-    async def job_known(self, pod: Pod, job: SlurmJob) -> None:
+    async def job_known(self, pod: PodView, job: SlurmJob) -> None:
         return None
 
     async def job_submitted(self, pod: Pod) -> None:
@@ -76,7 +77,7 @@ class JobEventFanout:
     def listen(self, *listeners: JobEvents) -> None:
         self._listeners.extend(listeners)
 
-    async def job_known(self, pod: Pod, job: SlurmJob) -> None:
+    async def job_known(self, pod: PodView, job: SlurmJob) -> None:
         for listener in self._listeners:
             await listener.job_known(pod, job)
 

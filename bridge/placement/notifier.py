@@ -28,10 +28,8 @@ from typing import Any, Protocol
 import structlog
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import Pod
-from lightkube.models.meta_v1 import ObjectMeta
 
 from bridge import keys
-from bridge.jobs.components import member_part
 from bridge.kube import writes
 from bridge.link.views import PodView, view_of
 from bridge.placement.job_events import JobListener
@@ -125,17 +123,15 @@ class PodNotifier(JobListener):
             told = self._seen[uid] = _Told()
         return told
 
-    async def job_known(self, pod: Pod, job: SlurmJob) -> None:
+    async def job_known(self, pod: PodView, job: SlurmJob) -> None:
         """Called for every pod whose job filter or intake meets; cheap when nothing changed.
         It only shows status: the job is recorded on the pod by the leader, which submitted
         it (placement/release.py)."""
-        key = view_of(pod)
-        told = self._told(key.uid)
-        told.gated = told.gated or key.gated
-        meta = pod.metadata or ObjectMeta()
-        if (part := member_part(meta.labels, meta.annotations)) is not None:
-            told.part = part
-        self._update(key, job)
+        told = self._told(pod.uid)
+        told.gated = told.gated or pod.gated
+        if pod.part is not None:
+            told.part = pod.part
+        self._update(pod, job)
 
     async def job_changed(self, before: SlurmJob, after: SlurmJob) -> None:
         """Called by the poller on any change: new reason, or nodes allocated (requeue now)."""

@@ -147,7 +147,7 @@ class Placer:
             )
         if job is None:
             job = await self._submitter.submit(pod, view.owner)
-            await self._events.job_known(pod, job)
+            await self._events.job_known(view, job)
         return job
 
     async def _job_for(self, pod: Pod, view: PodView) -> SlurmJob | None:
@@ -169,7 +169,7 @@ class Placer:
                     f"{job.reason}); the bridge will not resubmit it: recreate the pod"
                 )
             return None  # the group's next run (e.g. a resumed Job)
-        await self._events.job_known(pod, job)
+        await self._events.job_known(view, job)
         return job
 
     def _recorded_live(self, view: PodView) -> SlurmJob | None:

@@ -93,7 +93,7 @@ async def test_each_member_is_told_its_own_components_state_and_reason() -> None
         registry.remember(view_of(pod))
     notifier = PodNotifier(kube, registry, quiet_seconds=0.01)
     for pod in pods:
-        await notifier.job_known(pod, job)
+        await notifier.job_known(view_of(pod), job)
     await asyncio.sleep(0.05)
     await notifier.drain()
     said = {e["involvedObject"]["name"]: e["message"]

@@ -66,7 +66,7 @@ async def test_a_job_slurm_starts_at_once_costs_the_notifier_no_write() -> None:
     (placement/release.py), so the order of the job's listeners does not matter."""
     pod = _pod()
     notifier, kube, _ = _notifier(pod)
-    await notifier.job_known(pod, PENDING)
+    await notifier.job_known(view_of(pod), PENDING)
     await notifier.job_changed(PENDING, RUNNING)
     await _settle(notifier)
     assert writes(kube) == []
@@ -75,7 +75,7 @@ async def test_a_job_slurm_starts_at_once_costs_the_notifier_no_write() -> None:
 async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
     pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
     notifier, kube, _ = _notifier(pod)
-    await notifier.job_known(pod, PENDING)
+    await notifier.job_known(view_of(pod), PENDING)
     notifier.parked.park("uid-1")  # filter answered "waiting": kube-scheduler set the pod aside
     await notifier.job_changed(PENDING, RUNNING)
     await asyncio.sleep(0)
@@ -89,7 +89,7 @@ async def test_a_parked_pod_is_nudged_as_soon_as_its_job_is_allocated() -> None:
 async def test_a_job_that_keeps_pending_is_shown_after_the_quiet_period() -> None:
     pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
     notifier, kube, _ = _notifier(pod)
-    await notifier.job_known(pod, PENDING)
+    await notifier.job_known(view_of(pod), PENDING)
     await asyncio.sleep(0)
     assert writes(kube) == []
     await _settle(notifier)
@@ -104,7 +104,7 @@ async def test_a_job_that_keeps_pending_is_shown_after_the_quiet_period() -> Non
 async def test_a_shown_job_whose_reason_changes_gets_an_event_and_the_condition() -> None:
     pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
     notifier, kube, _ = _notifier(pod)
-    await notifier.job_known(pod, PENDING)
+    await notifier.job_known(view_of(pod), PENDING)
     await _settle(notifier)
     await notifier.job_changed(PENDING, dataclasses.replace(PENDING, reason="QOSGrpGRES"))
     await notifier.drain()
@@ -117,7 +117,7 @@ async def test_a_gated_pod_that_keeps_pending_costs_one_write_the_event() -> Non
     which every pod watcher is sent.  Nothing stale is left to correct at allocation."""
     pod = _pod(gated=True)
     notifier, kube, _ = _notifier(pod)
-    await notifier.job_known(pod, PENDING)
+    await notifier.job_known(view_of(pod), PENDING)
     await _settle(notifier)
     assert writes(kube) == [("event", "SlurmPending")]
     await notifier.job_changed(PENDING, dataclasses.replace(PENDING, reason="QOSGrpGRES"))
@@ -132,7 +132,7 @@ async def test_a_gated_pods_refusal_is_corrected_once_its_job_is_accepted() -> N
     notifier, kube, _ = _notifier(pod)
     await notifier.submit_refused(pod, keys.REASON_CANNOT_SUBMIT, "no such partition")
     await notifier.drain()
-    await notifier.job_known(pod, PENDING)  # the admin fixed it: submitted, pending
+    await notifier.job_known(view_of(pod), PENDING)  # the admin fixed it: submitted, pending
     await _settle(notifier)
     await notifier.job_changed(PENDING, RUNNING)
     await _settle(notifier)
@@ -146,7 +146,7 @@ async def test_a_job_slurm_has_not_been_read_about_is_shown_once_its_reason_is_k
     pod = _pod(gated=True)
     notifier, kube, _ = _notifier(pod)
     unread = dataclasses.replace(PENDING, reason="None")
-    await notifier.job_known(pod, unread)
+    await notifier.job_known(view_of(pod), unread)
     await _settle(notifier)
     assert writes(kube) == []
     await notifier.job_changed(unread, PENDING)  # the poller's reason refresh read "Resources"
@@ -160,7 +160,7 @@ async def test_pods_whose_jobs_are_long_gone_are_forgotten() -> None:
     gone, waiting = _pod("uid-1"), _pod("uid-2")
     for uid, pod, job in (("uid-1", gone, PENDING), ("uid-2", waiting, RUNNING)):
         registry.remember(view_of(pod))
-        await notifier.job_known(pod, job)
+        await notifier.job_known(view_of(pod), job)
         assert registry.owner_of(uid) == PodOwner(uid)
     tracked = {PodOwner("uid-2")}  # the index still has uid-2's job; uid-1's left Slurm's listing
     assert registry.prune(tracked.__contains__, idle_seconds=3600) == 0  # not idle yet
@@ -193,7 +193,7 @@ async def test_a_pending_pod_is_told_when_slurm_expects_its_job_to_start() -> No
     """Issue 26: Slurm's backfill estimate in the event and the condition, with the reason."""
     pod = _pod(annotations={keys.JOB_ID: "7", keys.OWNER: "uid-1"})
     notifier, kube, _ = _notifier(pod)
-    await notifier.job_known(pod, ESTIMATED)
+    await notifier.job_known(view_of(pod), ESTIMATED)
     await _settle(notifier)
     said = _messages(kube)
     assert [reason for reason, _ in said] == ["SlurmPending", "condition"]
@@ -207,7 +207,7 @@ async def test_an_estimate_is_shown_again_only_when_it_moves_by_more_than_the_se
     notifier, kube, registry = _notifier()  # estimate_moves_seconds: 120
     pod = _pod(gated=True)  # gated: the event alone says it
     registry.remember(view_of(pod))
-    await notifier.job_known(pod, ESTIMATED)
+    await notifier.job_known(view_of(pod), ESTIMATED)
     await _settle(notifier)
     for moved in (timedelta(seconds=90), timedelta(seconds=-100)):  # jitter: nothing written
         jittered = dataclasses.replace(ESTIMATED, expected_start=SOON + moved)
@@ -234,7 +234,7 @@ async def test_every_member_of_a_group_is_told_its_groups_expected_start() -> No
         assert pod.metadata is not None
         pod.metadata.name, pod.metadata.labels = f"w{i}", {keys.GROUP: "allreduce"}
         registry.remember(view_of(pod))
-        await notifier.job_known(pod, dataclasses.replace(job, reason="None"))
+        await notifier.job_known(view_of(pod), dataclasses.replace(job, reason="None"))
     await _settle(notifier)
     await notifier.job_changed(dataclasses.replace(job, reason="None"), job)
     await notifier.drain()
@@ -256,7 +256,7 @@ async def test_a_burst_of_pending_pods_keeps_the_notifiers_writes_in_flight_boun
     for i in range(pods):
         pod = _pod(f"uid-{i}", gated=True)
         registry.remember(view_of(pod))
-        await notifier.job_known(pod, dataclasses.replace(PENDING, job_id=100 + i,
+        await notifier.job_known(view_of(pod), dataclasses.replace(PENDING, job_id=100 + i,
                                                           owner=PodOwner(f"uid-{i}")))
     await _settle(notifier)
     assert 0 < creates.most <= NOTIFICATIONS_IN_FLIGHT
@@ -274,7 +274,7 @@ async def test_pods_in_their_quiet_period_hold_no_write_slot() -> None:
     for i in range(pods):
         pod = _pod(f"uid-{i}", gated=True)
         registry.remember(view_of(pod))
-        await notifier.job_known(pod, dataclasses.replace(PENDING, job_id=100 + i,
+        await notifier.job_known(view_of(pod), dataclasses.replace(PENDING, job_id=100 + i,
                                                           owner=PodOwner(f"uid-{i}")))
     await asyncio.sleep(quiet)
     await notifier.drain()
