@@ -11,6 +11,7 @@ session is the transport's, the Authorization header what lightkube's auth for t
 (asked once, and again after a 401, as lightkube asks it).
 """
 
+import asyncio
 from contextlib import suppress
 from typing import Any
 
@@ -70,12 +71,14 @@ class BridgeClient(AsyncClient):
         url, data = self._api + path + self._query, _encode(body)
         retried = False
         while True:
-            headers = {"Content-Type": content_type, "Accept": _JSON,
-                       **await self._credential.header()}
+            credential = await self._credential.header()
+            headers = {"Content-Type": content_type, "Accept": _JSON, **credential}
             resp = await send(self._transport.session(), method, url, headers=headers,
                               body=data, limits=self._write_timeout)
             answer = await read(resp)
-            if resp.status != _UNAUTHORIZED or retried or not await self._credential.renew():
+            if resp.status != _UNAUTHORIZED or retried or not (
+                await self._credential.renew(credential)
+            ):
                 break
             retried = True
         if resp.status >= 300:  # 2xx: written
@@ -101,17 +104,22 @@ class _Credential:
         self._auth = auth
         self._server = server
         self._header: dict[str, str] | None = None
+        self._asking = asyncio.Lock()  # one token file read or plugin run for a burst
 
     async def header(self) -> dict[str, str]:
         if self._header is None:
-            self._header = await self._ask(after_refusal=False)
+            async with self._asking:
+                if self._header is None:
+                    self._header = await self._ask(after_refusal=False)
         return self._header
 
-    async def renew(self) -> bool:
-        """After a 401: True when lightkube's auth gives another credential to try."""
-        before = self._header
-        self._header = await self._ask(after_refusal=True)
-        return self._header != before
+    async def renew(self, refused: dict[str, str]) -> bool:
+        """After a 401 to ``refused``: True when there is another credential to try (one a
+        write refused meanwhile already got counts)."""
+        async with self._asking:
+            if self._header == refused:
+                self._header = await self._ask(after_refusal=True)
+            return self._header != refused
 
     async def _ask(self, *, after_refusal: bool) -> dict[str, str]:
         if self._auth is None:

@@ -3,6 +3,7 @@ stand-in apiserver on 127.0.0.1: each refusal reaches its caller as it did throu
 (a Binding that lost: ``AlreadyBound``; a release whose precondition failed: a conflict; a pod
 gone: not found), with the credential and the session of the lightkube client."""
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,6 +38,7 @@ class StandIn:
     def __init__(self) -> None:
         self.seen: list[tuple[str, str, dict[str, str], Any]] = []
         self.answers: list[web.Response] = []
+        self.expired = ""  # an Authorization header answered 401
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -49,6 +51,8 @@ class StandIn:
     async def answer(self, request: web.Request) -> web.Response:
         self.seen.append((request.method, request.path_qs, dict(request.headers),
                           json.loads(await request.read())))
+        if request.headers.get("Authorization") == self.expired:
+            return _status(401, "Unauthorized", "Unauthorized")
         if self.answers:
             return self.answers.pop(0)
         # A Binding is answered with a Status, a patch with the pod: neither is read.
@@ -217,6 +221,25 @@ async def test_a_rotated_token_file_is_read_again_after_a_401(
         await client.close()
     assert [headers["Authorization"] for _, _, headers, _ in stand_in.seen] == [
         "Bearer old", "Bearer old", "Bearer new", "Bearer new"]
+
+
+async def test_a_burst_of_writes_refused_with_a_rotated_token_all_go_again_with_the_new(
+    served: tuple[StandIn, str], tmp_path: Path,
+) -> None:
+    stand_in, server = served
+    token_file = tmp_path / "token"
+    token_file.write_text("old")
+    client = kube_client(_kubeconfig(tmp_path / "kubeconfig", server,
+                                     {"tokenFile": str(token_file)}))
+    try:
+        await client.patch_pod("ns", "p", [])
+        token_file.write_text("new")
+        stand_in.expired = "Bearer old"
+        await asyncio.gather(*(client.patch_pod("ns", f"p{i}", []) for i in range(8)))
+    finally:
+        await client.close()
+    sent = [headers["Authorization"] for _, _, headers, _ in stand_in.seen[1:]]
+    assert sent.count("Bearer new") == 8 and sent.count("Bearer old") == 8
 
 
 async def test_a_401_with_a_fixed_token_is_not_sent_again(
