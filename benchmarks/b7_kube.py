@@ -11,11 +11,13 @@ Issue 22, item 4, measured as ``b7_exchanges`` measures slurmrestd's (which call
   event (one pod event line on a watch stream: each watch request streams
   ``WATCH_EVENTS`` lines, one per millisecond, so its own cost is shared by them).
   Stacks: ``lightkube (httpx2)``, the bridge's client as ``bridge/kube`` builds it and
-  calls it (``bridge.kube.writes.annotate``/``bind``/``record_event``, ``get``, ``watch``:
-  lightkube's models decoded); bare ``aiohttp`` (bytes only); ``aiohttp + struct``
-  (decoding into a msgspec ``Struct`` of the fields the bridge reads of a pod);
+  called it before its bare per-pod writes (merge ``patch``, the Binding and Event models
+  as ``b7_podwrites`` keeps them, ``get``, ``watch``: lightkube's models decoded); bare
+  ``aiohttp`` (bytes only); ``aiohttp + struct`` (decoding into a msgspec ``Struct`` of
+  the fields the bridge reads of a pod);
   ``kubernetes_asyncio (raw)``, its ``CoreV1Api`` with ``_preload_content=False`` (bytes).
-  Decoding alone: lightkube's model against the struct.
+  Decoding alone: lightkube's model against the struct.  The bridge's own per-pod writes
+  before and after (``b7_podwrites``) in the same rounds.
 - the extender's served exchanges, server CPU per request: ``/filter`` (256 candidates)
   and ``/bind`` served by the bridge's app over the dev kit's fakes (as B3 builds it, the
   fakes holding the pods and their allocated jobs) and by a bare FastAPI handler answering
@@ -45,6 +47,7 @@ import msgspec
 from fastapi import Request
 from fastapi.responses import Response
 
+from benchmarks import b7_podwrites as writes
 from benchmarks.b7_exchanges import (
     ADOPT,
     TOKEN,
@@ -289,27 +292,29 @@ class _Ref:
     namespace, name, uid = NS, NAME, UID
 
 
+def _config(url: str, ca_pem: bytes) -> Any:
+    from lightkube import KubeConfig as LkConfig  # noqa: PLC0415
+
+    return LkConfig.from_dict({
+        "apiVersion": "v1", "kind": "Config", "current-context": "b7",
+        "clusters": [{"name": "b7", "cluster": {
+            "server": url, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "users": [{"name": "b7", "user": {"token": TOKEN}}],
+        "contexts": [{"name": "b7", "context": {"cluster": "b7", "user": "b7"}}],
+    })
+
+
 @contextlib.asynccontextmanager
 async def _lightkube(url: str, ca_pem: bytes, *, bridge: bool) -> AsyncIterator[Exchange]:
     """``bridge``: the client as the bridge builds it (lightkube over aiohttp), else
     lightkube on httpx2's own transport."""
     from lightkube import AsyncClient  # noqa: PLC0415
-    from lightkube import KubeConfig as LkConfig  # noqa: PLC0415
     from lightkube.resources.core_v1 import Pod  # noqa: PLC0415
     from lightkube.types import PatchType  # noqa: PLC0415
 
-    from bridge import keys  # noqa: PLC0415
-    from bridge.kube import writes  # noqa: PLC0415
     from bridge.kube.connection import FIELD_MANAGER, client_for  # noqa: PLC0415
 
-    config = LkConfig.from_dict({
-        "apiVersion": "v1", "kind": "Config", "current-context": "b7",
-        "clusters": [{"name": "b7", "cluster": {
-            "server": url,
-            "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
-        "users": [{"name": "b7", "user": {"token": TOKEN}}],
-        "contexts": [{"name": "b7", "context": {"cluster": "b7", "user": "b7"}}],
-    })
+    config = _config(url, ca_pem)
     client = client_for(config) if bridge else AsyncClient(
         config=config, field_manager=FIELD_MANAGER)
     watch = cast(AsyncGenerator[tuple[str, Pod], None], client.watch(Pod, namespace=NS))
@@ -321,10 +326,10 @@ async def _lightkube(url: str, ca_pem: bytes, *, bridge: bool) -> AsyncIterator[
             elif kind == "patch":
                 await client.patch(Pod, NAME, {"metadata": {"annotations": _annotations()}},
                                    namespace=NS, patch_type=PatchType.MERGE)
-            elif kind == "binding":
-                await writes.bind(client, NS, NAME, UID, NODE, annotations=_bound())
+            elif kind == "binding":  # lightkube's models, as the bridge sent them before
+                await writes.lightkube_bind(client, NS, NAME, UID, NODE, annotations=_bound())
             elif kind == "event":
-                await writes.record_event(client, _Ref(), keys.EventReason.PENDING, "pending")
+                await writes.lightkube_event(client, NS, NAME, UID)
             else:
                 for _ in range(WATCH_EVENTS):
                     _, obj = await anext(watch)
@@ -448,6 +453,7 @@ def _kube_stacks(url: str, ca: str) -> dict[str, Any]:
         "aiohttp": _aiohttp_kube(url, ca, decode=False),
         "aiohttp + struct": _aiohttp_kube(url, ca, decode=True),
         "kubernetes_asyncio (raw)": _kubernetes_asyncio(url, ca),
+        "bridge's writes": writes.write_paths(_config(url, Path(ca).read_bytes())),
     }
 
 
@@ -472,14 +478,15 @@ async def _measure_kube(url: str, ca: str, cfg: KubeConfig) -> dict[str, float]:
     async with contextlib.AsyncExitStack() as stack:
         exchanges = {name: await stack.enter_async_context(cm)
                      for name, cm in _kube_stacks(url, ca).items()}
-        for do in exchanges.values():  # warm-up: connections opened, caches filled
-            for kind in KUBE_KINDS:
+        exchanges.update(exchanges.pop("bridge's writes"))
+        for name, do in exchanges.items():  # warm-up: connections opened, caches filled
+            for kind in _kinds(name):
                 for _ in range(1 if kind == "watch" else 5):
                     await do(kind)
         names = list(exchanges)
         for rnd in range(cfg.rounds):
             for name in names[rnd % len(names):] + names[:rnd % len(names)]:
-                for kind in KUBE_KINDS:
+                for kind in _kinds(name):
                     want = max(1, cfg.requests // cfg.rounds)
                     gc.collect()
                     n = 0
@@ -501,6 +508,10 @@ async def _measure_kube(url: str, ca: str, cfg: KubeConfig) -> dict[str, float]:
             cpu[f"{decoder}|{kind}"] = time.process_time() - t0
             done[f"{decoder}|{kind}"] = cfg.requests
     return {key: cpu[key] * 1e6 / done[key] for key in cpu}
+
+
+def _kinds(stack: str) -> tuple[str, ...]:
+    return writes.WRITE_KINDS if stack in writes.WRITE_PATHS else KUBE_KINDS
 
 
 def kube_child(url: str, ca: str, cfg: KubeConfig) -> dict[str, float]:
@@ -666,7 +677,9 @@ def measure(workdir: Path, cfg: KubeConfig, repeats: int,
             samples.append(sample)
             progress(f"  B7 apiserver repeat {rep + 1}/{repeats}: " + "; ".join(
                 f"{kind} " + " / ".join(fmt(sample[f"{n}|{kind}"]) for n in KUBE_STACKS)
-                for kind in KUBE_KINDS) + f" µs ({' / '.join(KUBE_STACKS)})")
+                for kind in KUBE_KINDS) + f" µs ({' / '.join(KUBE_STACKS)}); " + "; ".join(
+                f"{kind} " + " / ".join(fmt(sample[f"{p}|{kind}"]) for p in writes.WRITE_PATHS)
+                for kind in writes.WRITE_KINDS) + " µs (the bridge's writes, before / after)")
     with _extender("bridge", workdir) as bridge_url, _extender("bare", workdir) as bare_url:
         served = asyncio.run(_drive_served({"bridge": bridge_url, "bare": bare_url}, cfg,
                                            repeats))
@@ -701,6 +714,7 @@ def figures(samples: list[dict[str, float]]) -> list[Figure]:
         out.append(Figure(f"{label}: bridge / bare", "x",
                           [s[f"served:bridge|{kind}"] / s[f"served:bare|{kind}"]
                            for s in samples]))
+    out += writes.write_figures(make)
     per_pod = Figure("extender CPU per pod served (one filter + one bind), bridge", "µs",
                      [s["served:bridge|filter"] + s["served:bridge|bind"] for s in samples])
     at_most(per_pod, 5_000, "≤ 5 ms (issue 22: the extender process per pod)")
@@ -723,11 +737,11 @@ def notes(cfg: KubeConfig) -> list[str]:
         "`lightkube (aiohttp)` is the bridge's path: lightkube's `AsyncClient` over the "
         "aiohttp transport, as `bridge/kube/connection.py` builds it (adopted on this "
         "benchmark's ratio); `lightkube (httpx2)` the same client on httpx2's own transport "
-        "(the bridge's path before): `client.get(Pod)`, `bridge.kube.writes.annotate` "
-        "(merge PATCH), `writes.bind` (the Status answer fails lightkube's decoder, which "
-        "`bind` swallows: that cost is in the figure), `writes.record_event` (an Event "
-        "model built and encoded), `client.watch(Pod)` (each line decoded to a Pod). No "
-        "bridge call uses a raw response today. `aiohttp` sends the same bytes and reads "
+        "(the bridge's path before): `client.get(Pod)`, a merge `patch` of the annotations, "
+        "the Binding model created (the Status answer fails lightkube's decoder, which the "
+        "bridge swallowed: that cost is in the figure), an Event model created (the bridge's "
+        "`writes.bind` and `writes.record_event` before its bare writes), `client.watch(Pod)` "
+        "(each line decoded to a Pod). `aiohttp` sends the same bytes and reads "
         "the answer's bytes; `aiohttp + struct` decodes them into a msgspec Struct of the "
         "pod fields the bridge reads (metadata name/namespace/uid/resourceVersion/"
         "timestamps/labels/annotations/ownerReferences, spec nodeName/schedulerName/"
@@ -753,6 +767,7 @@ def notes(cfg: KubeConfig) -> list[str]:
             "lightkube", "httpx2", "aiohttp", "kubernetes_asyncio", "msgspec", "fastapi",
             "uvicorn")) + ". Not adopted by this benchmark: a figure that wins by >= 1.5x "
         "names a candidate; the product's stacks change only with every test green.",
+        writes.WRITE_NOTE,
     ]
 
 

@@ -1,13 +1,18 @@
 """What the core needs of Slurm and of Kubernetes, and nothing more.
 
 The controllers, the placement classes and the binder are written against these two
-protocols, not against a client: ``SlurmClient`` (bridge/slurm/client.py) and lightkube's
-``AsyncClient`` satisfy them as they are, the composition root (slurmbridge_cli/compose.py)
-builds those, and the unit tests hand in the in-memory fakes of slurmbridge_devkit/fakes.py.
+protocols, not against a client: ``SlurmClient`` (bridge/slurm/client.py) and the
+bridge's ``BridgeClient`` (lightkube's ``AsyncClient``, bridge/kube/podwrites.py) satisfy
+them as they are, the composition root (slurmbridge_cli/compose.py) builds those, and the
+unit tests hand in the in-memory fakes of slurmbridge_devkit/fakes.py.
 
 ``KubePort`` is the part of lightkube's client the core calls, with lightkube's own
 signatures (its overloads tell cluster-scoped from namespaced kinds), so the core keeps
-lightkube's typed models and ``ApiError`` and a real client needs no adapter.
+lightkube's typed models and ``ApiError``.  ``BridgeKubePort`` adds the three writes made
+for every pod (the release's JSON Patch, the Binding, an Event), which take plain bodies and
+read nothing of the answer (B7: lightkube's models cost more than the exchange), sent bare
+by the bridge's client (bridge/kube/podwrites.py) and raising lightkube's ``ApiError`` all
+the same.
 
 Each consumer declares, next to it, the narrow interface it uses (as slurm-bridge's
 ``slurmcontrol.go`` per controller): the Slurm methods it calls, and the Kubernetes verbs
@@ -172,8 +177,30 @@ class KubeDelete(Protocol):
     ) -> None: ...
 
 
+class KubePatchPod(Protocol):
+    async def patch_pod(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+        """A JSON Patch of the pod: 404 when it is gone, 409 or 422 when a ``test`` fails."""
+        ...
+
+
+class KubeBindPod(Protocol):
+    async def bind_pod(self, namespace: str, name: str, binding: dict[str, Any]) -> None:
+        """Create the pod's Binding: 409 when it is bound, or its UID is not the Binding's."""
+        ...
+
+
+class KubeCreateEvent(Protocol):
+    async def create_event(self, namespace: str, event: dict[str, Any]) -> None:
+        """Create an Event (``metadata.generateName`` names it)."""
+        ...
+
+
 class KubePort(
     KubeGet, KubeList, KubeWatch, KubePatch, KubeCreate, KubeReplace, KubeDelete, Protocol
 ):
-    """The apiserver as the core uses it (a subset of lightkube's ``AsyncClient``), one
-    protocol a verb: a consumer declares the verbs it calls."""
+    """The apiserver as lightkube's ``AsyncClient`` serves it (what the CLI's views read
+    through too), one protocol a verb: a consumer declares the verbs it calls."""
+
+
+class BridgeKubePort(KubePort, KubePatchPod, KubeBindPod, KubeCreateEvent, Protocol):
+    """The apiserver as the bridge uses it: lightkube's verbs and the per-pod writes."""

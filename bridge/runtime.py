@@ -36,7 +36,7 @@ from bridge.placement.release import Releaser
 from bridge.placement.trust import JobTrust
 from bridge.policy.check import SubmitRefused, for_submit
 from bridge.policy.tenancy import TenancySource, owner_trust
-from bridge.ports import KubePort, SlurmPort
+from bridge.ports import BridgeKubePort, SlurmPort
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +49,7 @@ class Bridge:
     or, in unit tests, are the fakes of slurmbridge_devkit/fakes.py."""
 
     def __init__(
-        self, settings: Settings, *, slurm: SlurmPort, kube: KubePort, tenancy: TenancySource
+        self, settings: Settings, *, slurm: SlurmPort, kube: BridgeKubePort, tenancy: TenancySource
     ) -> None:
         self.settings = settings
         self.tenancy = tenancy

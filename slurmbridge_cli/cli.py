@@ -9,12 +9,13 @@ from typing import Any
 
 import click
 import yaml
-from lightkube import AsyncClient, ConfigError
+from lightkube import ConfigError
 
 from admission.webhook import TLSConfigError, serve
 from bridge import logs
 from bridge.config import Settings
 from bridge.kube.connection import opened_kube
+from bridge.kube.podwrites import BridgeClient
 from bridge.policy.tenancy import OwnerTrust, TenancyError, TenancySource, owner_trust
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmError
@@ -52,7 +53,7 @@ def _as_failures() -> Iterator[None]:
 @contextlib.asynccontextmanager
 async def _admin_view(
     settings: Settings,
-) -> AsyncIterator[tuple[AsyncClient, SlurmClient, OwnerTrust]]:
+) -> AsyncIterator[tuple[BridgeClient, SlurmClient, OwnerTrust]]:
     """Slurm and the apiserver as an admin's views read them, and whose placeholder a job is
     as the bridge decides it (the tenancy and the owner signature; the kubeconfig is opened
     first, so a missing one is the error told)."""

@@ -15,14 +15,14 @@ from admission.webhook import create_app
 from bridge.config import Settings
 from bridge.kube.connection import kube_client
 from bridge.policy.tenancy import TenancySource, placeholder_trust
-from bridge.ports import KubePort, SlurmPort
+from bridge.ports import BridgeKubePort, SlurmPort
 from bridge.runtime import Bridge
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.signing import OwnerSigner
 
 
 def build_bridge(
-    settings: Settings, *, slurm: SlurmPort | None = None, kube: KubePort | None = None
+    settings: Settings, *, slurm: SlurmPort | None = None, kube: BridgeKubePort | None = None
 ) -> Bridge:
     """The bridge over slurmrestd and the apiserver of ``settings``, unless given others."""
     tenancy = TenancySource(settings.admission.tenancy_file)

@@ -31,14 +31,24 @@ from bridge.kube.apierrors import (
 )
 from bridge.kube.writes import evict, record_event
 from bridge.link.views import PodView, view_of
-from bridge.ports import KubeCreate, KubeDelete, KubeGet, KubeList, KubePatch, KubeReplace
+from bridge.ports import (
+    KubeCreate,
+    KubeCreateEvent,
+    KubeDelete,
+    KubeGet,
+    KubeList,
+    KubePatch,
+    KubeReplace,
+)
 from slurmbridge_cli.uninstall_report import Report
 
 ADMIN_NODE_LABELS = (keys.NODE_SLURM_NODE, keys.EXTERNAL_NODE, keys.MANAGED_NODE_LABEL)
 NODE_TRIES = 3
 
 
-class UninstallKube(KubeGet, KubeList, KubePatch, KubeCreate, KubeReplace, KubeDelete, Protocol):
+class UninstallKube(
+    KubeGet, KubeList, KubePatch, KubeCreate, KubeCreateEvent, KubeReplace, KubeDelete, Protocol
+):
     """Pods listed and deleted, events created, Nodes and claims patched, Leases removed."""
 
 

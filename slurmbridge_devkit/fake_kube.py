@@ -1,4 +1,4 @@
-"""The fake apiserver (``FakeKube``, implementing ``bridge.ports.KubePort``), for unit
+"""The fake apiserver (``FakeKube``, implementing ``bridge.ports.BridgeKubePort``), for unit
 tests and offline benchmarks: what the bridge relies on of the apiserver, not a model of it
 (fakes.py says more)."""
 
@@ -12,25 +12,23 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import jsonpatch
-from lightkube.core.exceptions import ApiError
 from lightkube.core.resource import Resource
-from lightkube.models.meta_v1 import Status
 from lightkube.operators import UnaryOperator
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus
 from lightkube.types import PatchType
 
+from bridge.kube.apierrors import api_error
+
+__all__ = ["FakeKube", "api_error"]  # api_error: the tests raise it too
+
 Obj = dict[str, Any]
+JsonPatch = list[dict[str, Any]]
 _SUBRESOURCES: dict[Any, type[Resource]] = {
     Pod.Status: Pod, Node.Status: Node, ResourceClaimStatus: ResourceClaim,
     Deployment.Scale: Deployment,
 }
-
-
-def api_error(code: int, message: str) -> ApiError:
-    """An ``ApiError`` as lightkube raises it for an apiserver answer of ``code``."""
-    return ApiError(status=Status(code=code, status="Failure", message=message))
 
 
 class FakeKube:
@@ -146,6 +144,19 @@ class FakeKube:
         if (_kind(type(obj)), meta.get("namespace") or "", meta["name"]) in self.objects:
             raise api_error(409, f"{meta['name']} already exists")
         return type(obj).from_dict(self._store(_kind(type(obj)), raw, "ADDED"))
+
+    # The per-pod writes (bridge.ports: bare in the real client) through the verbs above,
+    # so they are written and refused alike, and a test wrapping ``patch`` or ``create``
+    # sees them.
+
+    async def patch_pod(self, namespace: str, name: str, ops: JsonPatch) -> None:
+        await self.patch(Pod, name, ops, namespace=namespace, patch_type=PatchType.JSON)
+
+    async def bind_pod(self, namespace: str, name: str, binding: dict[str, Any]) -> None:
+        await self.create(Pod.Binding.from_dict(binding), name, namespace=namespace)
+
+    async def create_event(self, namespace: str, event: dict[str, Any]) -> None:
+        await self.create(Event.from_dict(event))
 
     async def replace(self, obj: Any) -> Any:
         await self._io(("replace", _kind(type(obj)), obj.to_dict()))

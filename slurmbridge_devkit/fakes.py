@@ -1,7 +1,7 @@
 """In-memory FAKES of Slurm and of the apiserver, for unit tests and offline benchmarks.
 
 ``FakeSlurm`` implements ``bridge.ports.SlurmPort`` and ``FakeKube`` (fake_kube.py) implements
-``bridge.ports.KubePort``; they keep state in dicts and answer at once.  They are fakes:
+``bridge.ports.BridgeKubePort``; they keep state in dicts and answer at once.  They are fakes:
 what they do is what the bridge relies on (Slurm's job and node states, the apiserver's
 resourceVersion preconditions, 404 and 409, a Binding's annotations, a watch of pods), not
 a model of either system.  Anything that must hold against the real ones is checked by the

@@ -16,7 +16,7 @@ from bridge.kube import writes
 from bridge.link.bound import CudaNumbering, bound, cuda_visible_devices
 from bridge.placement.outcomes import Placement
 from bridge.placement.placer import Placer
-from bridge.ports import KubeCreate, KubeGet
+from bridge.ports import KubeBindPod, KubeGet
 
 log = structlog.get_logger(__name__)
 
@@ -25,7 +25,7 @@ class BindError(Exception):
     """Refused or failed bind; the message goes back to kube-scheduler and the pod's events."""
 
 
-class BinderKube(KubeCreate, KubeGet, Protocol):
+class BinderKube(KubeBindPod, KubeGet, Protocol):
     """The Binding created, the pod read when filter's memory does not know it."""
 
 

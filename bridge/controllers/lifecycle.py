@@ -33,7 +33,7 @@ from bridge.link.podcache import PodCache
 from bridge.link.views import PodView, tied_to
 from bridge.placement.index import JobIndex
 from bridge.placement.registry import SeenPods
-from bridge.ports import KubeCreate, KubePatch
+from bridge.ports import KubeCreate, KubeCreateEvent, KubePatch
 from bridge.slurm.errors import SlurmJobNotFound, SlurmProtocolError
 from bridge.slurm.types import JobState, SlurmJob
 
@@ -65,7 +65,7 @@ class LifecycleSlurm(Protocol):
     async def cancel(self, job_id: int) -> None: ...
 
 
-class LifecycleKube(KubeCreate, KubePatch, Protocol):
+class LifecycleKube(KubeCreate, KubeCreateEvent, KubePatch, Protocol):
     """Evictions and events (created), the pod's Slurm condition (patched)."""
 
 

@@ -11,7 +11,7 @@ import structlog
 from bridge import keys
 from bridge.kube import writes
 from bridge.kube.nodecache import NodeView, contest_message
-from bridge.ports import KubeCreate
+from bridge.ports import KubeCreateEvent
 
 log = structlog.get_logger(__name__)
 
@@ -26,7 +26,7 @@ def ignored_message(labels: Labels) -> str:
 
 
 class NodeClaims:
-    def __init__(self, kube: KubeCreate) -> None:
+    def __init__(self, kube: KubeCreateEvent) -> None:
         self._kube = kube
         self._contests: dict[str, tuple[str, ...]] = {}  # Slurm node → the Nodes told
         self._ignored: dict[str, Labels] = {}  # Node → its ignored labels told

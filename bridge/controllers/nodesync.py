@@ -26,7 +26,7 @@ from bridge.controllers.nodeclaims import NodeClaims
 from bridge.kube.nodecache import NodeCache, NodeView, Taint, claims
 from bridge.link.podcache import PodCache
 from bridge.placement.hetfit import SlurmNodeListing
-from bridge.ports import KubeCreate, KubePatch, SlurmNodes
+from bridge.ports import KubeCreateEvent, KubePatch, SlurmNodes
 from bridge.slurm.types import SlurmNode
 
 log = structlog.get_logger(__name__)
@@ -48,7 +48,7 @@ class NodeSyncSlurm(SlurmNodes, Protocol):
     async def resume(self, node: str) -> None: ...
 
 
-class NodeSyncKube(KubePatch, KubeCreate, Protocol):
+class NodeSyncKube(KubePatch, KubeCreateEvent, Protocol):
     """Taints, labels and conditions patched; events on Nodes created."""
 
 

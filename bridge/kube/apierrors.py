@@ -3,6 +3,12 @@
 from http import HTTPStatus
 
 from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import Status
+
+
+def api_error(code: int, message: str, reason: str | None = None) -> ApiError:
+    """An ``ApiError`` as lightkube raises it for an apiserver answer of ``code``."""
+    return ApiError(status=Status(code=code, status="Failure", message=message, reason=reason))
 
 
 def is_not_found(exc: ApiError) -> bool:

@@ -4,12 +4,13 @@ lightkube keeps everything it does (URLs, auth, decoding, ``ApiError``, watch re
 only the exchange changes hands.  httpx2's own transport (httpcore2, h11, anyio, TLS in
 Python through ``SSLObject``) cost 1.0-1.4 ms of client CPU per apiserver exchange in B7,
 aiohttp (its C parser, the event loop's TLS) 0.2-0.3 ms; the bridge makes one release
-PATCH and one Binding per pod and reads several watch events per pod.
+PATCH and one Binding per pod and reads several watch events per pod.  The per-pod writes
+skip lightkube too (podwrites.py) but share this session, and its failures as httpx2's.
 """
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 import httpx2
@@ -44,12 +45,53 @@ class _Body(httpx2.AsyncByteStream):
         self._resp.release()
 
 
+def timeout_of(limits: Mapping[str, float | None]) -> aiohttp.ClientTimeout:
+    """httpx2's four limits as aiohttp's; its "pool" bounds the wait for a free connection,
+    which aiohttp's "connect" covers (with the connect itself): without it a request waits
+    for a connection forever."""
+    return aiohttp.ClientTimeout(
+        total=None, connect=_sum(limits.get("pool"), limits.get("connect")),
+        sock_connect=limits.get("connect"), sock_read=limits.get("read"),
+    )
+
+
+async def send(
+    session: aiohttp.ClientSession, method: str, url: str, *,
+    headers: Mapping[str, str] | list[tuple[str, str]], body: bytes | None,
+    limits: aiohttp.ClientTimeout, request: httpx2.Request | None = None,
+) -> aiohttp.ClientResponse:
+    """One request; aiohttp's failures raised as httpx2's, which lightkube's callers know."""
+    try:
+        return await session.request(method, url, headers=headers, data=body,
+                                     timeout=limits, allow_redirects=False)
+    except aiohttp.ConnectionTimeoutError as exc:
+        raise httpx2.ConnectTimeout(str(exc), request=request) from exc
+    except TimeoutError as exc:
+        raise httpx2.ReadTimeout(str(exc), request=request) from exc
+    except aiohttp.ClientConnectorError as exc:  # nothing was sent
+        raise httpx2.ConnectError(str(exc), request=request) from exc
+    except aiohttp.ClientError as exc:
+        raise httpx2.ReadError(repr(exc), request=request) from exc
+
+
+async def read(resp: aiohttp.ClientResponse) -> bytes:
+    """The whole answer, the connection back in the pool; failures as httpx2's."""
+    try:
+        return await resp.read()
+    except TimeoutError as exc:
+        raise httpx2.ReadTimeout(str(exc)) from exc
+    except aiohttp.ClientError as exc:
+        raise httpx2.ReadError(repr(exc)) from exc
+    finally:
+        resp.release()
+
+
 class AiohttpTransport(httpx2.AsyncBaseTransport):
     def __init__(self, ssl_context: ssl.SSLContext) -> None:
         self._ssl = ssl_context
         self._session: aiohttp.ClientSession | None = None
 
-    def _open(self) -> aiohttp.ClientSession:
+    def session(self) -> aiohttp.ClientSession:
         """Made on first use: a session belongs to the running event loop."""
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
@@ -59,30 +101,14 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         return self._session
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        limits = request.extensions.get("timeout", {})
-        # httpx2's four limits; its "pool" bounds the wait for a free connection, which
-        # aiohttp's "connect" covers (with the connect itself): without it a request waits
-        # for a connection forever.
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=_sum(limits.get("pool"), limits.get("connect")),
-            sock_connect=limits.get("connect"), sock_read=limits.get("read"),
-        )
         headers = [(k.decode("latin-1"), v.decode("latin-1"))
                    for k, v in request.headers.raw if k.lower() not in _DROPPED]
         body = await request.aread()
-        try:
-            resp = await self._open().request(
-                request.method, str(request.url), headers=headers, data=body or None,
-                timeout=timeout, allow_redirects=False,
-            )
-        except aiohttp.ConnectionTimeoutError as exc:
-            raise httpx2.ConnectTimeout(str(exc), request=request) from exc
-        except TimeoutError as exc:
-            raise httpx2.ReadTimeout(str(exc), request=request) from exc
-        except aiohttp.ClientConnectorError as exc:  # nothing was sent
-            raise httpx2.ConnectError(str(exc), request=request) from exc
-        except aiohttp.ClientError as exc:
-            raise httpx2.ReadError(repr(exc), request=request) from exc
+        resp = await send(
+            self.session(), request.method, str(request.url), headers=headers,
+            body=body or None, limits=timeout_of(request.extensions.get("timeout", {})),
+            request=request,
+        )
         return httpx2.Response(
             resp.status, headers=list(resp.raw_headers), stream=_Body(resp, request),
             request=request,

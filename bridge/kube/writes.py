@@ -6,17 +6,15 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
-import msgspec
 import structlog
 from lightkube.core.exceptions import ApiError
-from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from bridge import keys
 from bridge.kube.apierrors import is_conflict
-from bridge.ports import KubeCreate, KubePatch
+from bridge.ports import KubeBindPod, KubeCreate, KubeCreateEvent, KubePatch
 
 log = structlog.get_logger(__name__)
 
@@ -40,13 +38,12 @@ async def set_slurm_condition(
     client: KubePatch, namespace: str, name: str, *, allocated: bool, reason: str, message: str
 ) -> None:
     """Pod condition ``SlurmJobAllocated``; its change also requeues the pod in kube-scheduler."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     condition = {
         "type": keys.POD_CONDITION_SLURM,
         "status": "True" if allocated else "False",
         "reason": _camel(reason),
         "message": message,
-        "lastTransitionTime": now,
+        "lastTransitionTime": _now(),
     }
     await client.patch(
         Pod.Status, name, {"status": {"conditions": [condition]}},
@@ -55,49 +52,50 @@ async def set_slurm_condition(
 
 
 async def record_event(
-    client: KubeCreate, pod: PodRef, reason: keys.EventReason, message: str, *,
+    client: KubeCreateEvent, pod: PodRef, reason: keys.EventReason, message: str, *,
     warning: bool = False,
 ) -> None:
     """An Event on the pod, shown by ``kubectl describe pod``."""
-    about = ObjectReference(
-        apiVersion="v1", kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid
-    )
+    about = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "namespace": pod.namespace,
+             "uid": pod.uid}
     await _record(client, pod.namespace, about, reason, message, warning=warning)
 
 
 async def record_node_event(
-    client: KubeCreate, node: str, reason: keys.EventReason, message: str
+    client: KubeCreateEvent, node: str, reason: keys.EventReason, message: str
 ) -> None:
     """A Warning Event on the Node, shown by ``kubectl describe node`` (which finds a Node's
     events by its name as uid too, as the kubelet writes them)."""
-    about = ObjectReference(apiVersion="v1", kind="Node", name=node, uid=node)
+    about = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node}
     await _record(client, "default", about, reason, message, warning=True)
 
 
-async def _record(client: KubeCreate, namespace: str, about: ObjectReference,
+async def _record(client: KubeCreateEvent, namespace: str, about: dict[str, str],
                   reason: keys.EventReason, message: str, *, warning: bool) -> None:
-    now = datetime.now(UTC)
-    event = Event(
-        metadata=ObjectMeta(generateName=f"{about.name}.", namespace=namespace),
-        involvedObject=about,
-        reason=reason,
-        message=message[:1024],
-        type="Warning" if warning else "Normal",
-        source=EventSource(component=COMPONENT),
-        firstTimestamp=now,
-        lastTimestamp=now,
-        count=1,
-        reportingComponent=COMPONENT,
-    )
+    now = _now()
+    event = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{about['name']}.", "namespace": namespace},
+        "involvedObject": about,
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": COMPONENT},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "reportingComponent": COMPONENT,
+    }
     try:
-        await client.create(event)
+        await client.create_event(namespace, event)
     except ApiError as exc:  # an event is a courtesy; never fail the caller over it
-        log.warning("kube.event_failed", kind=about.kind,
-                    object=f"{about.namespace or ''}/{about.name}".lstrip("/"), error=str(exc))
+        log.warning("kube.event_failed", kind=about["kind"],
+                    object=f"{about.get('namespace', '')}/{about['name']}".lstrip("/"),
+                    error=str(exc))
 
 
 async def bind(
-    client: KubeCreate, namespace: str, name: str, uid: str, node: str,
+    client: KubeBindPod, namespace: str, name: str, uid: str, node: str,
     *, annotations: Mapping[str, str] | None = None,
 ) -> None:
     """Create the Binding, with the pod UID as precondition (a recreated pod is not bound).
@@ -105,23 +103,18 @@ async def bind(
     The apiserver copies the Binding's annotations onto the pod in the same write, so
     the pod never runs without them.
     """
-    binding = Pod.Binding(
-        metadata=ObjectMeta(
-            name=name, namespace=namespace, uid=uid, annotations=dict(annotations or {})
-        ),
-        target=ObjectReference(kind="Node", name=node, apiVersion="v1"),
-    )
+    binding = {
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid,
+                     "annotations": dict(annotations or {})},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
     try:
-        await client.create(binding, name=name, namespace=namespace)
+        await client.bind_pod(namespace, name, binding)
     except ApiError as exc:
         if is_conflict(exc):
             raise AlreadyBound(f"pod {namespace}/{name}: {exc.status.message}") from exc
         raise
-    except msgspec.ValidationError:
-        # The apiserver answers a successful binding with a Status, not a Binding; the
-        # client's decoder then complains.  Errors raised before decoding, so this is 2xx.
-        pass
-
 
 
 async def evict(client: KubeCreate, namespace: str, name: str) -> None:
@@ -131,6 +124,12 @@ async def evict(client: KubeCreate, namespace: str, name: str) -> None:
         Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace)),
         name, namespace=namespace,
     )
+
+
+def _now() -> str:
+    """A ``metav1.Time``: RFC 3339 to the second, in UTC."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
 
 def _camel(text: str) -> str:
     """A condition reason must be an identifier; Slurm's reason codes are (``Priority``)."""

@@ -19,7 +19,7 @@ from bridge import keys
 from bridge.kube import writes
 from bridge.link.views import grace_seconds, view_of
 from bridge.placement.job_events import JobListener
-from bridge.ports import KubeCreate
+from bridge.ports import KubeCreateEvent
 from bridge.slurm.errors import SlurmError
 from bridge.slurm.types import Accounting
 
@@ -49,7 +49,7 @@ class GraceSlurm(Protocol):
 class GraceWarnings(JobListener):
     """Warns on a pod at submit time; slurmdbd's QOS are read at most every ``refresh``."""
 
-    def __init__(self, kube: KubeCreate, slurm: GraceSlurm, *, refresh: float = 60.0) -> None:
+    def __init__(self, kube: KubeCreateEvent, slurm: GraceSlurm, *, refresh: float = 60.0) -> None:
         self._kube = kube
         self._slurm = slurm
         self._refresh = refresh

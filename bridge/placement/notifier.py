@@ -35,7 +35,7 @@ from bridge.link.views import PodView, view_of
 from bridge.placement.job_events import JobListener
 from bridge.placement.reasons import Part, component_view, expected_start, waiting_message
 from bridge.placement.registry import ParkedPods, SeenPods, SlurmTrouble
-from bridge.ports import KubeCreate, KubePatch
+from bridge.ports import KubeCreateEvent, KubePatch
 from bridge.slurm.types import NO_REASON, JobState, SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -76,7 +76,7 @@ def _allocated(job: SlurmJob) -> bool:
     return job.allocation is not None and job.state is not JobState.PENDING
 
 
-class NotifierKube(KubeCreate, KubePatch, Protocol):
+class NotifierKube(KubeCreateEvent, KubePatch, Protocol):
     """Events (created), the job's annotations and the pod's Slurm condition (patched)."""
 
 

@@ -21,7 +21,6 @@ import structlog
 from lightkube.core.exceptions import ApiError
 from lightkube.models.core_v1 import Pod
 from lightkube.resources.core_v1 import Pod as PodResource
-from lightkube.types import PatchType
 
 from bridge import keys, metrics
 from bridge.devices.pinning import ClaimPinError, ClaimPinner, ClaimsNotReady
@@ -37,7 +36,7 @@ from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import PlacementError
 from bridge.placement.placer import Placer, allocated_nodes
 from bridge.placement.seats import SeatRefused, members_differ, members_of
-from bridge.ports import KubeGet, KubeList, KubePatch
+from bridge.ports import KubeGet, KubeList, KubePatchPod
 from bridge.slurm.types import SlurmJob
 
 log = structlog.get_logger(__name__)
@@ -46,7 +45,7 @@ _WRITE_ATTEMPTS = 3  # a pod changed under each write this often in a row: try a
 RELEASES_IN_FLIGHT = 32  # PATCHes at once; the apiserver client's other callers keep the rest
 
 
-class ReleaserKube(KubeGet, KubeList, KubePatch, Protocol):
+class ReleaserKube(KubeGet, KubeList, KubePatchPod, Protocol):
     """A group's members listed, the release patched, a changed pod read again."""
 
 
@@ -219,8 +218,7 @@ class Releaser:
             patch = (release_patch(pod, placement.kube_node, recorded) if gated(pod)
                      else record_patch(pod, recorded))
             try:
-                await self._kube.patch(PodResource, meta.name, patch, namespace=meta.namespace,
-                                       patch_type=PatchType.JSON)
+                await self._kube.patch_pod(meta.namespace, meta.name, patch)
                 break
             except ApiError as exc:
                 if is_not_found(exc):
