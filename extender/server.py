@@ -57,7 +57,7 @@ def api_config(settings: ExtenderSettings) -> ServerConfig:
     assert settings.tls_cert_file and settings.tls_key_file and settings.client_ca_file
     return https_config(f"{settings.host}:{settings.port}", settings.tls_cert_file,
                         settings.tls_key_file, client_ca=settings.client_ca_file,
-                        handshakes=metrics.EXTENDER_TLS_HANDSHAKES)
+                        connections=metrics.EXTENDER_TLS_HANDSHAKES)
 
 
 def serve(bridge: Bridge, settings: ExtenderSettings) -> None:

@@ -7,8 +7,18 @@ import threading
 import time
 from collections.abc import Iterator
 
+import h2.connection
+import hpack
 import httpx
 import pytest
+from hyperframe.frame import (
+    DataFrame,
+    Frame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    SettingsFrame,
+)
 from prometheus_client import CollectorRegistry, Counter
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -22,6 +32,11 @@ async def _ok(request: Request) -> PlainTextResponse:
     return PlainTextResponse("ok")
 
 
+async def _slow(request: Request) -> PlainTextResponse:
+    await asyncio.sleep(1)
+    return PlainTextResponse("slow")
+
+
 class Running:
     """The server on a loop of its own in a thread (the test sends no real signal)."""
 
@@ -31,7 +46,8 @@ class Running:
             port = sock.getsockname()[1]
         config = ServerConfig(Counter("handshakes", "unused", registry=CollectorRegistry()))
         config.bind = [f"127.0.0.1:{port}"]  # plain HTTP: the drain does not depend on TLS
-        self.server = DrainingServer(Starlette(routes=[Route("/", _ok)]), config, drain_seconds)
+        app = Starlette(routes=[Route("/", _ok), Route("/slow", _slow)])
+        self.server = DrainingServer(app, config, drain_seconds)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(
             target=self.loop.run_until_complete, args=(self.server.serve(),), daemon=True)
@@ -44,7 +60,7 @@ class Running:
             except OSError:
                 assert time.monotonic() < deadline, "the server did not start"
                 time.sleep(0.01)
-        self.url = f"http://127.0.0.1:{port}/"
+        self.url, self.port = f"http://127.0.0.1:{port}/", port
 
     def signal(self, sig: signal.Signals = signal.SIGTERM) -> float:
         self.loop.call_soon_threadsafe(self.server.handle_exit, sig)
@@ -94,3 +110,59 @@ def test_a_second_signal_during_the_drain_stops_at_once() -> None:
     assert running.thread.is_alive()
     running.signal(signal.SIGINT)
     assert running.wait_stopped(within=3) - signalled < 3
+
+
+def _frames_until_closed(sock: socket.socket) -> list[Frame]:
+    """The frames the server sends until it closes the connection, its PINGs and SETTINGS
+    acknowledged as Go's client does (h2's own state machine refuses the PING that follows a
+    first GOAWAY)."""
+    received, frames = b"", []
+    while data := sock.recv(65536):
+        received += data
+        while len(received) >= 9:
+            frame, length = Frame.parse_frame_header(memoryview(received[:9]))
+            if len(received) < 9 + length:
+                break
+            frame.parse_body(memoryview(received[9:9 + length]))
+            received = received[9 + length:]
+            frames.append(frame)
+            if isinstance(frame, PingFrame | SettingsFrame) and "ACK" not in frame.flags:
+                ack = PingFrame(0, frame.opaque_data) if isinstance(frame, PingFrame) \
+                    else SettingsFrame(0)
+                ack.flags.add("ACK")
+                sock.sendall(ack.serialize())
+    return frames
+
+
+def test_at_the_drains_end_h2_clients_get_goaway_and_their_calls_in_flight_finish() -> None:
+    """The GOAWAY tells the client to open its next call's connection elsewhere; the call it
+    sent before is still answered."""
+    running = Running(drain_seconds=0.3)
+    with socket.create_connection(("127.0.0.1", running.port), timeout=5) as sock:
+        client = h2.connection.H2Connection()
+        client.initiate_connection()
+        client.send_headers(1, [(":method", "GET"), (":path", "/slow"), (":scheme", "http"),
+                                (":authority", "127.0.0.1")], end_stream=True)
+        sock.sendall(client.data_to_send())
+        time.sleep(0.2)  # the call is in flight
+        signalled = running.signal()
+        frames = _frames_until_closed(sock)
+    goaways = [f for f in frames if isinstance(f, GoAwayFrame)]
+    assert goaways and all(f.error_code == 0 for f in goaways)
+    (headers,) = [f for f in frames if isinstance(f, HeadersFrame) and f.stream_id == 1]
+    assert dict(hpack.Decoder().decode(headers.data, raw=True))[b":status"] == b"200"
+    assert b"".join(f.data for f in frames if isinstance(f, DataFrame)) == b"slow"
+    assert running.wait_stopped(within=5) - signalled >= 0.3
+
+
+def test_an_http1_call_in_flight_when_the_drain_ends_is_answered() -> None:
+    running = Running(drain_seconds=0.3)
+    with socket.create_connection(("127.0.0.1", running.port), timeout=5) as sock:
+        sock.sendall(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        time.sleep(0.2)
+        running.signal()
+        answer = b""
+        while data := sock.recv(65536):  # then the server closes the connection
+            answer += data
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"slow")
+    running.wait_stopped(within=5)

@@ -104,6 +104,17 @@ async def test_a_client_without_a_certificate_is_refused(
             await http.get(f"{url}/nothing")
 
 
+async def test_a_client_certificate_another_ca_signed_is_refused(
+    served: tuple[str, ssl.SSLContext], tmp_path: Path
+) -> None:
+    url, _ = served
+    stranger = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    trustme.CA().issue_cert("kube-scheduler").configure_cert(stranger)
+    async with httpx.AsyncClient(http2=True, verify=stranger) as http:
+        with pytest.raises(httpx.TransportError):
+            await http.get(f"{url}/nothing")
+
+
 @pytest.mark.parametrize("drain_seconds", [1.0])
 async def test_after_sigterm_the_port_serves_on_for_the_drain_then_stops(
     protocol: tuple[DrainingServer, str, ssl.SSLContext],
