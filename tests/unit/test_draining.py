@@ -3,14 +3,18 @@
 import asyncio
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import h2.connection
 import hpack
 import httpx
 import pytest
+import trustme
 from hyperframe.frame import (
     DataFrame,
     Frame,
@@ -166,3 +170,55 @@ def test_an_http1_call_in_flight_when_the_drain_ends_is_answered() -> None:
             answer += data
     assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"slow")
     running.wait_stopped(within=5)
+
+
+_SERVE_ONE_CALL_AND_EXIT = """
+import asyncio, ssl, sys
+from pathlib import Path
+import httpx
+from prometheus_client import CollectorRegistry, Counter
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+from bridge.draining import DrainingServer, https_config
+
+async def ok(request):
+    return PlainTextResponse("ok")
+
+async def main():
+    tls, port = Path(sys.argv[1]), int(sys.argv[2])
+    config = https_config(f"127.0.0.1:{port}", tls / "tls.crt", tls / "tls.key",
+                          connections=Counter("c", "c", registry=CollectorRegistry()))
+    server = DrainingServer(Starlette(routes=[Route("/", ok)]), config, 0)
+    serving = asyncio.create_task(server.serve())
+    async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=tls / "ca.crt"),
+                                 http2=True) as http:
+        for _ in range(200):
+            try:
+                await http.get(f"https://127.0.0.1:{port}/")
+                break
+            except httpx.TransportError:
+                await asyncio.sleep(0.02)
+    server.handle_exit(15)
+    await serving
+
+asyncio.run(main())
+"""
+
+
+def test_a_stopped_server_lets_its_process_exit_cleanly(tmp_path: Path) -> None:
+    """The process exits as soon as its server stops (the webhook's does): granian's stopping
+    thread must be done with Python by then, or the process aborts.  A race: 8 runs."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
+    cert = ca.issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    for _ in range(8):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-c", _SERVE_ONE_CALL_AND_EXIT, str(tmp_path), str(port)],
+            capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
