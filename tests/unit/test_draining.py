@@ -3,6 +3,7 @@
 import asyncio
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -29,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from bridge.draining import DrainingServer, ServerConfig
+from bridge.draining import DrainingServer, ServerConfig, https_config
 
 
 async def _ok(request: Request) -> PlainTextResponse:
@@ -222,3 +223,31 @@ def test_a_stopped_server_lets_its_process_exit_cleanly(tmp_path: Path) -> None:
             [sys.executable, "-c", _SERVE_ONE_CALL_AND_EXIT, str(tmp_path), str(port)],
             capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
+
+
+class _Parts:
+    def __init__(self) -> None:
+        self.started = False
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def stop(self) -> None:
+        pass
+
+
+async def test_a_client_ca_that_is_no_certificate_fails_the_start_before_the_parts_start(
+        tmp_path: Path) -> None:
+    """The server's own loader (Rust) aborts the process on such a file: Python's ssl reads
+    the material first and names the problem."""
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    (tmp_path / "ca.crt").write_text("not a certificate\n")
+    config = https_config("127.0.0.1:0", tmp_path / "tls.crt", tmp_path / "tls.key",
+                          connections=Counter("c", "unused", registry=CollectorRegistry()),
+                          client_ca=tmp_path / "ca.crt")
+    parts = _Parts()
+    with pytest.raises(ssl.SSLError):
+        await DrainingServer(Starlette(), config, 0, parts=parts).serve()
+    assert not parts.started
