@@ -53,6 +53,7 @@ _CLOSE = (b"connection", b"close")
 # What granian's stopping thread is given to finish once the server is stopped (it takes well
 # under a millisecond once it holds the GIL again).
 _STOPPING_THREAD_SECONDS = 0.1
+_CONNECTIONS = 65_536  # bounded by the process's open files first, as under hypercorn
 # How uvicorn serves in the benchmarks that compare servers (B3, B7, B8) and the extender's
 # plain health port.  No access log: each review and bind is logged structured.
 SERVING: dict[str, Any] = {
@@ -120,6 +121,9 @@ def granian_server(app: ASGIApp, config: ServerConfig) -> Server:
     return Server(
         app, address=host.strip("[]"), port=int(port), interface=Interfaces.ASGINL,
         http=HTTPModes.auto, websockets=False, backlog=1024,
+        # Connections served at once: granian's default (the backlog) is a slot each idle
+        # connection holds, so a client opening many would keep the API server out.
+        backpressure=_CONNECTIONS,
         # hyper's header read timeout also bounds how long an idle HTTP/1.1 connection is
         # kept; h2 pings an idle client, so a vanished one is dropped.
         http1_settings=HTTP1Settings(header_read_timeout=KEEP_ALIVE_SECONDS * 1000),

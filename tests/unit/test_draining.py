@@ -251,3 +251,18 @@ async def test_a_client_ca_that_is_no_certificate_fails_the_start_before_the_par
     with pytest.raises(ssl.SSLError):
         await DrainingServer(Starlette(), config, 0, parts=parts).serve()
     assert not parts.started
+
+
+def test_idle_connections_by_the_thousand_never_keep_a_caller_out() -> None:
+    """Anyone reaching the webhook's Service may open connections and send nothing; the API
+    server's next connection is still served."""
+    running = Running(drain_seconds=0)
+    idle = [socket.create_connection(("127.0.0.1", running.port)) for _ in range(1_100)]
+    try:
+        with httpx.Client(timeout=5) as client:
+            assert client.get(running.url).status_code == 200
+    finally:
+        for sock in idle:
+            sock.close()
+        running.signal()
+        running.wait_stopped(within=5)
