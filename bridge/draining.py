@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import functools
 import signal
+import socket
 import ssl
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
@@ -118,8 +119,10 @@ def granian_server(app: ASGIApp, config: ServerConfig) -> Server:
     (bind,) = config.bind
     host, port = bind.rsplit(":", 1)
     config.create_ssl_context()
+    # granian binds an IP address only; a name (``localhost``) is looked up here, once.
+    address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0][4][0]
     return Server(
-        app, address=host.strip("[]"), port=int(port), interface=Interfaces.ASGINL,
+        app, address=str(address), port=int(port), interface=Interfaces.ASGINL,
         http=HTTPModes.auto, websockets=False, backlog=1024,
         # Connections served at once: granian's default (the backlog) is a slot each idle
         # connection holds, so a client opening many would keep the API server out.

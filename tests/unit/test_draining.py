@@ -31,6 +31,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from bridge.draining import DrainingServer, ServerConfig, https_config
+from tests.served import listening
 
 
 async def _ok(request: Request) -> PlainTextResponse:
@@ -266,3 +267,21 @@ def test_idle_connections_by_the_thousand_never_keep_a_caller_out() -> None:
             sock.close()
         running.signal()
         running.wait_stopped(within=5)
+
+
+async def test_a_host_given_by_name_is_served() -> None:
+    """``extender.host``/``admission.host`` may name the host (granian binds addresses only)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = ServerConfig(Counter("c", "unused", registry=CollectorRegistry()))
+    config.bind = [f"localhost:{port}"]
+    server = DrainingServer(Starlette(routes=[Route("/", _ok)]), config, 0)
+    serving = asyncio.create_task(server.serve())
+    try:
+        await listening(port, serving)
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(f"http://127.0.0.1:{port}/")).text == "ok"
+    finally:
+        server.handle_exit(signal.SIGTERM)
+        await serving
