@@ -62,9 +62,9 @@ SERVING: dict[str, Any] = {
 }
 # granian's own logger, "_granian", propagates to the root logger's JSON lines (bridge/logs.py):
 # its errors (an app's exception, a protocol failure); below them it narrates its start and stop.
+# Its default configuration would print plain lines on stdout.
 _GRANIAN_LOGGING: dict[str, Any] = {
-    "handlers": {}, "formatters": {},
-    "loggers": {"_granian": {"propagate": True}, "granian.access": {"propagate": False}},
+    "handlers": {}, "formatters": {}, "loggers": {"_granian": {"propagate": True}},
 }
 
 
