@@ -132,6 +132,7 @@ def granian_server(app: ASGIApp, config: ServerConfig) -> Server:
         http1_settings=HTTP1Settings(header_read_timeout=KEEP_ALIVE_SECONDS * 1000),
         http2_settings=HTTP2Settings(keep_alive_interval=KEEP_ALIVE_SECONDS * 1000),
         log_level=LogLevels.error, log_dictconfig=_GRANIAN_LOGGING, log_access=False,
+        # TLS 1.2 too, as before granian (its default: 1.3 only).
         ssl_cert=config.certfile, ssl_key=config.keyfile, ssl_ca=config.client_ca,
         ssl_client_verify=config.client_ca is not None, ssl_protocol_min=SSLProtocols.tls12,
     )
