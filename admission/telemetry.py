@@ -50,8 +50,10 @@ SECONDS = Histogram(
 )
 TLS_HANDSHAKES = Counter(
     "slurmbridge_webhook_tls_handshakes_total",
-    "TLS handshakes: one per connection the API server opens (a rate that follows the pods "
-    "created means its connections churn)", registry=REGISTRY,
+    "TLS handshakes, counted as the client connections reviews come on (each new client "
+    "address and port; the server's TLS is in Rust, out of Python's sight): one per connection "
+    "the API server opens (a rate that follows the pods created means its connections churn)",
+    registry=REGISTRY,
 )
 _TIMED = {"/mutate": "mutate", "/validate": "validate"}
 for _webhook in _TIMED.values():  # at 0 from the start: rate() counts the first refusal too

@@ -230,7 +230,7 @@ def server_config(settings: AdmissionSettings) -> ServerConfig:
     if missing:
         raise TLSConfigError(f"TLS file(s) not found: {', '.join(missing)}")
     return https_config(f"{settings.host}:{settings.port}", cert, key,
-                        handshakes=telemetry.TLS_HANDSHAKES)
+                        connections=telemetry.TLS_HANDSHAKES)
 
 
 def serve(settings: AdmissionSettings, app: FastAPI) -> None:

@@ -49,9 +49,9 @@ TITLES = {
           ">= 1.5x",
     "B8": "the extender's connections as kube-scheduler makes them (a Go client built as "
           "extender.go's makeTransport, client certificate, N POSTs to /filter at 16 and 64 "
-          "in flight, warm) against the real app served by uvicorn (today), hypercorn and "
-          "granian: TLS handshakes per request (target 0 after warm-up), server and client "
-          "CPU per request, requests/s, the protocol negotiated",
+          "in flight, warm) against the real app served by uvicorn, hypercorn and granian "
+          "(today's, bridge/draining.py): TLS handshakes per request (target 0 after "
+          "warm-up), server and client CPU per request, requests/s, the protocol negotiated",
     "SOAK": "seeded fault soak (issue 25): two bridge replicas and the webhook under a mixed "
             "load (pods, GPU pods, 2- and 4-pod groups, pods that exit, random deletions, "
             "native GPU jobs) with a fault every 20-40 s from a seeded schedule; invariants "

@@ -8,7 +8,7 @@ drop it.  Closing an idle keep-alive connection races a request the client is ju
 it: the client sees EOF and, for a POST, does not retry (a webhook call so lost refuses the
 pod).  So after SIGTERM the server goes on serving for ``drain_seconds``, every HTTP/1.1
 response saying ``Connection: close`` (the client drops that connection once the response is
-whole, and its next request opens one the Service routes to a live replica); then hypercorn
+whole, and its next request opens one the Service routes to a live replica); then the server
 sends GOAWAY to h2 clients and finishes the calls in flight.  The same race, between the
 server's idle timeout and a client reusing the connection, is why the servers keep idle
 connections longer than those clients do.
@@ -16,7 +16,10 @@ connections longer than those clients do.
 Both clients are Go's net/http, which offers h2 through ALPN: over HTTP/1.1 they keep few idle
 connections, so their parallel calls opened and dropped one, a TLS handshake each (the
 extender 0.13-0.30 per request, B8; the webhook 0.10-0.80 per bound pod, B1); over h2 they
-share one.  Each server counts its handshakes.
+share one.  The server is granian's, embedded in the face's own event loop: its HTTP and TLS
+(rustls) run in Rust, at about half hypercorn's CPU per request (B8).  Python never sees its
+handshakes, so each server counts the client connections its requests come on instead: one
+handshake each.
 
 Before it serves, a server stops on the first signal: the parts a face serves from may take
 long to start (the extender waits for the apiserver's Nodes), so their start is cancelled
@@ -26,17 +29,19 @@ instead of making SIGTERM wait for it.
 import asyncio
 import contextlib
 import functools
-import logging
 import signal
+import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-import hypercorn.asyncio
-import hypercorn.config
 import structlog
-from hypercorn.typing import ASGIFramework
+from granian.constants import HTTPModes, Interfaces, SSLProtocols
+from granian.http import HTTP1Settings, HTTP2Settings
+from granian.log import LogLevels
+from granian.server.embed import Server
 from prometheus_client import Counter
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -46,10 +51,20 @@ log = structlog.get_logger(__name__)
 # server that keeps it longer never closes one under a request being written.
 KEEP_ALIVE_SECONDS = 120
 _CLOSE = (b"connection", b"close")
+# What granian's stopping thread is given to finish once the server is stopped (it takes well
+# under a millisecond once it holds the GIL again).
+_STOPPING_THREAD_SECONDS = 0.1
+_CONNECTIONS = 65_536  # bounded by the process's open files first, as under hypercorn
 # How uvicorn serves in the benchmarks that compare servers (B3, B7, B8) and the extender's
 # plain health port.  No access log: each review and bind is logged structured.
 SERVING: dict[str, Any] = {
     "log_config": None, "access_log": False, "timeout_keep_alive": KEEP_ALIVE_SECONDS,
+}
+# granian's own logger, "_granian", propagates to the root logger's JSON lines (bridge/logs.py):
+# its errors (an app's exception, a protocol failure); below them it narrates its start and stop.
+# Its default configuration would print plain lines on stdout.
+_GRANIAN_LOGGING: dict[str, Any] = {
+    "handlers": {}, "formatters": {}, "loggers": {"_granian": {"propagate": True}},
 }
 
 
@@ -62,41 +77,65 @@ class Parts(Protocol):
     async def stop(self) -> None: ...
 
 
-class ServerConfig(hypercorn.config.Config):
-    """hypercorn's settings, counting each TLS handshake in ``handshakes`` (OpenSSL asks the
-    SNI callback once per ClientHello, with or without a name): B1 reports them per pod."""
+class ServerConfig:
+    """Where a face listens (``bind``: one ``host:port``) and its TLS material; each client
+    connection its requests come on counted in ``connections`` (B1 reports them per pod as
+    TLS handshakes)."""
 
-    def __init__(self, handshakes: Counter) -> None:
-        super().__init__()
-        self.handshakes = handshakes
+    def __init__(self, connections: Counter) -> None:
+        self.connections = connections
+        self.bind = ["127.0.0.1:8000"]
+        self.certfile: Path | None = None
+        self.keyfile: Path | None = None
+        self.client_ca: Path | None = None
 
     def create_ssl_context(self) -> ssl.SSLContext | None:
-        context: ssl.SSLContext | None = super().create_ssl_context()
-        if context is not None:
-            context.sni_callback = self._handshake
+        """The TLS material as Python's ssl reads it (None: plain HTTP), a client certificate
+        required with ``client_ca``.  The server reads the files again in Rust, whose loader
+        panics on one it cannot use: read here first, a bad file fails with ssl's message."""
+        if self.certfile is None or self.keyfile is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.certfile, self.keyfile)
+        if self.client_ca is not None:
+            context.load_verify_locations(self.client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
         return context
-
-    def _handshake(self, sock: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
-        self.handshakes.inc()
 
 
 def https_config(
-    bind: str, cert: Path, key: Path, *, handshakes: Counter, client_ca: Path | None = None
+    bind: str, cert: Path, key: Path, *, connections: Counter, client_ca: Path | None = None
 ) -> ServerConfig:
     """HTTPS on ``bind`` (``host:port``); with ``client_ca``, a client certificate it signed
     is required."""
-    config = ServerConfig(handshakes)
+    config = ServerConfig(connections)
     config.bind = [bind]
-    config.certfile, config.keyfile = str(cert), str(key)
-    if client_ca is not None:
-        config.ca_certs, config.verify_mode = str(client_ca), ssl.CERT_REQUIRED
-    config.keep_alive_timeout = KEEP_ALIVE_SECONDS
-    # Its default (1,000) ends a connection with GOAWAY under the calls in flight, which Go's
-    # clients then fail (B8).
-    config.keep_alive_max_requests = 2**62
-    config.accesslog = None  # each review and bind is logged structured, each filter at debug
-    config.errorlog = logging.getLogger("hypercorn.error")  # through bridge.logs: JSON lines
+    config.certfile, config.keyfile, config.client_ca = cert, key, client_ca
     return config
+
+
+def granian_server(app: ASGIApp, config: ServerConfig) -> Server:
+    """granian serving ``app`` as ``config`` says, h2 offered through ALPN beside HTTP/1.1."""
+    (bind,) = config.bind
+    host, port = bind.rsplit(":", 1)
+    config.create_ssl_context()
+    # granian binds an IP address only; a name (``localhost``) is looked up here, once.
+    address = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0][4][0]
+    return Server(
+        app, address=str(address), port=int(port), interface=Interfaces.ASGINL,
+        http=HTTPModes.auto, websockets=False, backlog=1024,
+        # Connections served at once: granian's default (the backlog) is a slot each idle
+        # connection holds, so a client opening many would keep the API server out.
+        backpressure=_CONNECTIONS,
+        # hyper's header read timeout also bounds how long an idle HTTP/1.1 connection is
+        # kept; h2 pings an idle client, so a vanished one is dropped.
+        http1_settings=HTTP1Settings(header_read_timeout=KEEP_ALIVE_SECONDS * 1000),
+        http2_settings=HTTP2Settings(keep_alive_interval=KEEP_ALIVE_SECONDS * 1000),
+        log_level=LogLevels.error, log_dictconfig=_GRANIAN_LOGGING, log_access=False,
+        # TLS 1.2 too, as before granian (its default: 1.3 only).
+        ssl_cert=config.certfile, ssl_key=config.keyfile, ssl_ca=config.client_ca,
+        ssl_client_verify=config.client_ca is not None, ssl_protocol_min=SSLProtocols.tls12,
+    )
 
 
 class DrainingServer:
@@ -106,7 +145,8 @@ class DrainingServer:
     def __init__(self, app: ASGIApp, config: ServerConfig, drain_seconds: float,
                  parts: Parts | None = None) -> None:
         self._signalled, self._stop, self.started = asyncio.Event(), asyncio.Event(), False
-        self.app = close_when(app, self._signalled.is_set)
+        seen = NewConnections(config.connections)
+        self.app = close_when(app, self._signalled.is_set, seen.saw)
         self.config, self.drain_seconds, self.parts = config, drain_seconds, parts
 
     def handle_exit(self, sig: int) -> None:
@@ -124,6 +164,7 @@ class DrainingServer:
             loop.add_signal_handler(sig, self.handle_exit, sig)
 
     async def serve(self) -> None:
+        server = granian_server(self.app, self.config)  # the TLS files read before the start
         parts = self.parts
         if parts is not None and not await unless_stopped(parts.start(), self._stop.wait()):
             log.info("stopped while starting: never served")
@@ -131,16 +172,53 @@ class DrainingServer:
             return
         self.started = True
         try:
-            await hypercorn.asyncio.serve(cast(ASGIFramework, self.app), self.config, mode="asgi",
-                                          shutdown_trigger=self._until_drained)
+            await self._serve_until_drained(server)
         finally:
             if parts is not None:
                 await parts.stop()
+
+    async def _serve_until_drained(self, server: Server) -> None:
+        serving = asyncio.ensure_future(server.serve())
+        drained = asyncio.ensure_future(self._until_drained())
+        log.info("serving", address=self.config.bind[0], https=self.config.certfile is not None,
+                 client_certificate=self.config.client_ca is not None)
+        try:
+            await asyncio.wait({serving, drained}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            drained.cancel()
+            # GOAWAY to h2 clients; the calls in flight finish (granian leaves it unannotated)
+            server.stop()  # type: ignore[no-untyped-call]
+            await serving
+            # granian's stopping thread wakes this loop from a Python callback it has yet to
+            # return from: a process exiting under it aborts (7 of 25 stops did).
+            await asyncio.sleep(_STOPPING_THREAD_SECONDS)
 
     async def _until_drained(self) -> None:
         await self._signalled.wait()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), self.drain_seconds)
+
+
+class NewConnections:
+    """Counts in ``counter`` the client connections requests come on: a client address (host,
+    port) not among the last ``remember`` seen is a new connection, one TLS handshake."""
+
+    def __init__(self, counter: Counter, remember: int = 4096) -> None:
+        self.counter, self.remember = counter, remember
+        self._recent: OrderedDict[Hashable, None] = OrderedDict()
+
+    def saw(self, scope: Scope) -> None:
+        client, recent = scope.get("client"), self._recent
+        if client is None:
+            return
+        client = tuple(client)
+        if client in recent:
+            recent.move_to_end(client)
+            return
+        self.counter.inc()
+        recent[client] = None
+        if len(recent) > self.remember:
+            recent.popitem(last=False)
 
 
 async def unless_stopped(work: Awaitable[None], stop: Awaitable[object]) -> bool:
@@ -159,9 +237,10 @@ async def unless_stopped(work: Awaitable[None], stop: Awaitable[object]) -> bool
     return True
 
 
-def close_when(app: ASGIApp, draining: Callable[[], bool]) -> ASGIApp:
-    """``app`` whose responses say ``Connection: close`` while ``draining()`` (an h2 server
-    drops the header: h2 drains by GOAWAY)."""
+def close_when(app: ASGIApp, draining: Callable[[], bool],
+               seen: Callable[[Scope], None]) -> ASGIApp:
+    """``app`` telling ``seen`` each request's scope, whose responses say ``Connection: close``
+    while ``draining()`` (an h2 server drops the header: h2 drains by GOAWAY)."""
 
     async def send_closing(send: Send, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -169,8 +248,12 @@ def close_when(app: ASGIApp, draining: Callable[[], bool]) -> ASGIApp:
         await send(message)
 
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        seen(scope)
         # Nothing added per request until the drain starts: this wraps the hot path too.
-        if scope["type"] != "http" or not draining():
+        if not draining():
             await app(scope, receive, send)
         else:
             await app(scope, receive, functools.partial(send_closing, send))

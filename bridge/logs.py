@@ -48,5 +48,5 @@ def _route_stdlib(level: str, formatter: structlog.stdlib.ProcessorFormatter) ->
     handler.setFormatter(formatter)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    for chatty in ("httpx2", "httpcore2", "hpack", "h2"):  # lines per request or frame
+    for chatty in ("httpx2", "httpcore2"):  # lines per request
         logging.getLogger(chatty).setLevel(logging.WARNING)

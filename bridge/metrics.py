@@ -45,8 +45,10 @@ PODS_BOUND = Counter("slurmbridge_pods_bound_total", "pods bound where Slurm all
 BIND_FAILURES = Counter("slurmbridge_bind_failures_total", "binds refused or failed")
 EXTENDER_TLS_HANDSHAKES = Counter(
     "slurmbridge_extender_tls_handshakes_total",
-    "TLS handshakes on the protocol port: one per connection kube-scheduler opens (a rate that "
-    "follows the pods' means its connections churn)",
+    "TLS handshakes on the protocol port, counted as the client connections its calls come on "
+    "(each new client address and port; the server's TLS is in Rust, out of Python's sight): "
+    "one per connection kube-scheduler opens (a rate that follows the pods' means its "
+    "connections churn)",
 )
 POD_TO_BIND_SECONDS = Histogram(
     "slurmbridge_pod_to_bind_seconds",

@@ -6,8 +6,8 @@ accepts only callers presenting a client certificate signed by ``client_ca_file`
 plain port that serves nothing that acts.
 
 The protocol port speaks h2 as the webhook's does (bridge/draining.py says why): over it
-kube-scheduler's parallel calls share one connection, at less CPU than over uvicorn's
-HTTP/1.1 at 16 calls in flight and about the same at 64 (B8, benchmarks/RESULTS.md).
+kube-scheduler's parallel calls share one connection, at about half the server CPU per call
+of uvicorn's HTTP/1.1 at 16 calls in flight and 0.7x at 64 (B8, benchmarks/RESULTS.md).
 """
 
 import asyncio
@@ -57,7 +57,7 @@ def api_config(settings: ExtenderSettings) -> ServerConfig:
     assert settings.tls_cert_file and settings.tls_key_file and settings.client_ca_file
     return https_config(f"{settings.host}:{settings.port}", settings.tls_cert_file,
                         settings.tls_key_file, client_ca=settings.client_ca_file,
-                        handshakes=metrics.EXTENDER_TLS_HANDSHAKES)
+                        connections=metrics.EXTENDER_TLS_HANDSHAKES)
 
 
 def serve(bridge: Bridge, settings: ExtenderSettings) -> None:

@@ -104,6 +104,25 @@ async def test_a_client_without_a_certificate_is_refused(
             await http.get(f"{url}/nothing")
 
 
+async def test_a_client_speaking_tls_1_2_is_served(served: tuple[str, ssl.SSLContext]) -> None:
+    """As before granian, whose own default is TLS 1.3 only."""
+    url, client = served
+    client.maximum_version = ssl.TLSVersion.TLSv1_2
+    async with httpx.AsyncClient(http2=True, verify=client) as http:
+        assert (await http.get(f"{url}/nothing")).status_code == 404
+
+
+async def test_a_client_certificate_another_ca_signed_is_refused(
+    served: tuple[str, ssl.SSLContext], tmp_path: Path
+) -> None:
+    url, _ = served
+    stranger = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    trustme.CA().issue_cert("kube-scheduler").configure_cert(stranger)
+    async with httpx.AsyncClient(http2=True, verify=stranger) as http:
+        with pytest.raises(httpx.TransportError):
+            await http.get(f"{url}/nothing")
+
+
 @pytest.mark.parametrize("drain_seconds", [1.0])
 async def test_after_sigterm_the_port_serves_on_for_the_drain_then_stops(
     protocol: tuple[DrainingServer, str, ssl.SSLContext],

@@ -52,6 +52,35 @@ except ValueError:
     logging.getLogger("asyncio").exception("Task exception was never retrieved")
 """
 
+HTTPS_SERVER = """
+import asyncio, sys
+import httpx
+from prometheus_client import CollectorRegistry, Counter
+from starlette.applications import Starlette
+from starlette.routing import Route
+from bridge import logs
+from bridge.draining import DrainingServer, ServerConfig
+from tests.served import listening
+
+logs.configure("info", json=True)
+
+async def fails(request):
+    raise RuntimeError("the app failed")
+
+async def main(port: int) -> None:
+    config = ServerConfig(Counter("c", "unused", registry=CollectorRegistry()))
+    config.bind = [f"127.0.0.1:{port}"]
+    server = DrainingServer(Starlette(routes=[Route("/fails", fails)]), config, 0)
+    serving = asyncio.create_task(server.serve())
+    await listening(port, serving)
+    async with httpx.AsyncClient() as client:
+        assert (await client.get(f"http://127.0.0.1:{port}/fails")).status_code == 500
+    server.handle_exit(15)
+    await serving
+
+asyncio.run(main(int(sys.argv[1])))
+"""
+
 
 def logged(script: str, *args: str) -> list[dict[str, Any]]:
     """The lines ``script`` wrote on stderr, each parsed as JSON (a line that is not fails)."""
@@ -84,3 +113,13 @@ def test_a_standard_library_exception_is_one_json_line() -> None:
     (line,) = logged(EXCEPTION)
     assert line["level"] == "error" and line["logger"] == "asyncio"
     assert "ValueError: boom" in line["exception"]
+
+
+def test_the_https_servers_error_is_one_json_line_and_no_request_is_logged() -> None:
+    """Both faces' HTTPS server (granian): an app's exception through the standard library's
+    logging, no access line (each review and bind is logged by the face itself)."""
+    lines = logged(HTTPS_SERVER, str(free_port()))
+    (error,) = [line for line in lines if line.get("logger", "").startswith("_granian")]
+    assert error["level"] == "error" and "RuntimeError: the app failed" in error["event"]
+    served = [line for line in lines if line.get("logger") != "httpx"]  # the test's client
+    assert not [line for line in served if "/fails" in json.dumps(line)], lines
