@@ -3,9 +3,14 @@ that keeps some alive opens them (the TLS handshake counters, which B1 reports p
 must count one per connection, not per request)."""
 
 import asyncio
+import contextlib
+import json
 import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
+from aiohttp import web
 
 
 async def requests_on_four_connections(url: str, verify: ssl.SSLContext) -> int:
@@ -30,3 +35,25 @@ async def listening(port: int, served: "asyncio.Future[None]") -> None:
             return
         except OSError:
             await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def aiohttp_served(app: web.Application) -> AsyncIterator[str]:
+    """``app`` served on a free local port, plain HTTP: its base URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+def kubeconfig_for(path: Path, server: str, user: dict[str, str]) -> Path:
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+    }))
+    return path

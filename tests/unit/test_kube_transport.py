@@ -17,6 +17,7 @@ from lightkube.types import PatchType
 from bridge.kube.apierrors import is_conflict
 from bridge.kube.connection import kube_client
 from slurmbridge_devkit.builders import PodBuilder
+from tests.served import aiohttp_served, kubeconfig_for
 
 TOKEN = "t0ken"
 
@@ -71,24 +72,12 @@ class StandIn:
 @pytest.fixture
 async def apiserver(tmp_path: Path) -> AsyncIterator[tuple[StandIn, AsyncClient]]:
     stand_in = StandIn()
-    runner = web.AppRunner(stand_in.app())
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-        "users": [{"name": "u", "user": {"token": TOKEN}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-    }))
-    client = kube_client(kubeconfig)
-    try:
-        yield stand_in, client
-    finally:
-        await client.close()
-        await runner.cleanup()
+    async with aiohttp_served(stand_in.app()) as server:
+        client = kube_client(kubeconfig_for(tmp_path / "kubeconfig", server, {"token": TOKEN}))
+        try:
+            yield stand_in, client
+        finally:
+            await client.close()
 
 
 async def test_a_read_carries_the_users_credential_and_decodes(

@@ -20,6 +20,7 @@ from bridge.kube import writes
 from bridge.kube.apierrors import is_conflict, is_not_found, is_unprocessable
 from bridge.kube.connection import kube_client
 from bridge.kube.podwrites import BridgeClient
+from tests.served import aiohttp_served, kubeconfig_for
 
 TOKEN = "t0ken"
 PODS = "/api/v1/namespaces/ns/pods"
@@ -66,27 +67,19 @@ class StandIn:
                             headers={"Content-Type": "application/json"})
 
 
-def _kubeconfig(path: Path, server: str, user: dict[str, str]) -> Path:
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": user}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-    }))
-    return path
+def _rotating(tmp_path: Path, server: str) -> tuple[Path, BridgeClient]:
+    """A client whose token is read from a file (holding "old"), as a pod's mounted one."""
+    token_file = tmp_path / "token"
+    token_file.write_text("old")
+    return token_file, kube_client(kubeconfig_for(tmp_path / "kubeconfig", server,
+                                                {"tokenFile": str(token_file)}))
 
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[tuple[StandIn, str]]:
     stand_in = StandIn()
-    runner = web.AppRunner(stand_in.app())
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield stand_in, f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with aiohttp_served(stand_in.app()) as server:
+        yield stand_in, server
 
 
 @pytest.fixture
@@ -94,7 +87,7 @@ async def apiserver(
     served: tuple[StandIn, str], tmp_path: Path
 ) -> AsyncIterator[tuple[StandIn, BridgeClient]]:
     stand_in, server = served
-    client = kube_client(_kubeconfig(tmp_path / "kubeconfig", server, {"token": TOKEN}))
+    client = kube_client(kubeconfig_for(tmp_path / "kubeconfig", server, {"token": TOKEN}))
     try:
         yield stand_in, client
     finally:
@@ -207,10 +200,7 @@ async def test_a_rotated_token_file_is_read_again_after_a_401(
     """In a cluster the kubelet rotates the service account's token: as lightkube does, the
     file is read again after a 401 and the write sent once more; the new token is kept."""
     stand_in, server = served
-    token_file = tmp_path / "token"
-    token_file.write_text("old")
-    client = kube_client(_kubeconfig(tmp_path / "kubeconfig", server,
-                                     {"tokenFile": str(token_file)}))
+    token_file, client = _rotating(tmp_path, server)
     try:
         await client.patch_pod("ns", "p", [])
         token_file.write_text("new")
@@ -227,10 +217,7 @@ async def test_a_burst_of_writes_refused_with_a_rotated_token_all_go_again_with_
     served: tuple[StandIn, str], tmp_path: Path,
 ) -> None:
     stand_in, server = served
-    token_file = tmp_path / "token"
-    token_file.write_text("old")
-    client = kube_client(_kubeconfig(tmp_path / "kubeconfig", server,
-                                     {"tokenFile": str(token_file)}))
+    token_file, client = _rotating(tmp_path, server)
     try:
         await client.patch_pod("ns", "p", [])
         token_file.write_text("new")
@@ -267,7 +254,7 @@ async def test_the_writes_and_lightkubes_reads_share_one_connection(
 
 async def test_an_apiserver_that_is_away_is_httpx2s_connect_error(tmp_path: Path) -> None:
     """As for lightkube's own requests: the bridge's loops retry it."""
-    client = kube_client(_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9",
+    client = kube_client(kubeconfig_for(tmp_path / "kubeconfig", "http://127.0.0.1:9",
                                      {"token": TOKEN}))
     try:
         with pytest.raises(httpx2.ConnectError):
