@@ -58,7 +58,7 @@ class Config:
     shape: Shape = field(default_factory=Shape)
     probe_calls: int = 500
     timeout: float = 1800
-    failover_rate: float = 2.0  # plain pods per second around the leader's SIGKILL; 0: none
+    failovers: int = 3  # the leader SIGKILLed while plain pods arrive, after the rounds
 
 
 @dataclass
@@ -160,7 +160,7 @@ async def _run(cfg: Config, slurm: SlurmTarget, cp: ControlPlane, pid_note: str)
                            "time: p50", "ms", percentile(seconds, 50) * 1000)
                 series.add("probe99", f"filter, {len(names)} candidates, one at a "
                            "time: p99", "ms", percentile(seconds, 99) * 1000)
-            if cfg.failover_rate > 0:
+            if cfg.failovers > 0:
                 failover, more = await _failover(cfg, slurm, kube, stack)
                 notes.extend(more)
     finally:
@@ -176,7 +176,7 @@ async def _failover(
 ) -> tuple[list[Figure], list[str]]:
     """The failover's figures and note; a failure is a note, not the rounds' loss."""
     try:
-        return await b6_failover.measure(slurm, kube, stack, rate=cfg.failover_rate)
+        return await b6_failover.measure(slurm, kube, stack, repeats=cfg.failovers)
     except (Exception, live.HarnessFailure) as exc:
         print(f"  B6 failover not measured: {exc!r}", flush=True)
         return [], [f"failover not measured: {type(exc).__name__}: {str(exc)[:300]}"]

@@ -72,9 +72,8 @@ def _b6_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--b6-limits", default="50:100,400:800",
                    help="qps:burst of both kube-schedulers, comma-separated pairs")
     g.add_argument("--b6-repeats", type=int, default=1, help="rounds per limit (each is long)")
-    g.add_argument("--b6-failover-rate", type=float, default=2.0,
-                   help="plain pods per second created around the leader's SIGKILL after the "
-                        "rounds (0: no failover measured)")
+    g.add_argument("--b6-failovers", type=int, default=3,
+                   help="leader SIGKILLs after the rounds, plain pods arriving (0: none)")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -202,7 +201,7 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
                        (pair.split(":") for pair in args.b6_limits.split(",")))
         return m.run(m.Config(
             repeats=args.b6_repeats, pods=args.b6_pods, slurm_version=args.slurm_version,
-            limits=limits, failover_rate=args.b6_failover_rate,
+            limits=limits, failovers=args.b6_failovers,
             shape=Shape(nodes=args.b6_nodes, native_running=running, native_pending=pending),
         ))
 

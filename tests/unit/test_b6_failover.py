@@ -21,7 +21,7 @@ def timeline() -> Timeline:
 
 
 def by_name(tl: Timeline) -> dict[str, list[float]]:
-    return {f.name.split(": ", 1)[1]: f.samples for f in figures(tl)}
+    return by_name_of([tl])
 
 
 def test_the_first_release_is_the_first_after_the_takeover_not_an_old_write_landing_late() -> None:
@@ -41,17 +41,17 @@ def test_the_pods_waiting_at_the_kill_and_when_the_last_of_them_was_released() -
 
 
 def test_the_target_is_15_s_and_no_takeover_misses_it_with_no_sample() -> None:
-    first = {f.name: f for f in figures(timeline())}[
+    first = {f.name: f for f in figures([timeline()])}[
         "failover: SIGKILL -> first pod released by the new leader"]
     assert first.target == "<= 15 s" and first.met
     late = timeline()
     late.released = {**late.released, "c": KILL + 16, "b": KILL + 17, "e": KILL + 18,
                      "d": KILL + 19}
-    assert not {f.name: f for f in figures(late)}[first.name].met
+    assert not {f.name: f for f in figures([late])}[first.name].met
     none = Timeline(killed=KILL, created={"b": KILL - 1})
-    missed = {f.name: f for f in figures(none)}[first.name]
+    missed = {f.name: f for f in figures([none])}[first.name]
     assert missed.samples == [] and missed.met is False
-    assert "no pod released" in missed.verdict
+    assert "no pod released by a new leader in 1 failover(s)" in missed.verdict
 
 
 def log_line(event: str, at: float, **fields: object) -> str:
@@ -78,3 +78,18 @@ def test_the_new_leaders_steps_are_read_in_order_after_the_kill_only() -> None:
     assert "1 more created before the takeover (+12.0 s)" in text
     assert "poller.resynced +13.0 s (11 jobs indexed)" in text
     assert "no " not in text.split("log: ")[1]
+
+
+def test_each_failover_is_one_sample_and_one_that_never_released_misses_the_target() -> None:
+    quick, slow = timeline(), timeline()
+    slow.acquired = KILL + 14
+    got = by_name_of([quick, slow])
+    assert got["SIGKILL -> the Lease names the new replica"] == [12, 14]
+    assert got["SIGKILL -> first pod released by the new leader"] == [13.5, 14]
+    never = Timeline(killed=KILL, acquired=KILL + 12, created={"b": KILL - 1})
+    first = figures([quick, never])[1]
+    assert first.samples == [13.5] and first.met is False
+
+
+def by_name_of(timelines: list[Timeline]) -> dict[str, list[float]]:
+    return {f.name.split(": ", 1)[1]: f.samples for f in figures(timelines)}
