@@ -62,6 +62,7 @@ class Timeline:
     release (pod name -> seconds since the epoch)."""
 
     killed: float
+    expired: float | None = None  # the dead leader's Lease: its last renew + its duration
     acquired: float | None = None
     created: dict[str, float] = field(default_factory=dict)
     released: dict[str, float] = field(default_factory=dict)
@@ -84,11 +85,11 @@ class Timeline:
         return min(after) if after else None
 
     def all_released(self, names: Iterable[str]) -> float | None:
-        """When the last of ``names`` was released; None while one still waits."""
+        """When the last of ``names`` was released; None while one still waits, or for none."""
         times = [self.released.get(n) for n in names]
-        if any(t is None for t in times):
+        if not times or any(t is None for t in times):
             return None
-        return max((t for t in times if t is not None), default=self.killed)
+        return max(t for t in times if t is not None)
 
     def steady_latency(self) -> float | None:
         """Median create -> release of the pods released before the kill."""
@@ -122,6 +123,8 @@ def figures(timelines: list[Timeline]) -> list[Figure]:
     def since_kill(pick: Callable[[Timeline], float | None]) -> list[float]:
         return [at - tl.killed for tl in timelines if (at := pick(tl)) is not None]
 
+    expiry = Figure("failover: SIGKILL -> the dead leader's Lease expired", "s",
+                    since_kill(lambda tl: tl.expired))
     lease = Figure("failover: SIGKILL -> the Lease names the new replica", "s",
                    since_kill(lambda tl: tl.acquired))
     first = Figure("failover: SIGKILL -> first pod released by the new leader", "s",
@@ -133,7 +136,7 @@ def figures(timelines: list[Timeline]) -> list[Figure]:
         first.verdict = f"MISSED: no pod released by a new leader in {missing} failover(s)"
     waiting = Figure("failover: SIGKILL -> every pod waiting at the kill released", "s",
                      since_kill(lambda tl: tl.all_released(tl.waiting_at_kill())))
-    return [lease, first, waiting]
+    return [expiry, lease, first, waiting]
 
 
 def note(tl: Timeline, steps: dict[str, tuple[float, dict[str, object]]], lease: int) -> str:
@@ -152,12 +155,14 @@ def note(tl: Timeline, steps: dict[str, tuple[float, dict[str, object]]], lease:
         extra = f" ({entry['jobs']} jobs indexed)" if "jobs" in entry else ""
         did.append(f"{event} {at(t)}{extra}")
     return (
-        f"failover: lease {lease} s, renewed every {lease / 3:g} s; {len(tl.created)} plain "
+        f"lease {lease} s, renewed every {lease / 3:g} s; {len(tl.created)} plain "
         f"pods created through the webhook, one every {_gap(tl):.1f} s"
         + (f" (released {steady:.1f} s after their create, median, before the kill)"
            if steady is not None else "")
-        + f"; {len(waiting)} waiting at the SIGKILL, all released {at(tl.all_released(waiting))}"
-        f"; {len(leaderless)} more created before the takeover ({at(tl.acquired)}), all "
+        + (f"; {len(waiting)} waiting at the SIGKILL, all released "
+           f"{at(tl.all_released(waiting))}" if waiting else "; none waiting at the SIGKILL")
+        + f"; the Lease expired {at(tl.expired)}"
+        + f"; {len(leaderless)} more created before the takeover ({at(tl.acquired)}), all "
         f"released {at(tl.all_released(waiting + leaderless))}; the new leader's log: "
         + ", ".join(did)
     )
@@ -249,6 +254,7 @@ async def _failover(
         await asyncio.sleep(warm)
         tl.killed = time.time()
         await asyncio.to_thread(leader.kill, signal.SIGKILL)
+        tl.expired = await _expiry(kube, lease_name)
         tl.acquired = await _takeover(kube, lease_name, heir, timeout)
         deadline = time.monotonic() + timeout
         while tl.first_release() is None and time.monotonic() < deadline:
@@ -264,6 +270,15 @@ async def _failover(
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
+
+
+async def _expiry(kube: AsyncClient, lease_name: str) -> float | None:
+    """When the Lease, as the dead leader last renewed it, runs out."""
+    held = await kube.get(Lease, lease_name, namespace=BRIDGE_NS)
+    spec = held.spec
+    if spec is None or spec.renewTime is None or spec.leaseDurationSeconds is None:
+        return None
+    return spec.renewTime.timestamp() + spec.leaseDurationSeconds
 
 
 async def _takeover(

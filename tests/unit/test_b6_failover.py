@@ -13,7 +13,7 @@ def timeline() -> Timeline:
     """Pods a..e: a released before the kill, b and c waiting at it, d created while nobody
     led, e after the takeover at +12 s; an in-flight write of the old leader lands at +0.01 s."""
     return Timeline(
-        killed=KILL, acquired=KILL + 12,
+        killed=KILL, expired=KILL + 11.9, acquired=KILL + 12,
         created={"a": KILL - 5, "b": KILL - 1, "c": KILL - 0.5, "d": KILL + 4, "e": KILL + 13},
         released={"a": KILL - 4, "z": KILL + 0.01, "c": KILL + 13.5, "b": KILL + 14,
                   "d": KILL + 15, "e": KILL + 14.5},
@@ -29,6 +29,7 @@ def test_the_first_release_is_the_first_after_the_takeover_not_an_old_write_land
     assert tl.first_release() == KILL + 13.5
     got = by_name(tl)
     assert got["SIGKILL -> the Lease names the new replica"] == [12]
+    assert got["SIGKILL -> the dead leader's Lease expired"] == [KILL + 11.9 - KILL]
     assert got["SIGKILL -> first pod released by the new leader"] == [13.5]
 
 
@@ -75,7 +76,7 @@ def test_the_new_leaders_steps_are_read_in_order_after_the_kill_only() -> None:
         "leader.acquired": 12, "poller.resynced": 13, "release.done": 13.5}
     text = note(timeline(), steps, 15)
     assert "2 waiting at the SIGKILL, all released +14.0 s" in text
-    assert "1 more created before the takeover (+12.0 s)" in text
+    assert "the Lease expired +11.9 s; 1 more created before the takeover (+12.0 s)" in text
     assert "poller.resynced +13.0 s (11 jobs indexed)" in text
     assert "no " not in text.split("log: ")[1]
 
@@ -87,9 +88,17 @@ def test_each_failover_is_one_sample_and_one_that_never_released_misses_the_targ
     assert got["SIGKILL -> the Lease names the new replica"] == [12, 14]
     assert got["SIGKILL -> first pod released by the new leader"] == [13.5, 14]
     never = Timeline(killed=KILL, acquired=KILL + 12, created={"b": KILL - 1})
-    first = figures([quick, never])[1]
+    first = figures([quick, never])[2]
     assert first.samples == [13.5] and first.met is False
 
 
 def by_name_of(timelines: list[Timeline]) -> dict[str, list[float]]:
     return {f.name.split(": ", 1)[1]: f.samples for f in figures(timelines)}
+
+
+def test_with_no_pod_waiting_at_the_kill_there_is_no_all_released_sample() -> None:
+    tl = timeline()
+    tl.released["b"] = tl.released["c"] = KILL - 0.2  # released just before the kill
+    assert tl.waiting_at_kill() == []
+    assert by_name(tl)["SIGKILL -> every pod waiting at the kill released"] == []
+    assert "none waiting at the SIGKILL; the Lease expired +11.9 s; 1 more" in note(tl, {}, 15)
