@@ -40,7 +40,9 @@ TITLES = {
           "within 20% across the sizes) and requests/s when nothing changes (target <= 2)",
     "B6": "site scale: B1's round with 256 Slurm nodes mirrored by 256 Kubernetes Nodes, "
           "5,000 pods and 10,000 native jobs in the queue, plus filter latency with 256 "
-          "candidates; target: bridge / default ratio within 20% of B1's",
+          "candidates; target: bridge / default ratio within 20% of B1's; then the leader's "
+          "failover on that site: SIGKILL -> first pod released by the new leader (target "
+          "<= 15 s)",
     "B7": "CPU per exchange: apiserver (pod GET/PATCH, Binding, Event, watch event over TLS: "
           "lightkube vs aiohttp vs kubernetes_asyncio) and extender filter/bind served; "
           "client CPU per slurmrestd exchange (submit, job read of 28.5 kB and 375 kB, state "
@@ -59,6 +61,19 @@ TITLES = {
             "violations. Run alone: --only SOAK --minutes M --seed S (--adversarial: a tenant "
             "also tries issue 41's attacks)",
 }
+
+
+def _b6_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("B6 (site scale)")
+    g.add_argument("--b6-pods", type=int, default=5_000, help="pods per system per round")
+    g.add_argument("--b6-nodes", type=int, default=256, help="Slurm nodes = Kubernetes Nodes")
+    g.add_argument("--b6-native", default="1000,9000",
+                   help="native jobs in Slurm's queue: running,pending")
+    g.add_argument("--b6-limits", default="50:100,400:800",
+                   help="qps:burst of both kube-schedulers, comma-separated pairs")
+    g.add_argument("--b6-repeats", type=int, default=1, help="rounds per limit (each is long)")
+    g.add_argument("--b6-failovers", type=int, default=3,
+                   help="leader SIGKILLs after the rounds, plain pods arriving (0: none)")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -116,14 +131,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--cycles", type=int, default=5, help="poll cycles measured per repeat")
     g.add_argument("--idle-window", type=float, default=20.0,
                    help="seconds the running poller is counted per repeat")
-    g = p.add_argument_group("B6 (site scale)")
-    g.add_argument("--b6-pods", type=int, default=5_000, help="pods per system per round")
-    g.add_argument("--b6-nodes", type=int, default=256, help="Slurm nodes = Kubernetes Nodes")
-    g.add_argument("--b6-native", default="1000,9000",
-                   help="native jobs in Slurm's queue: running,pending")
-    g.add_argument("--b6-limits", default="50:100,400:800",
-                   help="qps:burst of both kube-schedulers, comma-separated pairs")
-    g.add_argument("--b6-repeats", type=int, default=1, help="rounds per limit (each is long)")
+    _b6_arguments(p)
     g = p.add_argument_group("SOAK (seeded faults; only when named in --only)")
     g.add_argument("--minutes", type=float, default=30.0, help="SOAK: minutes of load and faults")
     g.add_argument("--seed", default="1",
@@ -193,7 +201,7 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
                        (pair.split(":") for pair in args.b6_limits.split(",")))
         return m.run(m.Config(
             repeats=args.b6_repeats, pods=args.b6_pods, slurm_version=args.slurm_version,
-            limits=limits,
+            limits=limits, failovers=args.b6_failovers,
             shape=Shape(nodes=args.b6_nodes, native_running=running, native_pending=pending),
         ))
 

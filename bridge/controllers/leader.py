@@ -26,6 +26,8 @@ from bridge.ports import KubeCreate, KubeGet, KubeReplace
 
 log = structlog.get_logger(__name__)
 
+EXPIRY_SLACK_SECONDS = 0.05  # a standby tries this long after the holder's lease runs out
+
 
 def default_identity() -> str:
     return f"{socket.gethostname()}_{os.getpid()}"
@@ -50,6 +52,7 @@ class LeaderElector:
         self._name = name
         self.identity = identity or default_identity()
         self._lease_seconds = lease_seconds
+        self._expires: datetime | None = None  # another holder's lease, as last read
 
     async def try_acquire(self) -> bool:
         """One attempt to take or renew the lease; returns whether we lead now."""
@@ -62,10 +65,12 @@ class LeaderElector:
             return await self._create(now)
         spec = lease.spec or LeaseSpec()
         mine = spec.holderIdentity == self.identity
-        expired = spec.renewTime is None or spec.renewTime + timedelta(
+        expires = None if spec.renewTime is None else spec.renewTime + timedelta(
             seconds=spec.leaseDurationSeconds or self._lease_seconds
-        ) < now
-        if not (mine or expired or not spec.holderIdentity):
+        )
+        self._expires = None
+        if not (mine or expires is None or expires < now or not spec.holderIdentity):
+            self._expires = expires
             return False
         spec.renewTime = now
         spec.leaseDurationSeconds = self._lease_seconds
@@ -115,12 +120,20 @@ class LeaderElector:
                     log.warning("leader.lost", identity=self.identity, lease=self._name)
                     await cancel_and_wait([task])  # ended before anything else is done
                     task = None
-                await asyncio.sleep(renew)
+                await asyncio.sleep(self._next_try(renew))
         finally:
             metrics.LEADER.set(0)
             if task is not None:
                 await cancel_and_wait([task])
                 await self._release()
+
+    def _next_try(self, renew: float) -> float:
+        """A renew period, or less for a standby whose holder's lease runs out sooner: a dead
+        leader's lease is taken as it expires, not up to a renew period later."""
+        if self._expires is None:
+            return renew
+        left = (self._expires - datetime.now(UTC)).total_seconds()
+        return min(renew, max(left, 0.0) + EXPIRY_SLACK_SECONDS)
 
     async def _release(self) -> None:
         """Hand the lease over as client-go's ReleaseOnCancel does (no holder, a 1 s lease),

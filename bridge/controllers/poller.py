@@ -22,15 +22,17 @@ backoff.  ``read_within`` tells /readyz whether Slurm was read recently.
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import heapq
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import structlog
 
 from bridge import metrics
+from bridge.controllers.rereads import Rereads
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound, SlurmProtocolError
@@ -78,18 +80,14 @@ class Poller:
         self._fast_interval = min(fast_interval, interval)
         self._fast_window = fast_window
         self.resync_interval = resync_interval
-        self._reasons_per_cycle = reasons_per_cycle
-        self._reason_queue: deque[int] = deque()
-        self._reason_interval = reason_interval
-        self._reason_read: dict[int, float] = {}  # loop time each pending job's reason was read
-        self._watch_running = watch_running
-        self._watch_queue: deque[int] = deque()
+        self._rereads = Rereads(per_cycle=reasons_per_cycle, reason_interval=reason_interval,
+                                watch_running=watch_running)
         self._misses: dict[int, int] = {}
         self._fetch_slots = asyncio.Semaphore(_FETCH_CONCURRENCY)
         self.healthy = False  # the last cycle reached Slurm
         self.synced = False  # the index was built from a full listing at least once
         self._last_read: float | None = None  # loop time of the last complete cycle
-        self._resync_requested = False
+        self._resync_asked = asyncio.Event()  # cuts the sleep short: a new leader waits on it
         self._resynced = asyncio.Event()  # a resync completed since the last request
 
     async def poll_once(self) -> None:
@@ -117,58 +115,11 @@ class Poller:
         started += heapq.nlargest(RECHECKS_PER_CYCLE, unseen,
                                   key=lambda j: self._index.unseen_for(j.job_id))
         stale_ids = {j.job_id for j in stale + started}
-        batch = [j for j in stale if j not in started] + self._reason_batch(tracked, stale_ids)
-        batch += self._watch_batch(tracked, stale_ids | {j.job_id for j in batch})
+        batch = [j for j in stale if j not in started] + self._rereads.reasons(tracked, stale_ids)
+        batch += self._rereads.running(tracked, stale_ids | {j.job_id for j in batch})
         whole = batch + [j for j in started if j.het_components]  # read whole: see above
         await asyncio.gather(*(self._refresh(j) for j in whole),
                              *(self._started(j) for j in started if not j.het_components))
-
-    def _reason_batch(self, tracked: dict[int, SlurmJob], skip: set[int]) -> list[SlurmJob]:
-        """A few pending jobs whose reason (not in the state list) is re-read, none more often
-        than every ``reason_interval``: a reason changes without a state change, but users
-        read it after ``notify_quiet_seconds``, not every poll."""
-        now = asyncio.get_running_loop().time()
-        # First read after half the interval: most start by then, users wait the quiet time.
-        first = now - self._reason_interval / 2
-        self._reason_read = {i: self._reason_read.get(i, first) for i, j in tracked.items()
-                             if j.state is JobState.PENDING}
-
-        def due(job: SlurmJob) -> bool:
-            read = self._reason_read.get(job.job_id)
-            return (job.state is JobState.PENDING and job.job_id not in skip
-                    and (read is None or now - read >= self._reason_interval))
-
-        if not self._reason_queue:
-            self._reason_queue.extend(i for i, j in tracked.items() if j.state is JobState.PENDING)
-        # Jobs Slurm has not evaluated yet (reason "None") first: users wait for that one.
-        batch = [j for j in tracked.values() if j.reason == NO_REASON and due(j)]
-        batch = batch[: self._reasons_per_cycle]
-        skip = skip | {j.job_id for j in batch}
-        while self._reason_queue and len(batch) < self._reasons_per_cycle:
-            job = tracked.get(self._reason_queue.popleft())
-            if job is not None and due(job):
-                batch.append(job)
-                skip.add(job.job_id)
-        self._reason_read.update((j.job_id, now) for j in batch)
-        return batch
-
-    def _watch_batch(self, tracked: dict[int, SlurmJob], skip: set[int]) -> list[SlurmJob]:
-        """A few running jobs of preemptable QOS, re-read round-robin: Slurm's preemption
-        signal starts the GraceTime without changing the job's state, and the pod must be
-        evicted within it, not after."""
-        if self._watch_running is None:
-            return []
-        if not self._watch_queue:
-            self._watch_queue.extend(
-                i for i, j in tracked.items()
-                if j.state is JobState.RUNNING and not j.preempting and self._watch_running(j)
-            )
-        batch: list[SlurmJob] = []
-        while self._watch_queue and len(batch) < self._reasons_per_cycle:
-            job = tracked.get(self._watch_queue.popleft())
-            if job is not None and job.state is JobState.RUNNING and job.job_id not in skip:
-                batch.append(job)
-        return batch
 
     async def resync(self) -> None:
         """Rebuild the index from a full listing; changes it reveals are reported too."""
@@ -237,8 +188,8 @@ class Poller:
         delay = self.interval
         while True:
             try:
-                if self._resync_requested or loop.time() >= next_resync:
-                    self._resync_requested = False
+                if self._resync_asked.is_set() or loop.time() >= next_resync:
+                    self._resync_asked.clear()
                     await self.resync()
                     self._resynced.set()
                     next_resync = loop.time() + self.resync_interval
@@ -260,12 +211,14 @@ class Poller:
                 else:
                     metrics.POLL_ERRORS.labels("bug").inc()
                     log.exception("poller.failed", retry_in=delay)
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._resync_asked.wait(), delay)
 
     def resync_soon(self) -> None:
-        """Rebuild on the next cycle: a replica that just took the lease holds none of the
-        jobs the others submitted while nobody led, and its controllers act on the index."""
-        self._resync_requested = True
+        """Rebuild at once, not after the cycle's sleep: a replica that just took the lease
+        holds none of the jobs the others submitted while nobody led, and its controllers act
+        on the index."""
+        self._resync_asked.set()
         self._resynced.clear()
 
     async def resynced(self) -> None:

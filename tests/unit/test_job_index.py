@@ -179,6 +179,24 @@ async def test_a_new_leader_learns_jobs_another_replica_submitted_within_a_cycle
         task.cancel()
 
 
+async def test_a_new_leaders_resync_starts_at_once_not_after_the_poll_sleep() -> None:
+    """B6's failover (issue 42): a new leader's intake waits for the resync it asks for,
+    which waited for the poller's sleep (2 s shipped) before it started."""
+    fake = FakeSlurm()
+    index = _index(fake)
+    poller = Poller(fake, index, interval=5, resync_interval=3600)
+    task = asyncio.create_task(poller.run())
+    try:
+        await asyncio.wait_for(poller.resynced(), 1)
+        await asyncio.sleep(0.1)  # the first cycle done: the poller sleeps 5 s
+        other = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-9")))
+        poller.resync_soon()
+        await asyncio.wait_for(poller.resynced(), 1)
+        assert index.by_id(other) is not None
+    finally:
+        task.cancel()
+
+
 async def test_a_known_job_unreadable_during_a_resync_stays_tracked_and_is_counted() -> None:
     """Found by CI (24.11): a new leader's resync read a garbled answer for a job it had just
     submitted; the resync dropped the job from the index, so the poller never read it again

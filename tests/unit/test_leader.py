@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
@@ -87,6 +88,46 @@ async def test_a_lost_lease_stops_the_controllers() -> None:
         await _hold(kube, "b", renewed=datetime.now(UTC))  # b took it (e.g. a was paused)
         await asyncio.wait_for(controllers.stopped.wait(), 2)
     assert not await _elector(kube, "a").try_acquire()
+
+
+async def test_a_standby_takes_a_dead_leaders_lease_as_it_expires_not_a_renew_later() -> None:
+    """B6's failover (issue 42): a standby tried every lease/3 (5 s), so it took a SIGKILLed
+    leader's lease up to 5 s after it expired. It tries again when the lease runs out."""
+    kube = FakeKube()
+    await _elector(kube, "a").try_acquire()
+    await _hold(kube, "a", renewed=datetime.now(UTC) - timedelta(seconds=14.4), seconds=15)
+    controllers = Controllers()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    standby = asyncio.create_task(_elector(kube, "b", lease_seconds=15).run(controllers))
+    try:
+        await asyncio.wait_for(controllers.running.wait(), 2)  # renew period: 5 s
+        assert 0.5 <= loop.time() - started < 1.5
+    finally:
+        standby.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await standby
+
+
+class CountingKube(FakeKube):
+    """Counts the Lease reads."""
+
+    reads = 0
+
+    async def get(self, res: Any, name: str, *, namespace: str | None = None) -> Any:
+        self.reads += 1
+        return await super().get(res, name, namespace=namespace)
+
+
+async def test_a_standby_beside_a_live_leader_reads_the_lease_once_a_renew_period() -> None:
+    kube = CountingKube()
+    async with leading(kube, lease_seconds=3):  # renewed every second
+        standby = asyncio.create_task(_elector(kube, "b", lease_seconds=3).run(Controllers()))
+        await asyncio.sleep(2.5)
+        standby.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await standby
+    assert kube.reads <= 2 * 4  # each at 0, 1, 2 s (and the leader's release)
 
 
 async def test_controllers_stop_within_the_lease_when_the_apiserver_is_away() -> None:
