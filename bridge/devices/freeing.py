@@ -13,7 +13,8 @@ allocation and reservations, then lifts the marks, so a generated claim whose po
 deleted then.
 """
 
-from collections.abc import Awaitable, Callable, Collection
+import contextlib
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from typing import NamedTuple, Protocol, cast
 
 import structlog
@@ -46,16 +47,22 @@ class ClaimReleaser:
 
     def __init__(self, kube: FreeingKube) -> None:
         self._kube = kube
-        self._pins = 0  # claims about to be written, counted
+        self._pins = 0  # claim writes done (landed or failed), counted
         # The count when a listing last found none: None until one does (another leader's
-        # may exist).  A count, not a flag: a pin during a listing that answers "none" is
-        # not hidden by that answer.
+        # may exist).  A round lists again once a write ended after that listing began:
+        # a count, not a flag, so a listing's late "none" never hides a claim written
+        # meanwhile.
         self._none_since: int | None = None
         self._told: set[str] = set()  # UIDs of labelled claims without the bridge's record
 
-    def pinning(self) -> None:
-        """A claim is about to be written: the loop looks again."""
-        self._pins += 1
+    @contextlib.contextmanager
+    def pinning(self) -> Iterator[None]:
+        """Around a claim's write: counted once it landed (or failed), so a listing begun
+        before then, which may have missed the claim, does not stop the rounds after it."""
+        try:
+            yield
+        finally:
+            self._pins += 1
 
     async def pinned(self) -> list[Pinned]:
         """Every claim the bridge allocated and has not freed: one list, by the job label,

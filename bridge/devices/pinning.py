@@ -84,10 +84,10 @@ class ClaimPinner:
         planned = [(c, [self._result(a, next(indices), devices, kube_node)
                         for a in c.asks for _ in range(a.count)]) for c in claims]
         mine = {DeviceId(r["driver"], r["pool"], r["device"]) for _, rs in planned for r in rs}
-        self._releaser.pinning()
-        await self._releaser.free_stale(mine, job_id)
-        for claim, results in planned:
-            await self._write(claim, results, pod, job_id, kube_node)
+        with self._releaser.pinning():
+            await self._releaser.free_stale(mine, job_id)
+            for claim, results in planned:
+                await self._write(claim, results, pod, job_id, kube_node)
 
     async def _fresh(self, pod: Pod) -> Pod:
         meta = pod.metadata

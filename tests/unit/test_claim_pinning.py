@@ -258,12 +258,25 @@ async def test_a_claim_pinned_while_a_round_lists_is_looked_at_next_round() -> N
     releaser = ClaimReleaser(cast(FreeingKube, kube))
     round_one = asyncio.create_task(releaser.free_finished(_holds, lambda _: False))
     await kube.asked.wait()
-    releaser.pinning()  # the pinner, about to write a claim the listing did not see
-    kube.answer.set()
-    await round_one
+    with releaser.pinning():  # the pinner writes a claim the listing did not see
+        kube.answer.set()
+        await round_one
     await releaser.free_finished(_holds, lambda _: False)
     assert kube.lists == 2, "the round after the pin must list the claims again"
 
 
 async def _holds(_: int) -> bool:
     return True
+
+
+async def test_a_round_listing_between_the_pin_begun_and_its_write_looks_again_after() -> None:
+    """The pinner has begun (it lists the claims it may replace, then writes) when a round
+    lists and finds none: the write lands after that answer, so the rounds after it list
+    again, or the claim is never freed."""
+    kube = _ListingHeld()
+    kube.answer.set()
+    releaser = ClaimReleaser(cast(FreeingKube, kube))
+    with releaser.pinning():  # the claim is being written
+        await releaser.free_finished(_holds, lambda _: False)  # it found none
+    await releaser.free_finished(_holds, lambda _: False)
+    assert kube.lists == 2, "the round after the write must list the claims again"
