@@ -2,6 +2,7 @@
 (each in bridge/controllers/)."""
 
 import asyncio
+from datetime import datetime
 
 import structlog
 from lightkube.models.core_v1 import Pod as PodModel
@@ -145,7 +146,8 @@ class Bridge:
         await self.nodes.wait_synced()
         self._tasks.append(asyncio.create_task(self._requeue_waiting(), name="requeue"))
         if self.settings.controllers.enabled:
-            self._tasks.append(asyncio.create_task(self.elector.run(self._lead), name="leader"))
+            self._tasks.append(asyncio.create_task(
+                self.elector.run(self._lead, quiet=self.poller.list_again), name="leader"))
 
     async def _requeue_waiting(self) -> None:
         """kube-scheduler parks pods whose filter failed while we were down: nudge them back.
@@ -165,13 +167,13 @@ class Bridge:
         except Exception as exc:  # best effort: kube-scheduler retries on its own later
             log.warning("requeue.failed", error=repr(exc))
 
-    async def _lead(self) -> None:
-        """What only the lease holder runs: every submission and record, the controllers."""
-        self.poller.resync_soon()  # the jobs other replicas submitted while nobody led
+    async def _lead(self, quiet_since: datetime) -> None:
+        """What only the lease holder runs: every submission and record, the controllers.
+        ``quiet_since``: when the former holder stopped acting."""
         controllers = (("lifecycle", self.lifecycle), ("external", self.external),
                        ("nodesync", self.nodesync))
         tasks = [
-            asyncio.create_task(self._intake(), name="intake"),
+            asyncio.create_task(self._intake(quiet_since), name="intake"),
             asyncio.create_task(reconcile_forever(
                 self.poller, controllers, self.settings.controllers.interval_seconds,
             ), name="reconcile"),
@@ -183,10 +185,11 @@ class Bridge:
         finally:
             await cancel_and_wait(tasks)
 
-    async def _intake(self) -> None:
-        """Submit only once the index holds every job a former leader may have submitted:
-        every pod's job is submitted by the leader alone, without a claim."""
-        await self.poller.resynced()
+    async def _intake(self, quiet_since: datetime) -> None:
+        """Submit only once the index holds a listing of Slurm begun after ``quiet_since``:
+        every job the former holder submitted is in it, so every pod's job is submitted by
+        the leader alone, without a claim (asked for by the standby as that moment passed)."""
+        await self.poller.listed_since(quiet_since)
         await self.intake.run()
 
     async def stop(self) -> None:

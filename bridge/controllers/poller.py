@@ -10,7 +10,8 @@ for a heterogeneous job, whose leader's answer holds its own component alone), p
 of a preemptable QOS (their preemption changes no state).  Nothing tracked: ``GET /ping/``,
 so /readyz and the controllers learn whether Slurm answers.  Nothing grows with Slurm's queue
 (B5).  Cycles come every ``interval`` (``fast_interval`` for ``fast_window`` after a submit);
-the full listing (``JobIndex.resync``) at start, every ``resync_interval``, on taking the lease.
+the full listing (``JobIndex.resync``) at start, every ``resync_interval``, and when a new
+leader needs one begun after its former holder went quiet (``listed_since``).
 
 Jobs another replica submitted are not found here: the placer adopts the job recorded on a
 pod it meets, the leader's lifecycle the one on any of the bridge's pods (lifecycle.py).
@@ -27,6 +28,7 @@ import dataclasses
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Protocol
 
 import structlog
@@ -88,7 +90,9 @@ class Poller:
         self.synced = False  # the index was built from a full listing at least once
         self._last_read: float | None = None  # loop time of the last complete cycle
         self._resync_asked = asyncio.Event()  # cuts the sleep short: a new leader waits on it
-        self._resynced = asyncio.Event()  # a resync completed since the last request
+        self._listing_began: datetime | None = None  # the resync under way or last done
+        self._listed: datetime | None = None  # when the last completed resync's listing began
+        self._resynced = asyncio.Condition()  # told at each completed resync
 
     async def poll_once(self) -> None:
         await self._refresh_tracked(self._index.live())
@@ -190,8 +194,11 @@ class Poller:
             try:
                 if self._resync_asked.is_set() or loop.time() >= next_resync:
                     self._resync_asked.clear()
+                    self._listing_began = began = datetime.now(UTC)
                     await self.resync()
-                    self._resynced.set()
+                    async with self._resynced:
+                        self._listed = began
+                        self._resynced.notify_all()
                     next_resync = loop.time() + self.resync_interval
                 await self.poll_once()
                 recovered, self.healthy = not self.healthy, True
@@ -214,16 +221,20 @@ class Poller:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._resync_asked.wait(), delay)
 
-    def resync_soon(self) -> None:
-        """Rebuild at once, not after the cycle's sleep: a replica that just took the lease
-        holds none of the jobs the others submitted while nobody led, and its controllers act
-        on the index."""
+    def list_again(self) -> None:
+        """Resync at once, not after the cycle's sleep: a standby whose holder went quiet will
+        lead with the jobs that holder submitted, which it was never told of."""
         self._resync_asked.set()
-        self._resynced.clear()
 
-    async def resynced(self) -> None:
-        """Return once a resync asked for by ``resync_soon`` (or the first one) completed."""
-        await self._resynced.wait()
+    async def listed_since(self, moment: datetime) -> None:
+        """Return once the index was rebuilt from a listing begun at ``moment`` or later (the
+        one under way serves if it began then): a new leader's intake and controllers act on
+        every job its former holder could have submitted."""
+        if self._listing_began is None or self._listing_began < moment:
+            self.list_again()
+        async with self._resynced:
+            await self._resynced.wait_for(
+                lambda: self._listed is not None and self._listed >= moment)
 
     def read_within(self, seconds: float) -> bool:
         """Did a poll cycle read Slurm completely in the last ``seconds``?"""

@@ -1,6 +1,7 @@
 """JobIndex invariants against the dev kit's fake Slurm (the real one is in tests/integration)."""
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 from lightkube.models.core_v1 import Pod
 from prometheus_client import REGISTRY
@@ -41,6 +42,16 @@ class FakeSlurm(fakes.FakeSlurm):
         if self.hold_listing is not None:
             await self.hold_listing.wait()
         return snapshot
+
+
+class CountingSlurm(FakeSlurm):
+    """Counts the full state listings."""
+
+    listings = 0
+
+    async def every_job_state(self) -> dict[int, JobState | None]:
+        self.listings += 1
+        return await super().every_job_state()
 
 
 def _index(fake: FakeSlurm) -> JobIndex:
@@ -169,11 +180,7 @@ async def test_a_new_leader_learns_jobs_another_replica_submitted_within_a_cycle
         other = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-7")))
         await asyncio.sleep(0.1)
         assert index.by_id(other) is None  # unseen: nothing tracks it, no resync is due
-        poller.resync_soon()
-        for _ in range(100):
-            if index.by_id(other) is not None:
-                break
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(poller.listed_since(datetime.now(UTC)), 1)
         assert index.by_id(other) is not None
     finally:
         task.cancel()
@@ -187,12 +194,32 @@ async def test_a_new_leaders_resync_starts_at_once_not_after_the_poll_sleep() ->
     poller = Poller(fake, index, interval=5, resync_interval=3600)
     task = asyncio.create_task(poller.run())
     try:
-        await asyncio.wait_for(poller.resynced(), 1)
+        await asyncio.wait_for(poller.listed_since(datetime.now(UTC) - timedelta(hours=1)), 1)
         await asyncio.sleep(0.1)  # the first cycle done: the poller sleeps 5 s
         other = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-9")))
-        poller.resync_soon()
-        await asyncio.wait_for(poller.resynced(), 1)
+        await asyncio.wait_for(poller.listed_since(datetime.now(UTC)), 1)
         assert index.by_id(other) is not None
+    finally:
+        task.cancel()
+
+
+async def test_a_new_leader_uses_the_listing_begun_after_its_holder_went_quiet() -> None:
+    """B6's failover (issue 42): a new leader listed Slurm again as it took the lease (3 s at
+    20,000 jobs) though its standby had listed it as the dead holder went quiet. A listing
+    begun after the quiet moment serves; one begun before it does not."""
+    fake = CountingSlurm()
+    index = _index(fake)
+    poller = Poller(fake, index, interval=5, resync_interval=3600)
+    task = asyncio.create_task(poller.run())
+    try:
+        await asyncio.wait_for(poller.listed_since(datetime.now(UTC) - timedelta(hours=1)), 1)
+        quiet = datetime.now(UTC)
+        other = await fake.submit(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-9")))
+        poller.list_again()  # the standby, told its holder went quiet
+        await asyncio.wait_for(poller.listed_since(quiet), 1)
+        assert (fake.listings, index.by_id(other) is not None) == (2, True)
+        await asyncio.wait_for(poller.listed_since(quiet), 1)  # the lease taken
+        assert fake.listings == 2  # that listing serves: none again
     finally:
         task.cancel()
 
@@ -258,8 +285,7 @@ async def test_no_resync_reads_jobs_that_ended_before_it_saw_them() -> None:
     await poller.resync()  # periodic
     assert sorted(fake.fetched) == sorted([150, live])
     fake.fetched.clear()
-    poller.resync_soon()  # this replica took the lease
-    await poller.resync()
+    await poller.resync()  # this replica took the lease
     assert fake.fetched == []  # the live ones are known; the ended ones stay unread
     assert index.by_id(ours) is None
     fresh = _index(fake)  # a new leader's process: it reads the live ones only

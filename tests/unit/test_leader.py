@@ -35,7 +35,8 @@ class Controllers:
         self.running = asyncio.Event()
         self.stopped = asyncio.Event()
 
-    async def __call__(self) -> None:
+    async def __call__(self, quiet_since: datetime) -> None:
+        self.quiet_since = quiet_since
         self.running.set()
         try:
             await asyncio.Event().wait()
@@ -167,7 +168,7 @@ async def test_controllers_that_fail_are_started_again_while_the_lease_is_held()
     starts = 0
     again = asyncio.Event()
 
-    async def controllers() -> None:
+    async def controllers(_: datetime) -> None:
         nonlocal starts
         starts += 1
         if starts == 1:
@@ -192,7 +193,7 @@ async def test_a_leader_whose_controllers_swallow_a_cancellation_still_stops_and
     kube = FakeKube()
     swallowed = asyncio.Event()
 
-    async def controllers() -> None:
+    async def controllers(_: datetime) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.Event().wait()
         swallowed.set()
@@ -205,3 +206,65 @@ async def test_a_leader_whose_controllers_swallow_a_cancellation_still_stops_and
     await asyncio.wait_for(asyncio.gather(elector, return_exceptions=True), 10)
     assert swallowed.is_set()
     assert await _elector(kube, "b").try_acquire(), "the Lease was not handed over"
+
+
+class HangingKube(FakeKube):
+    """An apiserver that accepts the connection and never answers (``hang = True``)."""
+
+    hang = False
+
+    async def get(self, res: Any, name: str, *, namespace: str | None = None) -> Any:
+        if self.hang:
+            await asyncio.Event().wait()
+        return await super().get(res, name, namespace=namespace)
+
+
+async def test_a_leader_whose_renew_hangs_stops_before_its_lease_could_expire() -> None:
+    """A renew that never answered kept the leader leading while it waited: its Lease expired
+    and a standby took it, two leaders submitting side by side. The leader stops by its lease
+    minus a renew period, counted from the start of the last renew that went through."""
+    kube = HangingKube()
+    async with leading(kube, lease_seconds=3) as controllers:
+        kube.hang = True
+        loop = asyncio.get_running_loop()
+        away = loop.time()
+        await asyncio.wait_for(controllers.stopped.wait(), 5)
+        assert loop.time() - away < 3  # before anyone may take the lease over
+
+
+async def test_a_standby_asks_for_its_listing_when_a_silent_holder_goes_quiet_not_at_expiry(
+) -> None:
+    """B6's failover (issue 42): the new leader's listing of Slurm (3 s at 20,000 jobs) began
+    only once it held the lease. A holder that renews no more stops acting a renew period
+    before its lease expires: the standby is told then, once, and leads from that moment."""
+    kube = FakeKube()
+    await _elector(kube, "a").try_acquire()
+    renewed = datetime.now(UTC) - timedelta(seconds=11.5)  # quiet at +12 s, expiring at +15 s
+    await _hold(kube, "a", renewed=renewed, seconds=15)
+    controllers, told = Controllers(), []
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    standby = asyncio.create_task(_elector(kube, "b", lease_seconds=15).run(
+        controllers, quiet=lambda: told.append(loop.time() - started)))
+    try:
+        await asyncio.wait_for(controllers.running.wait(), 6)
+        assert len(told) == 1 and 0.4 <= told[0] < 1.5  # at the holder's quiet moment
+        assert 3.4 <= loop.time() - started < 4.5  # the lease taken as it expired
+        assert controllers.quiet_since == renewed + timedelta(seconds=12)
+    finally:
+        standby.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await standby
+
+
+async def test_a_standby_beside_a_renewing_leader_is_never_told_it_went_quiet() -> None:
+    kube = FakeKube()
+    told = []
+    async with leading(kube, lease_seconds=3):  # renewed every second
+        standby = asyncio.create_task(_elector(kube, "b", lease_seconds=3).run(
+            Controllers(), quiet=lambda: told.append(1)))
+        await asyncio.sleep(3.5)
+        standby.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await standby
+    assert told == []

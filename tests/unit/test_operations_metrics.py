@@ -80,7 +80,7 @@ async def test_leader_gauge_is_one_while_the_replica_holds_the_lease_and_zero_af
     elector = LeaderElector(kube, namespace="slurmbridge", identity="a", lease_seconds=3)
     leading = asyncio.Event()
 
-    async def lead() -> None:
+    async def lead(_: datetime) -> None:
         leading.set()
         await asyncio.Event().wait()
 
