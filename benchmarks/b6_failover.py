@@ -10,8 +10,8 @@ SIGKILLed, as a crashed pod is, and pods keep coming.  Measured, in this machine
 * from the SIGKILL to the first pod released (its job recorded on it, the gate lifted) after
   that: only the new leader releases then (target <= 15 s, issue 42);
 * how many pods were waiting at the kill (created, not released) and when the last of them
-  was released; what the new leader logged in between (``leader.acquired``, the resync of
-  the native queue, its first ``release.done``).
+  was released; what the new leader logged in between (``leader.holder_quiet``, its
+  listing of the native queue, ``leader.acquired``, its first ``release.done``).
 
 The bridge runs with the shipped lease (15 s, renewed every 5 s): a killed leader's Lease
 expires 15 s after its last renew, i.e. 10-15 s after the kill.
@@ -53,7 +53,8 @@ TARGET_SECONDS = 15.0
 SHIPPED_LEASE = {
     "SLURMBRIDGE_CONTROLLERS__LEASE_SECONDS": str(ControllerSettings().lease_seconds),
 }
-STEPS = ("leader.acquired", "poller.resynced", "release.done")  # the new leader's, in order
+# the new leader's: told its holder went quiet, its listing of Slurm, the Lease, its first release
+STEPS = ("leader.holder_quiet", "poller.resynced", "leader.acquired", "release.done")
 
 
 @dataclass
@@ -99,22 +100,25 @@ class Timeline:
 
 
 def leader_steps(lines: Iterable[str], since: float) -> dict[str, tuple[float, dict[str, object]]]:
-    """The first of each of ``STEPS`` the new leader logged after ``since`` (each after the
-    one before it), from its JSON log lines: event -> (wall time, the line)."""
-    found: dict[str, tuple[float, dict[str, object]]] = {}
-    after = since
+    """The first of each of ``STEPS`` the new leader logged after ``since``, from its JSON log
+    lines: event -> (wall time, the line).  Past the first (the holder gone quiet), each the
+    first after it, in whatever order they came (its listing may end before or after the
+    takeover)."""
+    entries = []
     for line in lines:
         try:
             entry = json.loads(line)
             at = datetime.fromisoformat(entry["timestamp"]).timestamp()
         except (ValueError, KeyError, TypeError):
             continue
-        event = entry.get("event")
-        if event in STEPS and event not in found and at >= after and all(
-            s in found for s in STEPS[:STEPS.index(event)]
-        ):
-            found[event] = (at, entry)
-            after = at
+        if entry.get("event") in STEPS and at >= since:
+            entries.append((at, entry))
+    quiet = next(((at, e) for at, e in entries if e["event"] == STEPS[0]), None)
+    found = {} if quiet is None else {STEPS[0]: quiet}
+    after = since if quiet is None else quiet[0]
+    for at, entry in entries:
+        if at >= after and entry["event"] not in found:
+            found[entry["event"]] = (at, entry)
     return found
 
 
@@ -146,12 +150,8 @@ def note(tl: Timeline, steps: dict[str, tuple[float, dict[str, object]]], lease:
 
     waiting, leaderless = tl.waiting_at_kill(), tl.created_leaderless()
     steady = tl.steady_latency()
-    did = []
-    for event in STEPS:
-        if event not in steps:
-            did.append(f"no {event}")
-            continue
-        t, entry = steps[event]
+    did = [f"no {event}" for event in STEPS if event not in steps]
+    for event, (t, entry) in sorted(steps.items(), key=lambda item: item[1][0]):
         extra = f" ({entry['jobs']} jobs indexed)" if "jobs" in entry else ""
         did.append(f"{event} {at(t)}{extra}")
     return (

@@ -60,25 +60,36 @@ def log_line(event: str, at: float, **fields: object) -> str:
     return json.dumps({"event": event, "timestamp": stamp, **fields})
 
 
-def test_the_new_leaders_steps_are_read_in_order_after_the_kill_only() -> None:
+def test_the_new_leaders_steps_are_read_after_its_holder_went_quiet_only() -> None:
     lines = [
         log_line("poller.resynced", KILL - 30, jobs=9),  # its start-up, before the kill
         log_line("release.done", KILL - 20),  # an earlier term's
         "not json",
         log_line("poller.resynced", KILL + 3, jobs=10),  # a periodic one, before it leads
+        log_line("leader.holder_quiet", KILL + 9),
+        log_line("poller.resynced", KILL + 11, jobs=11),  # asked for then: done before
         log_line("leader.acquired", KILL + 12),
-        log_line("poller.resynced", KILL + 13, jobs=11),
         log_line("release.done", KILL + 13.5),
         log_line("release.done", KILL + 14),
     ]
     steps = leader_steps(lines, KILL)
     assert {e: round(t - KILL, 3) for e, (t, _) in steps.items()} == {
-        "leader.acquired": 12, "poller.resynced": 13, "release.done": 13.5}
+        "leader.holder_quiet": 9, "poller.resynced": 11, "leader.acquired": 12,
+        "release.done": 13.5}
     text = note(timeline(), steps, 15)
     assert "2 waiting at the SIGKILL, all released +14.0 s" in text
     assert "the Lease expired +11.9 s; 1 more created before the takeover (+12.0 s)" in text
-    assert "poller.resynced +13.0 s (11 jobs indexed)" in text
-    assert "no " not in text.split("log: ")[1]
+    assert text.split("log: ")[1] == (
+        "leader.holder_quiet +9.0 s, poller.resynced +11.0 s (11 jobs indexed), "
+        "leader.acquired +12.0 s, release.done +13.5 s")
+
+
+def test_a_takeover_without_the_holder_going_quiet_says_so_and_keeps_the_rest() -> None:
+    lines = [log_line("leader.acquired", KILL + 12), log_line("poller.resynced", KILL + 13)]
+    text = note(timeline(), leader_steps(lines, KILL), 15)
+    assert text.split("log: ")[1] == (
+        "no leader.holder_quiet, no release.done, leader.acquired +12.0 s, "
+        "poller.resynced +13.0 s")
 
 
 def test_each_failover_is_one_sample_and_one_that_never_released_misses_the_target() -> None:
