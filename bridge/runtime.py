@@ -80,7 +80,6 @@ class Bridge:
             self.kube, self.pod_cache, self.placer, self.releaser, workers=p.submit_workers,
             events=self.events,
         )
-        self.events.listen(self.intake, self.notifier, self.grace)
         self.poller = Poller(
             self.slurm, self.index, self.events,
             interval=p.poll_interval_seconds, fast_interval=p.fast_poll_interval_seconds,
@@ -89,6 +88,7 @@ class Bridge:
             reasons_per_cycle=p.reasons_per_cycle, reason_interval=p.reason_refresh_seconds,
             watch_running=lambda job: self.grace.preemptable(job.qos),
         )
+        self.events.listen(self.intake, self.notifier, self.grace, self.poller)
         self.lifecycle = Lifecycle(
             self.kube, self.slurm, self.index, self.seen, self.pod_cache,
             orphan_grace=c.orphan_grace_seconds,

@@ -9,7 +9,8 @@ for a heterogeneous job, whose leader's answer holds its own component alone), p
 ``reason_interval`` (the same answer brings Slurm's expected start), and as many running jobs
 of a preemptable QOS (their preemption changes no state).  Nothing tracked: ``GET /ping/``,
 so /readyz and the controllers learn whether Slurm answers.  Nothing grows with Slurm's queue
-(B5).  Cycles come every ``interval`` (``fast_interval`` for ``fast_window`` after a submit);
+(B5).  Cycles come every ``interval`` (``fast_interval`` for ``fast_window`` after a submit,
+a submit during a longer sleep cutting it short);
 the full listing (``JobIndex.resync``) at start, every ``resync_interval``, and when a new
 leader needs one begun after its former holder went quiet (``listed_since``).
 
@@ -36,7 +37,7 @@ import structlog
 from bridge import metrics
 from bridge.controllers.rereads import Rereads
 from bridge.placement.index import JobIndex
-from bridge.placement.job_events import NO_LISTENER, JobEvents
+from bridge.placement.job_events import NO_LISTENER, JobEvents, JobListener
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound, SlurmProtocolError
 from bridge.slurm.types import NO_REASON, Allocation, JobState, SlurmJob
 
@@ -60,7 +61,7 @@ class PollerSlurm(Protocol):
     async def get_job(self, job_id: int) -> SlurmJob: ...
 
 
-class Poller:
+class Poller(JobListener):
     def __init__(
         self,
         client: PollerSlurm,
@@ -90,6 +91,7 @@ class Poller:
         self.synced = False  # the index was built from a full listing at least once
         self._last_read: float | None = None  # loop time of the last complete cycle
         self._resync_asked = asyncio.Event()  # cuts the sleep short: a new leader waits on it
+        self._submitted = asyncio.Event()  # cuts a sleep longer than the fast interval short
         self._listing_began: datetime | None = None  # the resync under way or last done
         self._listed: datetime | None = None  # when the last completed resync's listing began
         self._resynced = asyncio.Condition()  # told at each completed resync
@@ -218,8 +220,30 @@ class Poller:
                 else:
                     metrics.POLL_ERRORS.labels("bug").inc()
                     log.exception("poller.failed", retry_in=delay)
+            await self._sleep(delay)
+
+    async def _sleep(self, delay: float) -> None:
+        """``delay``, cut short by a resync asked for, or to the fast interval by a submit."""
+        self._submitted.clear()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + delay
+        asked = asyncio.ensure_future(self._resync_asked.wait())
+        submitted = asyncio.ensure_future(self._submitted.wait())
+        try:
+            done, _ = await asyncio.wait({asked, submitted}, timeout=delay,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            asked.cancel()
+            submitted.cancel()
+        if submitted in done and asked not in done:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._resync_asked.wait(), delay)
+                await asyncio.wait_for(self._resync_asked.wait(),
+                                       min(self._fast_interval, until - loop.time()))
+
+    async def job_submitted(self, pod: object) -> None:
+        """Slurm starts most jobs within moments: poll at the fast interval from now on, not
+        after the rest of a long sleep."""
+        self._submitted.set()
 
     def list_again(self) -> None:
         """Resync at once, not after the cycle's sleep: a standby whose holder went quiet will

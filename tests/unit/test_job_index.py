@@ -312,3 +312,26 @@ async def test_the_live_jobs_a_poll_names_follow_every_record_end_forget_and_res
     await index.resync()  # the listing brings back the job Slurm still runs
     assert set(index.live()) == {second.job_id}
     assert index.live()[second.job_id].state is JobState.PENDING
+
+
+async def test_a_submit_during_the_pollers_long_sleep_is_polled_at_the_fast_interval() -> None:
+    """A lone pod on an idle bridge waited up to the poll interval (2 s shipped) before its
+    job's start was seen: the fast interval began only at the next cycle. A submit cuts the
+    sleep short to the fast interval."""
+    fake = FakeSlurm()
+    index = _index(fake)
+    poller = Poller(fake, index, interval=5, fast_interval=0.05, resync_interval=3600)
+    task = asyncio.create_task(poller.run())
+    try:
+        await asyncio.wait_for(poller.listed_since(datetime.now(UTC) - timedelta(hours=1)), 1)
+        await asyncio.sleep(0.1)  # the first cycle done: nothing tracked, the poller sleeps 5 s
+        job = await index.ensure(JobRequest(name="k8s:ns/p", owner=PodOwner("uid-3")))
+        await poller.job_submitted(PodBuilder("p", "ns").build())
+        fake.start(job.job_id, "node1")
+        for _ in range(50):
+            if (seen := index.by_id(job.job_id)) is not None and seen.state is JobState.RUNNING:
+                break
+            await asyncio.sleep(0.02)
+        assert seen is not None and seen.state is JobState.RUNNING  # within 1 s, not 5
+    finally:
+        task.cancel()

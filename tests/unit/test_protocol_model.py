@@ -441,7 +441,7 @@ class PodJobProtocol(RuleBasedStateMachine):
     @rule()
     def leadership_moves(self) -> None:
         self.leader = "b" if self.leader == "a" else "a"
-        self.resynced = self._run(self.leader, lambda b: b.poller.resync())  # _intake's listed_since
+        self.resynced = self._run(self.leader, lambda b: b.poller.resync())  # its listing
         self.leader_resynced = self.resynced
 
     @rule(replica=st.sampled_from(REPLICAS))
