@@ -306,10 +306,12 @@ async def watch_binds(kube: AsyncClient, ns: str, n: int, bound: dict[str, float
 
 
 async def drop_pods(kube: AsyncClient, ns: str) -> None:
-    """All pods at once (one DELETE collection, grace 0), then the namespace."""
+    """All pods at once (one DELETE collection, grace 0), then the namespace, until it is
+    gone: the next round (another system's) must not pay for this one's clean-up."""
     with contextlib.suppress(Exception):
         await kube.deletecollection(Pod, namespace=ns, grace_period=0)
     await live.drop_namespace(kube, ns)
+    await live.namespace_gone(kube, ns)
 
 
 def bridge_work(before: dict[str, float], after: dict[str, float]) -> str:

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ApiError
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -334,6 +334,22 @@ _KNOWN = {"kube-apiserver", "kube-scheduler", "etcd", "slurmctld", "slurmrestd",
 async def drop_namespace(kube: AsyncClient, ns: str) -> None:
     with contextlib.suppress(ApiError):
         await delete_namespace(kube, ns)
+
+
+async def namespace_gone(kube: AsyncClient, ns: str, timeout: float = 120) -> None:  # noqa: ASYNC109
+    """Until kube-controller-manager has removed ``ns`` (its events, then itself: 5-7 s even
+    empty), so its clean-up is not billed to the round that follows."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            await kube.get(Namespace, ns)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return
+            raise
+        await asyncio.sleep(0.5)
+    print(f"  namespace {ns} still there after {timeout:.0f} s: the next round starts anyway",
+          flush=True)
 
 
 async def wait_slurm_quiet(slurm: SlurmTarget, timeout: float = 300) -> None:  # noqa: ASYNC109
