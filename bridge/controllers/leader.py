@@ -77,6 +77,7 @@ class LeaderElector:
         expires = None if spec.renewTime is None else spec.renewTime + timedelta(
             seconds=spec.leaseDurationSeconds or self._lease_seconds
         )
+        watched = self._quiet  # the holder's quiet moment as last read, its lease still on
         self._expires = self._quiet = None
         quiet = None if spec.renewTime is None or expires is None else min(
             expires, _quiet(spec.renewTime, expires))
@@ -86,9 +87,10 @@ class LeaderElector:
         spec.renewTime = now
         spec.leaseDurationSeconds = self._lease_seconds
         if not mine:
-            # a holder that let its lease run out went quiet before it did; a released lease's
-            # holder stopped before releasing it, a missing one was never held: nobody acts now
-            self.quiet_since = quiet if quiet is not None and spec.holderIdentity else now
+            # A holder we watched go quiet (the same renew read before, unexpired) acts no
+            # more since; any other (a released lease, one found expired, say with a renew
+            # time someone set far back): count from now, the listing begins after the takeover
+            self.quiet_since = quiet if quiet is not None and quiet == watched else now
             spec.holderIdentity = self.identity
             spec.acquireTime = now
             spec.leaseTransitions = (spec.leaseTransitions or 0) + 1

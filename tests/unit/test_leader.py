@@ -268,3 +268,16 @@ async def test_a_standby_beside_a_renewing_leader_is_never_told_it_went_quiet() 
         with contextlib.suppress(asyncio.CancelledError):
             await standby
     assert told == []
+
+
+async def test_a_lease_found_expired_is_led_from_the_takeover_not_its_renew_time() -> None:
+    """A Lease whose renew time was set far back (by hand, or a holder that died long ago)
+    must not let a new leader count an old listing of Slurm as fresh: only a holder it
+    watched go quiet is trusted, any other term counts from the takeover."""
+    kube = FakeKube()
+    await _elector(kube, "a").try_acquire()
+    await _hold(kube, "a", renewed=datetime.now(UTC) - timedelta(hours=1), seconds=15)
+    before = datetime.now(UTC)
+    b = _elector(kube, "b")
+    assert await b.try_acquire()
+    assert b.quiet_since >= before
