@@ -19,13 +19,9 @@ from bridge.config import ExtenderSettings, Settings, SlurmSettings
 from bridge.draining import DrainingServer
 from extender.protocol import create_app
 from extender.server import api_config
-from tests.served import listening
+from tests.served import REFUSED, listening
 from tests.unit.test_extender_protocol import unreachable
 
-# A refused handshake, as the client meets it: httpx maps the TLS alert to TransportError when
-# the handshake itself fails, but in TLS 1.3 the server's alert may come after the client's
-# side is done, and over HTTP/2 httpx then lets the ssl.SSLError through (a CI run met it).
-REFUSED = (httpx.TransportError, ssl.SSLError)
 
 def _free_port() -> int:
     with socket.socket() as s:
