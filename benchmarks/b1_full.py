@@ -97,11 +97,11 @@ async def pods_bound_when_full(
     try:
         pods = [live.bench_pod(f"p{i:05d}", keys.SCHEDULER_NAME, "bench-b1") for i in range(n)]
         await asyncio.sleep(1)  # the watch is open before the first create
-        calls0 = await asyncio.to_thread(live.apiserver_requests, cp)
+        calls0 = (await asyncio.to_thread(live.apiserver_requests, cp))[0]
         work0 = await asyncio.to_thread(live.metric_samples, metrics_port)
         await create_pods(kube, ns, pods, lim.create_parallel)
         await asyncio.sleep(hold)
-        calls1 = await asyncio.to_thread(live.apiserver_requests, cp)
+        calls1 = (await asyncio.to_thread(live.apiserver_requests, cp))[0]
         work1 = await asyncio.to_thread(live.metric_samples, metrics_port)
         bound_while_full = len(bound)
         released = time.perf_counter()
@@ -110,7 +110,7 @@ async def pods_bound_when_full(
             await asyncio.wait_for(asyncio.shield(watcher), lim.total)
         except TimeoutError:
             raise TimeoutError(f"B1-full: {len(bound)}/{n} pods bound in {ns}") from None
-        calls2 = await asyncio.to_thread(live.apiserver_requests, cp)
+        calls2 = (await asyncio.to_thread(live.apiserver_requests, cp))[0]
         work2 = await asyncio.to_thread(live.metric_samples, metrics_port)
         return FullRun(
             pods=n, hold=hold, release_to_bound=max(bound.values()) - released,

@@ -58,6 +58,8 @@ class SystemRun:
     latencies: list[float]  # seconds per pod, client-side
     cpu: dict[str, float]  # CPU seconds per process kind while the clock ran
     requests: dict[str, float] = field(default_factory=dict)  # apiserver "VERB resource"
+    # the apiserver's timing of the creates and its webhook calls: "<what> sum"/"<what> count"
+    apiserver_seconds: dict[str, float] = field(default_factory=dict)
     work: str = ""  # the bridge's /metrics deltas (bridge only)
     handshakes: float = 0.0  # TLS handshakes on the extender's protocol port (bridge only)
     webhook_handshakes: float = 0.0  # and on the webhook's port (its reviews of the pods)
@@ -250,7 +252,7 @@ async def pods_bound(
     try:
         pods = [live.bench_pod(f"p{i:05d}", scheduler, "bench-b1") for i in range(n)]
         await asyncio.sleep(1)  # the watch is open before the first create
-        calls0 = await asyncio.to_thread(live.apiserver_requests, cp)
+        calls0, timed0 = await asyncio.to_thread(live.apiserver_requests, cp)
         await asyncio.to_thread(_sdiag, slurm, "--reset")
         cpu0 = live.cpu_seconds()
         t0 = time.perf_counter()
@@ -263,10 +265,11 @@ async def pods_bound(
             raise TimeoutError(f"{len(bound)}/{n} pods bound in {ns}") from None
         took = max(bound.values()) - t0
         used = live.cpu_since(cpu0)
-        calls = await asyncio.to_thread(live.apiserver_requests, cp)
+        calls, timed = await asyncio.to_thread(live.apiserver_requests, cp)
         latencies = [bound[name] - sent[name] for name in sent]
         cycles = scheduler_cycles(await asyncio.to_thread(_sdiag, slurm))
         return SystemRun(n, took, latencies, used, live.counts_since(calls0, calls),
+                         apiserver_seconds=live.counts_since(timed0, timed),
                          slurm_cycles=cycles, created=[sent[name] - t0 for name in sent],
                          bound=[bound[name] - t0 for name in sent])
     finally:

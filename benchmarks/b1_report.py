@@ -128,6 +128,9 @@ def combo_notes(pods: int, qps: float, by: dict[str, list[SystemRun]]) -> list[s
             calls = _median_counts([r.requests for r in runs])
             notes.append(f"{tag} apiserver requests, {NAMES[k]} (median, 10 or more): "
                          f"{live.format_counts(calls)}")
+            notes.append(f"{tag} the apiserver's own mean time per pod create and per "
+                         f"admission webhook call, {NAMES[k]} (last repeat): "
+                         f"{live.format_latency(runs[-1].apiserver_seconds) or 'none'}")
     notes.append(f"{tag} what the bridge did (its /metrics, last repeat): {by['bridge'][-1].work}")
     return notes
 

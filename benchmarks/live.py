@@ -279,22 +279,51 @@ async def wait_cpu_idle(
             raise SetupError(f"the machine is still busy after {timeout:.0f} s")
 
 
-def apiserver_requests(cp: ControlPlane) -> dict[str, float]:
-    """The apiserver's own request counters (``apiserver_request_total``) by verb and resource."""
+def apiserver_requests(cp: ControlPlane) -> tuple[dict[str, float], dict[str, float]]:
+    """The apiserver's own request counters (``apiserver_request_total``) by verb and
+    resource, and the sums and counts of the latencies a pod's create pays as the apiserver
+    times them: the create itself (``POST pods``) and each admission webhook it calls."""
     text = cp.kubectl("get", "--raw", "/metrics").stdout
     out: dict[str, float] = {}
+    seconds: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name != "apiserver_request":
-            continue
         for sample in family.samples:
-            if sample.name != "apiserver_request_total":
-                continue
             labels = sample.labels
-            what = f"{labels.get('verb', '')} {labels.get('resource', '')}"
-            if labels.get("subresource"):
-                what += f"/{labels['subresource']}"
-            out[what] = out.get(what, 0.0) + sample.value
-    return out
+            if sample.name == "apiserver_request_total":
+                what = f"{labels.get('verb', '')} {labels.get('resource', '')}"
+                if labels.get("subresource"):
+                    what += f"/{labels['subresource']}"
+                out[what] = out.get(what, 0.0) + sample.value
+                continue
+            timed = _timed(sample.name, labels)
+            if timed is not None:
+                seconds[timed] = seconds.get(timed, 0.0) + sample.value
+    return out, seconds
+
+
+def _timed(name: str, labels: dict[str, str]) -> str | None:
+    """``"<what> sum"``/``"<what> count"`` of a latency sample kept, else None."""
+    for suffix in ("_sum", "_count"):
+        if not name.endswith(suffix):
+            continue
+        base = name.removesuffix(suffix)
+        if (base == "apiserver_request_duration_seconds" and labels.get("verb") == "POST"
+                and labels.get("resource") == "pods" and not labels.get("subresource")):
+            return f"create{suffix.replace('_', ' ')}"
+        if base == "apiserver_admission_webhook_admission_duration_seconds":
+            return f"webhook {labels.get('name', '')}{suffix.replace('_', ' ')}"
+    return None
+
+
+def format_latency(seconds: dict[str, float]) -> str:
+    """Each timed kind's mean in ms and its count, from sums and counts over a span."""
+    kinds = sorted({k.rsplit(" ", 1)[0] for k in seconds})
+    parts = []
+    for kind in kinds:
+        n = seconds.get(f"{kind} count", 0.0)
+        if n:
+            parts.append(f"{kind} {seconds.get(f'{kind} sum', 0.0) / n * 1000:.1f} ms x {n:.0f}")
+    return ", ".join(parts)
 
 
 def counts_since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

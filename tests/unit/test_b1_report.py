@@ -1,5 +1,8 @@
 """B1's per-pod cost and verdicts (issue 15): what is counted, what is left out, each target."""
 
+from types import SimpleNamespace
+
+from benchmarks import live
 from benchmarks.b1_full import FullRun, costs
 from benchmarks.b1_measure import SystemRun, scheduler_cycles
 from benchmarks.b1_report import combo_figures, full_figures
@@ -97,3 +100,37 @@ def test_b1_full_splits_the_cost_at_the_release_and_judges_the_waiting_pods() ->
     figures = {f.name.split("] ")[1]: f for f in full_figures([bad])}
     assert figures["apiserver writes per pod while its job pended"].met is False  # 2 > 1
     assert figures["filter calls per pod while its job pended"].met is False
+
+
+def test_the_apiservers_time_per_create_and_per_webhook_call_is_read_as_means() -> None:
+    """What a researcher's create pays, as the apiserver times it: creates of pods only (not
+    bindings, not other resources), each webhook by name, before and after a round."""
+    req, hook_time = "apiserver_request_duration_seconds", "apiserver_admission_webhook_admission"
+    create = 'verb="POST",resource="pods",subresource=""'
+    binding = 'verb="POST",resource="pods",subresource="binding"'
+    mutate = 'name="mutate.slurmbridge.io",operation="CREATE",type="admit"'
+
+    def scrape(creates: float, hook: float) -> str:
+        return "\n".join([
+            f"# TYPE {req} histogram",
+            f"{req}_sum{{{create}}} {creates * 0.05}", f"{req}_count{{{create}}} {creates}",
+            f"{req}_sum{{{binding}}} {creates}", f"{req}_count{{{binding}}} {creates}",
+            f"# TYPE {hook_time}_duration_seconds histogram",
+            f"{hook_time}_duration_seconds_sum{{{mutate}}} {hook * 0.004}",
+            f"{hook_time}_duration_seconds_count{{{mutate}}} {hook}",
+            "# TYPE apiserver_request_total counter",
+            f'apiserver_request_total{{{create},code="201"}} {creates}',
+        ]) + "\n"
+
+    class ControlPlane:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+        def kubectl(self, *args: str) -> SimpleNamespace:
+            return SimpleNamespace(stdout=self.text)
+
+    calls0, timed0 = live.apiserver_requests(ControlPlane(scrape(100, 10)))  # type: ignore[arg-type]
+    calls, timed = live.apiserver_requests(ControlPlane(scrape(600, 510)))  # type: ignore[arg-type]
+    assert live.counts_since(calls0, calls) == {"POST pods": 500}
+    assert live.format_latency(live.counts_since(timed0, timed)) == (
+        "create 50.0 ms x 500, webhook mutate.slurmbridge.io 4.0 ms x 500")
