@@ -36,7 +36,7 @@ from lightkube.core.client import (
 from lightkube.types import PatchType
 
 from bridge.jobs.request import JobRequest
-from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, SlurmNode
+from bridge.slurm.types import Accounting, Allocation, JobState, NodeTable, SlurmJob, SlurmNode
 
 # A merge or strategic patch (a partial object), or a JSON Patch (a list of operations).
 PatchBody = dict[str, Any] | list[dict[str, Any]]
@@ -76,6 +76,13 @@ class SlurmPort(Protocol):
         ...
 
     async def list_nodes(self) -> list[SlurmNode]: ...
+
+    async def node_table(self) -> NodeTable: ...
+
+    async def node_table_since(self, read_at: int) -> NodeTable | None:
+        """None when no node changed since the table read at ``read_at``: node sync's round
+        (bridge/slurm/node_listing.py)."""
+        ...
 
     async def drain(self, node: str, reason: str) -> None: ...
 

@@ -26,7 +26,6 @@ from bridge.kube.nodecache import NodeCache
 from bridge.kube.writes import set_slurm_condition
 from bridge.link.podcache import PodCache
 from bridge.placement.grace import GraceWarnings
-from bridge.placement.hetfit import SlurmNodeListing
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import JobEventFanout
 from bridge.placement.notifier import PodNotifier
@@ -38,6 +37,7 @@ from bridge.placement.trust import JobTrust
 from bridge.policy.check import SubmitRefused, for_submit
 from bridge.policy.tenancy import TenancySource, owner_trust
 from bridge.ports import BridgeKubePort, SlurmPort
+from bridge.slurm.node_listing import SlurmNodeListing
 
 log = structlog.get_logger(__name__)
 

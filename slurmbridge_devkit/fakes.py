@@ -21,7 +21,14 @@ from bridge.config import Settings
 from bridge.jobs.request import JobRequest
 from bridge.runtime import Bridge
 from bridge.slurm.errors import SlurmJobNotFound, SlurmRejected, SlurmUnavailable
-from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, SlurmNode
+from bridge.slurm.types import (
+    Accounting,
+    Allocation,
+    JobState,
+    NodeTable,
+    SlurmJob,
+    SlurmNode,
+)
 from slurmbridge_cli.compose import build_bridge
 from slurmbridge_devkit.fake_kube import FakeKube
 
@@ -66,6 +73,7 @@ class FakeSlurm:
         self.node_confs: list[str] = []  # every add_node asked
         self.refuse_nodes = ""  # non-empty: add_node fails with this error, as Slurm's
         self._ids = itertools.count(first_id)
+        self._tables: list[tuple[SlurmNode, ...]] = []  # each node table answered, by read_at
 
     def _check_up(self) -> None:
         if self.down:
@@ -161,9 +169,22 @@ class FakeSlurm:
             self.jobs[job_id] = dataclasses.replace(job, state=JobState.CANCELLED)
 
     async def list_nodes(self) -> list[SlurmNode]:
+        return list((await self.node_table()).nodes)
+
+    async def node_table(self) -> NodeTable:
+        """Its ``read_at`` counts tables, as slurmctld's clock would move between them."""
         self._check_up()
         self.requests["list_nodes"] += 1
-        return list(self.nodes.values())
+        self._tables.append(tuple(self.nodes.values()))
+        return NodeTable(self._tables[-1], len(self._tables) - 1)
+
+    async def node_table_since(self, read_at: int) -> NodeTable | None:
+        """None while the nodes are those of the table read at ``read_at`` (Slurm's 304)."""
+        self._check_up()
+        if tuple(self.nodes.values()) == self._tables[read_at]:
+            self.requests["nodes_unchanged"] += 1
+            return None
+        return await self.node_table()
 
     async def drain(self, node: str, reason: str) -> None:
         self._check_up()

@@ -25,8 +25,8 @@ from bridge.controllers.drains import ours
 from bridge.controllers.nodeclaims import NodeClaims
 from bridge.kube.nodecache import NodeCache, NodeView, Taint, claims
 from bridge.link.podcache import PodCache
-from bridge.placement.hetfit import SlurmNodeListing
 from bridge.ports import KubeCreateEvent, KubePatch, SlurmNodes
+from bridge.slurm.node_listing import NodeTables, SlurmNodeListing
 from bridge.slurm.types import SlurmNode
 
 log = structlog.get_logger(__name__)
@@ -44,7 +44,7 @@ def kube_trouble(node: NodeView, running: dict[str, int], before: str) -> str | 
     return None
 
 
-class NodeSyncSlurm(SlurmNodes, Protocol):
+class NodeSyncSlurm(SlurmNodes, NodeTables, Protocol):
     async def resume(self, node: str) -> None: ...
 
 
@@ -55,20 +55,17 @@ class NodeSyncKube(KubePatch, KubeCreateEvent, Protocol):
 class NodeSync:
     def __init__(self, kube: NodeSyncKube, slurm: NodeSyncSlurm, nodes: NodeCache,
                  pods: PodCache, listing: SlurmNodeListing | None = None) -> None:
-        """``listing``: where Slurm's nodes, listed each round, are remembered for others
-        (the submit's check of a heterogeneous job: placement/hetfit.py)."""
+        """``listing``: Slurm's nodes as last read, shared with others (the submit's check of
+        a heterogeneous job: placement/hetfit.py); read again each round."""
         self._kube = kube
         self._slurm = slurm
         self._nodes = nodes
         self._pods = pods
         self._claims = NodeClaims(kube)
-        self._listing = listing
+        self._listing = listing or SlurmNodeListing(slurm)
 
     async def reconcile_once(self) -> None:
-        listed = await self._slurm.list_nodes()
-        if self._listing is not None:
-            self._listing.remember(listed)
-        slurm_nodes = {n.name: n for n in listed}
+        slurm_nodes = {n.name: n for n in await self._listing.refresh()}
         kube_nodes = await self._nodes.current()
         claimed = claims(kube_nodes)
         await self._claims.tell(claimed)
@@ -110,7 +107,7 @@ class NodeSync:
             metrics.CONTROLLER_ACTIONS.labels("resume").inc()
         else:
             return sn
-        refreshed = {n.name: n for n in await self._slurm.list_nodes()}
+        refreshed = {n.name: n for n in await self._listing.refresh()}
         return refreshed.get(sn.name, sn)
 
     async def _slurm_to_kube(self, node: NodeView, sn: SlurmNode) -> None:

@@ -5,39 +5,11 @@ hold would wait for ever while their members are told they wait for resources: s
 refused before it is submitted.  Down and drained nodes count: they may come back.
 """
 
-import time
 from collections.abc import Sequence
-from typing import Protocol
 
 from bridge.jobs.owner import GroupOwner
 from bridge.jobs.request import JobRequest
 from bridge.slurm.types import SlurmNode
-
-LISTING_MAX_AGE_SECONDS = 60.0
-
-
-class NodeLister(Protocol):
-    async def list_nodes(self) -> list[SlurmNode]: ...
-
-
-class SlurmNodeListing:
-    """Slurm's nodes as last listed: the node sync lists them every round and remembers them
-    here, so the submit reads them without a call of its own (it lists them only when no
-    listing is younger than ``max_age`` seconds)."""
-
-    def __init__(self, slurm: NodeLister, *, max_age: float = LISTING_MAX_AGE_SECONDS) -> None:
-        self._slurm = slurm
-        self._max_age = max_age
-        self._nodes: tuple[SlurmNode, ...] = ()
-        self._listed_at: float | None = None
-
-    def remember(self, nodes: Sequence[SlurmNode]) -> None:
-        self._nodes, self._listed_at = tuple(nodes), time.monotonic()
-
-    async def nodes(self) -> tuple[SlurmNode, ...]:
-        if self._listed_at is None or time.monotonic() - self._listed_at > self._max_age:
-            self.remember(await self._slurm.list_nodes())
-        return self._nodes
 
 
 def never_fits(

@@ -19,7 +19,6 @@ from bridge.jobs.invalid_request import InvalidPodRequest
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.kube.nodecache import ContestedSlurmNode, NodeCache
 from bridge.link.views import PodView, tied_to, view_of
-from bridge.placement.hetfit import SlurmNodeListing
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
 from bridge.placement.outcomes import (
@@ -37,6 +36,7 @@ from bridge.placement.submit import SubmitCheck, Submitter
 from bridge.ports import KubeList
 from bridge.slurm.allocation import format_gpu_ids
 from bridge.slurm.errors import SlurmError, SlurmJobNotFound
+from bridge.slurm.node_listing import SlurmNodeListing
 from bridge.slurm.types import JobState, SlurmJob
 
 log = structlog.get_logger(__name__)

@@ -17,7 +17,7 @@ from bridge.jobs.components import group_components
 from bridge.jobs.owner import GroupOwner, Owner
 from bridge.jobs.request import JobRequest
 from bridge.jobs.translate import job_request_for_pod
-from bridge.placement.hetfit import SlurmNodeListing, never_fits
+from bridge.placement.hetfit import never_fits
 from bridge.placement.hetjob import group_request
 from bridge.placement.index import JobIndex
 from bridge.placement.job_events import NO_LISTENER, JobEvents
@@ -26,6 +26,7 @@ from bridge.placement.reasons import refusal
 from bridge.placement.seats import members_differ, members_of
 from bridge.ports import KubeList
 from bridge.slurm.errors import SlurmRejected
+from bridge.slurm.node_listing import SlurmNodeListing
 from bridge.slurm.types import SlurmJob
 
 log = structlog.get_logger(__name__)

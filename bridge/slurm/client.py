@@ -34,19 +34,22 @@ from bridge.slurm.errors import (
     SlurmProtocolError,
     SlurmRejected,
     SlurmUnavailable,
-    SlurmUnsupported,
 )
 from bridge.slurm.http import Exchange
+from bridge.slurm.node_calls import NodeCalls
 from bridge.slurm.rest import SlurmRest
 from bridge.slurm.signing import OwnerSigner
-from bridge.slurm.types import Accounting, Allocation, JobState, SlurmJob, SlurmNode
+from bridge.slurm.types import (
+    Accounting,
+    Allocation,
+    JobState,
+    SlurmJob,
+)
 from bridge.slurm.wire.base import (
     Envelope,
     JobInfo,
     JobsResponse,
     JobStatesResponse,
-    NodesResponse,
-    NodeUpdate,
     NoVal,
     PingResponse,
     ResourcesResponse,
@@ -58,7 +61,6 @@ from bridge.slurm.wire.slurmdb import AccountsResponse, AssociationsResponse, Qo
 log = structlog.get_logger(__name__)
 
 RESOURCES_SINCE = "v0.0.44"  # GET /resources/{job_id}: Slurm 25.11
-NEW_NODE_SINCE = "v0.0.44"  # POST /new/node/: Slurm 25.11
 IDS_PER_REQUEST = 400  # "job_id=" + an 8-digit id + "&": 16 bytes each, 6.4 kB a query
 
 PlaceholderTrust = Callable[[str, str], bool]
@@ -69,7 +71,7 @@ first screen only: whether the owner in the comment is believed, the job index a
 tenancy with the owner's namespace (bridge/placement/trust.py)."""
 
 
-class SlurmClient:
+class SlurmClient(NodeCalls):
     def __init__(
         self,
         settings: SlurmSettings,
@@ -204,40 +206,6 @@ class SlurmClient:
         except SlurmJobNotFound:
             return
         log.info("slurm.cancelled", job_id=job_id)
-
-    async def list_nodes(self) -> list[SlurmNode]:
-        resp = await self.rest.call("GET", "/nodes/", "list_nodes", NodesResponse)
-        return [convert.slurm_node(n) for n in resp.nodes]
-
-    async def drain(self, node: str, reason: str) -> None:
-        await self._update_node(node, NodeUpdate(state=["DRAIN"], reason=reason))
-
-    async def resume(self, node: str) -> None:
-        await self._update_node(node, NodeUpdate(state=["RESUME"]))
-
-    async def add_node(self, node_conf: str) -> None:
-        """Create a dynamic node from a slurm.conf ``NodeName=`` line (needs MaxNodeCount)."""
-        version = await self.connect()
-        if not negotiate.at_least(version, NEW_NODE_SINCE):
-            raise SlurmUnsupported(
-                f"slurmrestd speaks data parser {version} at most, without POST /new/node/: "
-                f"registering a node needs Slurm 25.11+ ({NEW_NODE_SINCE}); an admin runs "
-                f"`scontrol create {node_conf}` instead"
-            )
-        await self.rest.call("POST", "/new/node/", "add_node", Envelope,
-                             body={"node_conf": node_conf}, idempotent=False)
-        log.info("slurm.node_added", node_conf=node_conf)
-
-    async def delete_node(self, node: str) -> None:
-        await self.rest.call("DELETE", f"/node/{node}", "delete_node", Envelope)
-        log.info("slurm.node_deleted", node=node)
-
-    async def _update_node(self, node: str, update: NodeUpdate) -> None:
-        await self.rest.call(
-            "POST", f"/node/{node}", "update_node", Envelope,
-            body=update.model_dump(exclude_none=True),
-        )
-        log.info("slurm.node_updated", node=node, state=update.state, reason=update.reason)
 
     async def accounting(self) -> Accounting:
         """Accounts, user associations and QOS from slurmdbd (needs slurmrestd's

@@ -14,6 +14,7 @@ from bridge.slurm.types import (
     Allocation,
     ComponentState,
     JobState,
+    NodeTable,
     SlurmJob,
     SlurmNode,
     SlurmQos,
@@ -22,6 +23,7 @@ from bridge.slurm.wire.base import (
     JobInfo,
     JobStatesResponse,
     NodeInfo,
+    NodesResponse,
     NoVal,
     ResourcesResponse,
 )
@@ -148,6 +150,12 @@ def _topology(info: JobInfo) -> TopologyAsk | None:
         return None
     wait = info.maximum_switch_wait_time if switches is not None else None
     return TopologyAsk(switches=switches, wait_seconds=wait, segment=segment)
+
+
+def node_table(resp: NodesResponse) -> NodeTable:
+    stamp = resp.last_update
+    return NodeTable(tuple(slurm_node(n) for n in resp.nodes),
+                     stamp.number if stamp.set and stamp.number else None)
 
 
 def slurm_node(info: NodeInfo) -> SlurmNode:

@@ -47,6 +47,10 @@ class _Transient(Exception):
     """Internal: worth another attempt."""
 
 
+class Unchanged(Exception):
+    """HTTP 304: nothing changed since the ``update_time`` the request named."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Request:
     method: str
@@ -115,6 +119,8 @@ class SlurmRest:
             body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         resp = await self._send(method, url, op, idempotent=idempotent, user=user,
                                 query=query, body=data)
+        if resp.status == 304:
+            raise Unchanged(op)
         try:
             parsed = model.model_validate_json(resp.content)
         except ValidationError as exc:

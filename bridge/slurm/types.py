@@ -139,6 +139,15 @@ class SlurmNode:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeTable:
+    """Slurm's nodes as one answer listed them, and slurmctld's clock (whole seconds) when it
+    answered: where to ask "changed since?" from (None: the answer did not say)."""
+
+    nodes: tuple[SlurmNode, ...]
+    read_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class SlurmQos:
     name: str
     grace_seconds: int  # GraceTime: how long a preempted job keeps running once signalled

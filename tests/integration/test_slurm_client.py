@@ -174,3 +174,36 @@ async def test_nodes_carry_the_topology_units_slurm_shows(
     for node in nodes:
         assert ("tree", leaves[node.name]) in node.topology, (node.name, node.topology)
         assert [name for name, _ in node.topology] == ["tree", "block"]
+
+
+async def test_the_node_table_is_read_again_only_when_a_node_changed(
+    slurm: SlurmTarget, slurm_client: SlurmClient
+) -> None:
+    """26.05's slurmrestd answers "changed since?" (HTTP 304 while no node did); 24.11's cannot
+    (HTTP 500 "Unable to query partitions"), so the table comes in full there.  A drain is a
+    change on both."""
+    unchanged = False
+    for _ in range(5):  # a job of an earlier test may still be ending on a node
+        table = await slurm_client.node_table()
+        assert table.read_at is not None and table.nodes
+        await asyncio.sleep(2)
+        again = await slurm_client.node_table_since(table.read_at)
+        if slurm.version == "24.11":
+            assert again is not None and {n.name for n in again.nodes} == {
+                n.name for n in table.nodes}
+        unchanged = again is None
+        if unchanged:
+            break
+    assert unchanged is (slurm.version != "24.11")
+
+    table = await slurm_client.node_table()
+    assert table.read_at is not None
+    node = table.nodes[-1].name
+    await slurm_client.drain(node, "integration test: a change")
+    try:
+        changed = await slurm_client.node_table_since(table.read_at)
+        assert changed is not None
+        drained = next(n for n in changed.nodes if n.name == node)
+        assert drained.reason == "integration test: a change"
+    finally:
+        await slurm_client.resume(node)

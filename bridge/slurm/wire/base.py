@@ -166,6 +166,7 @@ class NodeInfo(WireModel):
 
 class NodesResponse(Envelope):
     nodes: list[NodeInfo] = Field(default_factory=list)
+    last_update: NoVal = NoVal()  # slurmctld's clock when it answered
 
 
 class NodeUpdate(WireModel):
