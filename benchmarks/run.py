@@ -2,8 +2,8 @@
 
 Prints a table and writes benchmarks/RESULTS.md and the plots it links (benchmarks/plots/,
 drawn by benchmarks/plots.py).  B3, B4, B7 and B8 run in-process (no Slurm, no
-Kubernetes); B1, B5 and B6 use the project's local Slurm (B1 and B6 also the control plane), as
-does SOAK (``--only SOAK --minutes M --seed S[,S...]``: faults, not timings; never in the
+Kubernetes); B1, B5, B6 and B9 use the project's local Slurm (B1 and B6 also the control
+plane), as does SOAK (``--only SOAK --minutes M --seed S[,S...]``: faults, not timings; never in the
 default set; ``--adversarial``: a tenant tries issue 41's attacks beside the faults, its rows
 ``[adversarial seed S] ...`` added to the SOAK section's earlier ones).
 """
@@ -54,6 +54,9 @@ TITLES = {
           "in flight, warm) against the real app served by uvicorn, hypercorn and granian "
           "(today's, bridge/draining.py): TLS handshakes per request (target 0 after "
           "warm-up), server and client CPU per request, requests/s, the protocol negotiated",
+    "B9": "node sync's round at site scale: Slurm's node table read in full vs asked "
+          "\"changed since?\" and found unchanged (HTTP 304): wall ms, slurmrestd + slurmctld "
+          "CPU-ms and the bridge's CPU-ms per round, at 4 and 1,024 nodes",
     "SOAK": "seeded fault soak (issue 25): two bridge replicas and the webhook under a mixed "
             "load (pods, GPU pods, 2- and 4-pod groups, pods that exit, random deletions, "
             "native GPU jobs) with a fault every 20-40 s from a seeded schedule; invariants "
@@ -81,7 +84,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m benchmarks.run",
         description="slurmbridge benchmarks: prints a table, writes RESULTS.md and its plots.",
     )
-    p.add_argument("--only", default="B1,B3,B4,B5,B6,B7,B8",
+    p.add_argument("--only", default="B1,B3,B4,B5,B6,B7,B8,B9",
                    help="comma-separated benchmarks to run (default: all)")
     p.add_argument("--repeats", type=int, default=3, help="repeats per benchmark (median)")
     p.add_argument("--results", type=Path, default=BENCH_DIR / "RESULTS.md")
@@ -132,6 +135,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--idle-window", type=float, default=20.0,
                    help="seconds the running poller is counted per repeat")
     _b6_arguments(p)
+    g = p.add_argument_group("B9 (node sync's round)")
+    g.add_argument("--b9-nodes", default="4,1024", help="Slurm nodes, comma-separated")
     g = p.add_argument_group("SOAK (seeded faults; only when named in --only)")
     g.add_argument("--minutes", type=float, default=30.0, help="SOAK: minutes of load and faults")
     g.add_argument("--seed", default="1",
@@ -152,7 +157,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
-    """Imported lazily: B1/B5/B6 pull in the test harness, B3/B4/B7/B8 do not need it."""
+    """Imported lazily: B1/B5/B6/B9 pull in the test harness, B3/B4/B7/B8 do not need it."""
 
     def b1() -> Outcome:
         from benchmarks import b1_end_to_end as m  # noqa: PLC0415
@@ -215,6 +220,12 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
 
         return m.run(m.Config(repeats=args.repeats))
 
+    def b9() -> Outcome:
+        from benchmarks import b9_node_sync as m  # noqa: PLC0415
+
+        return m.run(m.Config(repeats=args.repeats, slurm_version=args.slurm_version,
+                              nodes=tuple(int(x) for x in args.b9_nodes.split(","))))
+
     def soak() -> Outcome:
         from benchmarks.soak import bench as m  # noqa: PLC0415
 
@@ -222,7 +233,8 @@ def runners(args: argparse.Namespace) -> dict[str, Callable[[], Outcome]]:
         return m.run_seeds(m.Config(minutes=args.minutes, slurm_version=args.slurm_version,
                                     adversarial=args.adversarial), seeds)
 
-    return {"B1": b1, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "B8": b8, "SOAK": soak}
+    return {"B1": b1, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "B8": b8, "B9": b9,
+            "SOAK": soak}
 
 
 def beside(before: Outcome | None, added: Outcome) -> Outcome:
