@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from lightkube import AsyncClient
 
-from admission.device_claims import ExtendedResources, kube_extended_resources
+from admission.dra import ExtendedResources, kube_extended_resources
 from admission.groups import MemberLister, kube_member_lister
 from admission.owners import OwnerReader, kube_owner_reader
 from admission.scope import NamespaceLabels, kube_namespace_labels
@@ -17,7 +17,7 @@ class Lookups:
     namespace_labels: NamespaceLabels
     """A namespace's labels (the webhook keeps them ``namespace_cache_ttl_seconds``)."""
     owners: OwnerReader
-    """What sizes a pod's group (its Job, PodGroup, JobSet) and its DRA claims."""
+    """What sizes a pod's group (its Job, PodGroup, JobSet), and the DRA claims it names."""
     members: MemberLister
     """A group's live members, which a new member is weighed against."""
     extended_resources: ExtendedResources

@@ -66,7 +66,7 @@ def patch_for(
     QOS), only those the pod does not set itself (``TenancyMap.defaults``).
     ``group``: the pod's group as its workload says (admission/workloads.py), written as the
     bridge's group labels over any the pod carried.
-    ``claimed``: what the pod's DRA claims ask Slurm for (admission/device_claims.py).
+    ``claimed``: what the pod's DRA claims ask Slurm for (admission/dra.py).
     ``gpu_resources``: extended resources Slurm allocates besides ``nvidia.com/gpu`` (those a
     DeviceClass mapped to Slurm stands for), each with what Slurm allocates for it.
     """

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from admission import ephemeral, mutate, telemetry, validate, workloads
-from admission.device_claims import claimed_gpus, extended_gpu_resources
+from admission.dra import claimed_gpus, extended_gpu_resources
 from admission.lookups import Lookups
 from admission.owners import WorkloadError, WorkloadLookupError
 from admission.pod import PodShape

@@ -25,7 +25,7 @@ from lightkube.types import PatchType
 
 from bridge import keys, metrics
 from bridge.controllers import drains
-from bridge.kube.nodecache import Allocatable, NodeCache, NodeView, claims
+from bridge.kube.nodecache import Allocatable, NodeCache, NodeView, claimants
 from bridge.ports import KubePatch, SlurmNodes
 from bridge.slurm.errors import SlurmRejected, SlurmUnsupported
 from bridge.slurm.types import SlurmNode
@@ -73,7 +73,7 @@ class ExternalNodes:
 
     async def reconcile_once(self) -> None:
         kube_nodes = await self._nodes.current()
-        claimed = claims(kube_nodes)
+        claimed = claimants(kube_nodes)
         external = {name: nodes[0] for name, nodes in claimed.items()
                     if len(nodes) == 1 and nodes[0].external is not None}
         if self._known is not None and not self._known and not external:

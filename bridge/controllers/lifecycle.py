@@ -92,7 +92,7 @@ class Lifecycle:
         self._seen_owners: set[Owner] = set()
         self._orphan_since: dict[int, float] = {}
         self._evicted: set[str] = set()
-        self._device_claims = device_claims
+        self._claim_releaser = device_claims
         self._adopted: set[int] = set()  # recorded job ids read once (while their pods exist)
 
     async def reconcile_once(self) -> None:
@@ -108,11 +108,11 @@ class Lifecycle:
             if job.state.is_live:
                 await self._release_if_done(job, members)
         self._seen_owners = set(by_owner)
-        if self._device_claims is not None:
+        if self._claim_releaser is not None:
             may_run = {p.uid for pods in by_owner.values() for p in pods
                        if not p.containers_stopped}
             try:
-                await self._device_claims.free_finished(self._holds_gpus, may_run.__contains__)
+                await self._claim_releaser.free_finished(self._holds_gpus, may_run.__contains__)
             except Exception as exc:  # the apiserver away: next round
                 log.warning("lifecycle.claims_not_freed", error=repr(exc))
         log.debug("lifecycle.reconciled", owners=len(by_owner), jobs=len(self._index.jobs()))

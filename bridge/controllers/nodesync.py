@@ -8,7 +8,7 @@ saying so.  The bridge only ever resumes drains whose reason carries its prefix,
 on a Node that is back: an admin's own drain is never undone.  Nodes mapped to Slurm carry
 ``slurmbridge.io/managed``, and one ``slurmbridge.io/topology-<topology>=<unit>`` label per
 topology unit Slurm gives their node (Slurm 25.05+); no other label is touched.  Nodes
-claiming one Slurm node together are none of them managed as it, and told (nodeclaims.py).
+claiming one Slurm node together are none of them managed as it, and told (node_warnings.py).
 """
 
 import re
@@ -22,8 +22,8 @@ from lightkube.types import PatchType
 from bridge import keys, metrics
 from bridge.controllers import drains
 from bridge.controllers.drains import ours
-from bridge.controllers.nodeclaims import NodeClaims
-from bridge.kube.nodecache import NodeCache, NodeView, Taint, claims
+from bridge.controllers.node_warnings import NodeWarnings
+from bridge.kube.nodecache import NodeCache, NodeView, Taint, claimants
 from bridge.link.podcache import PodCache
 from bridge.ports import KubeCreateEvent, KubePatch, SlurmNodes
 from bridge.slurm.node_listing import NodeTables, SlurmNodeListing
@@ -61,14 +61,14 @@ class NodeSync:
         self._slurm = slurm
         self._nodes = nodes
         self._pods = pods
-        self._claims = NodeClaims(kube)
+        self._warnings = NodeWarnings(kube)
         self._listing = listing or SlurmNodeListing(slurm)
 
     async def reconcile_once(self) -> None:
         slurm_nodes = {n.name: n for n in await self._listing.refresh()}
         kube_nodes = await self._nodes.current()
-        claimed = claims(kube_nodes)
-        await self._claims.tell(claimed)
+        claimed = claimants(kube_nodes)
+        await self._warnings.tell(claimed)
         # Only a NotReady node's drain names pods: no walk over every pod on a healthy round.
         running = await self._running() if any(not n.ready for n in kube_nodes) else {}
         for name, nodes in claimed.items():

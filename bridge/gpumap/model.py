@@ -148,7 +148,7 @@ class _NodeFacts:
     slots: tuple[Slot, ...] = ()
     jobs: list[JobHold] = field(default_factory=list)
     pods: list[PodHold] = field(default_factory=list)
-    claims: list[ClaimHold] = field(default_factory=list)
+    claim_holds: list[ClaimHold] = field(default_factory=list)
 
 
 def build(facts: Facts) -> GpuMap:
@@ -162,7 +162,7 @@ def build(facts: Facts) -> GpuMap:
     for pod in facts.pods:
         on[pod.node].pods.append(pod)
     for claim in facts.claims:
-        on[claim.node].claims.append(claim)
+        on[claim.node].claim_holds.append(claim)
     kube = dict(facts.kube_nodes) | {p.node: p.kube_node for p in facts.pods if p.kube_node}
     return GpuMap([_node(on[name], name, kube.get(name, ""), facts.slurm_read)
                    for name in sorted(on)])
@@ -170,7 +170,7 @@ def build(facts: Facts) -> GpuMap:
 
 def _node(facts: _NodeFacts, node: str, kube_node: str, slurm_read: bool) -> NodeMap:
     slots = {s.index: s for s in facts.slots}
-    holds: list[JobHold | PodHold | ClaimHold] = [*facts.jobs, *facts.pods, *facts.claims]
+    holds: list[JobHold | PodHold | ClaimHold] = [*facts.jobs, *facts.pods, *facts.claim_holds]
     named = {i for h in holds for i in h.indices}
     gpus = [Gpu(i, slots[i].type, slots[i].shards) if i in slots else Gpu(i)
             for i in sorted(slots.keys() | named)]
@@ -196,15 +196,15 @@ def _fill(facts: _NodeFacts, node: str, gpu: Gpu, slurm_read: bool) -> None:
         holder = by_job.setdefault(pod.job_id, Holder(Kind.POD, pod.job_id, shared=pod.shared))
         holder.pods.append(pod.pod)
         holder.namespace = holder.namespace or pod.namespace
-    for claim in _on(facts.claims, gpu.index):
+    for claim in _on(facts.claim_holds, gpu.index):
         if slurm_read and claim.job_id not in slurm_jobs:
             given = sorted(j for j in slurm_jobs if j is not None)
             gpu.problems.append(Disagreement(
                 Problem.CLAIM_OUTSIDE_JOB, node, gpu.index,
                 f"claim {claim.claim} is pinned to GPU {gpu.index} for job {claim.job_id}, but "
                 f"Slurm gave it {_jobs_text(given)}"))
-        by_job.setdefault(claim.job_id, Holder(Kind.CLAIM, claim.job_id)).claims.append(
-            claim.claim)
+        holder = by_job.setdefault(claim.job_id, Holder(Kind.CLAIM, claim.job_id))
+        holder.claims += [claim.claim]
     gpu.holders = sorted(by_job.values(), key=lambda h: h.job_id or 0)
     whole = [h for h in gpu.holders if not h.shared]
     if len(gpu.holders) > 1 and whole:

@@ -111,7 +111,7 @@ class ContestedSlurmNode(Exception):
     """Several Nodes claim one Slurm node: none of them is it until one claim is left."""
 
 
-def claims(views: Iterable[NodeView]) -> dict[str, list[NodeView]]:
+def claimants(views: Iterable[NodeView]) -> dict[str, list[NodeView]]:
     """Slurm node → the Nodes claiming it (by label or by name), in name order; more than
     one is a contest."""
     out: dict[str, list[NodeView]] = {}
@@ -132,7 +132,7 @@ class NodeCache(WatchCache[NodeView]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._claims: dict[str, set[str]] = {}  # Slurm node → the Nodes claiming it
+        self._claimants: dict[str, set[str]] = {}  # Slurm node → the Nodes claiming it
 
     def view(self, obj: Any) -> NodeView | None:
         return node_view(obj)
@@ -144,7 +144,7 @@ class NodeCache(WatchCache[NodeView]):
     def kube_name(self, slurm_node: str) -> str:
         """The Node that is ``slurm_node`` (the same name when none claims it); raises
         ContestedSlurmNode when several do."""
-        nodes = self._claims.get(slurm_node)
+        nodes = self._claimants.get(slurm_node)
         if not nodes:
             return slurm_node
         if len(nodes) > 1:
@@ -153,19 +153,19 @@ class NodeCache(WatchCache[NodeView]):
 
     def replaced(self, items: dict[str, NodeView]) -> None:
         super().replaced(items)
-        self._claims = {name: {v.name for v in views}
-                        for name, views in claims(items.values()).items()}
+        self._claimants = {name: {v.name for v in views}
+                        for name, views in claimants(items.values()).items()}
 
     def stored(self, view: NodeView) -> None:
         self.removed(view)
         super().stored(view)
-        self._claims.setdefault(view.slurm_name, set()).add(view.name)
+        self._claimants.setdefault(view.slurm_name, set()).add(view.name)
 
     def removed(self, view: NodeView) -> None:
         old = self.get(view.name)
         super().removed(view)
         if old is not None:
-            nodes = self._claims.get(old.slurm_name, set())
+            nodes = self._claimants.get(old.slurm_name, set())
             nodes.discard(old.name)
             if not nodes:
-                self._claims.pop(old.slurm_name, None)
+                self._claimants.pop(old.slurm_name, None)

@@ -768,7 +768,7 @@ def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,
         "jobsets.jobset.x-k8s.io": ["get"],
         # a new group member's colleagues (admission/groups.py)
         "pods": ["list"],
-        # a pod's DRA claims (admission/device_claims.py)
+        # a pod's DRA claims (admission/dra.py)
         "resourceclaims.resource.k8s.io": ["get"],
         "resourceclaimtemplates.resource.k8s.io": ["get"],
         "deviceclasses.resource.k8s.io": ["list"],

@@ -23,7 +23,7 @@ from lightkube.models.core_v1 import Pod
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from admission import telemetry
-from admission.device_claims import ExtendedResources
+from admission.dra import ExtendedResources
 from admission.groups import MemberLister
 from admission.lookups import Lookups
 from admission.owners import Kind, OwnerReader

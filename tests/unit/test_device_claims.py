@@ -9,7 +9,7 @@ from lightkube import AsyncClient
 from lightkube.models.resource_v1 import ResourceClaimSpec
 from lightkube.resources.resource_v1 import DeviceClass
 
-from admission.device_claims import CLAIM, CLAIM_TEMPLATE, kube_extended_resources
+from admission.dra import CLAIM, CLAIM_TEMPLATE, kube_extended_resources
 from admission.owners import Kind
 from admission.webhook import create_app
 from bridge import keys

@@ -3,7 +3,7 @@ node (none of them is used for it, bridge/kube/nodecache.py), and the kubelet-wr
 an older bridge read that now say otherwise than the admin's.
 
 Each new state is told once, as a Warning event on each Node concerned and a structured log
-(again after a restart): node sync calls this every round with the Nodes' claims.
+(again after a restart): node sync calls this every round with each Slurm node's claimants.
 """
 
 import structlog
@@ -25,24 +25,24 @@ def ignored_message(labels: Labels) -> str:
             "can set (docs/install.md, Managed nodes)")
 
 
-class NodeClaims:
+class NodeWarnings:
     def __init__(self, kube: KubeCreateEvent) -> None:
         self._kube = kube
         self._contests: dict[str, tuple[str, ...]] = {}  # Slurm node → the Nodes told
         self._ignored: dict[str, Labels] = {}  # Node → its ignored labels told
 
-    async def tell(self, claims: dict[str, list[NodeView]]) -> None:
-        """``claims``: Slurm node → the Nodes claiming it (nodecache.claims)."""
+    async def tell(self, claimants: dict[str, list[NodeView]]) -> None:
+        """``claimants``: Slurm node → the Nodes claiming it (nodecache.claimants)."""
         contests = {slurm: tuple(v.name for v in views)
-                    for slurm, views in claims.items() if len(views) > 1}
+                    for slurm, views in claimants.items() if len(views) > 1}
         for slurm, nodes in contests.items():
             if self._contests.get(slurm) != nodes:
                 await self._contested(slurm, nodes)
         for slurm in self._contests.keys() - contests.keys():
             log.info("nodesync.slurm_node_uncontested", slurm_node=slurm,
-                     nodes=[v.name for v in claims.get(slurm, [])])
+                     nodes=[v.name for v in claimants.get(slurm, [])])
         self._contests = contests
-        ignored = {v.name: v.ignored_labels for views in claims.values() for v in views
+        ignored = {v.name: v.ignored_labels for views in claimants.values() for v in views
                    if v.ignored_labels}
         for node, labels in ignored.items():
             if self._ignored.get(node) != labels:
