@@ -230,5 +230,8 @@ def _log(pods: int, qps: float, rep: int, repeats: int, got: dict[str, SystemRun
         print(f"    {system}: {summary(one)}\n      CPU: {live.format_cpu(one.cpu)}", flush=True)
         if one.requests:
             print(f"      apiserver: {live.format_counts(one.requests)}", flush=True)
+        if one.apiserver_seconds:
+            print(f"      apiserver's own time: {live.format_latency(one.apiserver_seconds)}",
+                  flush=True)
         if one.work:
             print(f"      bridge: {one.work}", flush=True)
