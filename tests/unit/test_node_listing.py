@@ -4,24 +4,14 @@ round).  slurmrestd is mocked here with the answers the real ones gave (26.05: H
 ``update_time`` no node changed after; 24.11: HTTP 500 "Unable to query partitions");
 tests/integration/test_slurm_client.py asks the real ones."""
 
-import dataclasses
-
 import httpx
 import pytest
-from lightkube.resources.core_v1 import Node
-from lightkube.types import PatchType
 
 from bridge.config import SlurmSettings
-from bridge.controllers.nodesync import NodeSync
-from bridge.kube.nodecache import NodeCache
-from bridge.link.podcache import PodCache
 from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmRejected
 from bridge.slurm.node_listing import SlurmNodeListing
-from slurmbridge_devkit.fake_kube import FakeKube
-from slurmbridge_devkit.fakes import FakeSlurm
 from slurmbridge_devkit.slurm_http import MOCK_SLURM_URL, HttpxExchange
-from tests.unit.test_nodesync import _condition, _node
 
 
 class Slurmrestd:
@@ -122,23 +112,3 @@ async def test_the_table_is_listed_in_full_once_older_than_max_age() -> None:
         await listing.refresh()
         await listing.refresh()
     assert rest.asked == [None, None]
-
-
-async def test_node_sync_lists_slurms_nodes_only_when_one_changed_and_still_drains_a_cordon(
-) -> None:
-    kube, slurm = FakeKube(), FakeSlurm(("node1",))
-    kube.add(_node("node1"))
-    sync = NodeSync(kube, slurm, NodeCache(kube), PodCache(kube))
-    for _ in range(3):
-        await sync.reconcile_once()
-    assert (slurm.requests["list_nodes"], slurm.requests["nodes_unchanged"]) == (1, 2)
-
-    await kube.patch(Node, "node1", {"spec": {"unschedulable": True}},  # kubectl cordon
-                     patch_type=PatchType.MERGE)
-    await sync.reconcile_once()  # Slurm's table unchanged: the Kubernetes side still counts
-    assert "DRAIN" in slurm.nodes["node1"].states
-    assert "cordoned" in slurm.nodes["node1"].reason
-
-    slurm.nodes["node1"] = dataclasses.replace(slurm.nodes["node1"], reason="admin: fan")
-    await sync.reconcile_once()  # an admin's change in Slurm: read, and told on the Node
-    assert _condition(kube, "node1")["message"].endswith(": admin: fan")

@@ -250,3 +250,23 @@ def test_a_unit_no_label_can_carry_is_left_out() -> None:
     assert view is not None
     sn = dataclasses.replace(idle_node("node1"), topology=(("tree", "leaf 1!"), ("block", "b1")))
     assert topology_labels(view, sn) == {f"{keys.TOPOLOGY_LABEL_PREFIX}block": "b1"}
+
+
+async def test_node_sync_lists_slurms_nodes_only_when_one_changed_and_still_drains_a_cordon(
+) -> None:
+    """Slurm's node table is read again only when a node changed (bridge/slurm/node_listing.py,
+    tests/unit/test_node_listing.py): a round still acts on what changed in Kubernetes."""
+    sync, kube, slurm = _world(_node("node1"))
+    for _ in range(3):
+        await sync.reconcile_once()
+    assert (slurm.requests["list_nodes"], slurm.requests["nodes_unchanged"]) == (1, 2)
+
+    await kube.patch(Node, "node1", {"spec": {"unschedulable": True}},  # kubectl cordon
+                     patch_type=PatchType.MERGE)
+    await sync.reconcile_once()  # Slurm's table unchanged: the Kubernetes side still counts
+    assert "DRAIN" in slurm.nodes["node1"].states
+    assert "cordoned" in slurm.nodes["node1"].reason
+
+    slurm.nodes["node1"] = dataclasses.replace(slurm.nodes["node1"], reason="admin: fan")
+    await sync.reconcile_once()  # an admin's change in Slurm: read, and told on the Node
+    assert _condition(kube, "node1")["message"].endswith(": admin: fan")
