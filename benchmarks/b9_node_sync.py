@@ -34,7 +34,7 @@ SELF = "benchmark client"
 class Config:
     repeats: int = 3
     nodes: tuple[int, ...] = (4, 1024)
-    rounds: int = 20
+    rounds: int = 100
     slurm_version: str = "26.05"
 
 
