@@ -47,14 +47,16 @@ class Pass:
 
 
 async def _pass(client: SlurmClient, read_at: int | None, rounds: int) -> Pass:
-    """``rounds`` calls: in full when ``read_at`` is None, else asked "changed since?"."""
+    """``rounds`` calls: in full when ``read_at`` is None, else asked "changed since?" as
+    node sync asks it (a table that came back is the one asked about next)."""
     changed = 0
     cpu0, t0 = live.cpu_seconds(), time.perf_counter()
     for _ in range(rounds):
         if read_at is None:
             await client.node_table()
-        elif await client.node_table_since(read_at) is not None:
+        elif (table := await client.node_table_since(read_at)) is not None:
             changed += 1
+            read_at = table.read_at
     wall = time.perf_counter() - t0
     used = live.cpu_since(cpu0)
     slurm = sum(used.get(k, 0.0) for k in SLURM_KINDS)
