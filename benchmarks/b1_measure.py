@@ -145,7 +145,8 @@ async def measure_round(
     out["bridge"] = await pods_bound(kube, slurm, cp, keys.SCHEDULER_NAME, pods, lim=lim)
     after = await asyncio.to_thread(live.metric_samples, stack.health_port)
     hook_after = await asyncio.to_thread(live.webhook_samples, stack)
-    out["bridge"].work = bridge_work(before, after)
+    out["bridge"].work = "; ".join(part for part in (
+        bridge_work(before, after), webhook_work(hook_before, hook_after)) if part)
     key = "slurmbridge_extender_tls_handshakes_total{}"
     out["bridge"].handshakes = after.get(key, 0.0) - before.get(key, 0.0)
     key = "slurmbridge_webhook_tls_handshakes_total{}"
@@ -337,6 +338,20 @@ def bridge_work(before: dict[str, float], after: dict[str, float]) -> str:
             op = key[len(prefix):-1]
             mean = delta(key.replace("_count{", "_sum{")) / n * 1000
             parts.append(f"slurm {op} {n:.0f} x {mean:.1f} ms")
+    return "; ".join(parts)
+
+
+def webhook_work(before: dict[str, float], after: dict[str, float]) -> str:
+    """Reviews and their mean time per webhook as the webhook's app times them (the apiserver's
+    own timing of each call, transport included, is in ``SystemRun.apiserver_seconds``)."""
+    parts = []
+    for hook in ("mutate", "validate"):
+        key = f"slurmbridge_webhook_request_seconds_count{{webhook={hook}}}"
+        n = after.get(key, 0.0) - before.get(key, 0.0)
+        if n:
+            key = key.replace("_count{", "_sum{")
+            mean = (after.get(key, 0.0) - before.get(key, 0.0)) / n * 1000
+            parts.append(f"webhook {hook} {n:.0f} x {mean:.1f} ms (in the app)")
     return "; ".join(parts)
 
 
