@@ -38,9 +38,9 @@ TITLES = {
     "B5": "Slurm poll cost (B2 merged in) with the bridge owning 10 live jobs while Slurm "
           "holds 100, 1,000 and 10,000 other jobs: requests and bytes per cycle (target: "
           "within 20% across the sizes) and requests/s when nothing changes (target <= 2)",
-    "B6": "site scale: B1's round with 256 Slurm nodes mirrored by 256 Kubernetes Nodes, "
-          "5,000 pods and 10,000 native jobs in the queue, plus filter latency with 256 "
-          "candidates; target: bridge / default ratio within 20% of B1's; then the leader's "
+    "B6": "site scale: B1's round with 1,024 Slurm nodes (8 GPUs each) mirrored by 1,024 "
+          "Kubernetes Nodes, 5,000 pods and 20,000 native jobs in the queue, plus filter "
+          "latency with 1,024 candidates; target: bridge / default ratio within 20% of B1's; then the leader's "
           "failover on that site: SIGKILL -> first pod released by the new leader (target "
           "<= 15 s)",
     "B7": "CPU per exchange: apiserver (pod GET/PATCH, Binding, Event, watch event over TLS: "
@@ -69,8 +69,8 @@ TITLES = {
 def _b6_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("B6 (site scale)")
     g.add_argument("--b6-pods", type=int, default=5_000, help="pods per system per round")
-    g.add_argument("--b6-nodes", type=int, default=256, help="Slurm nodes = Kubernetes Nodes")
-    g.add_argument("--b6-native", default="1000,9000",
+    g.add_argument("--b6-nodes", type=int, default=1024, help="Slurm nodes = Kubernetes Nodes")
+    g.add_argument("--b6-native", default="1000,19000",
                    help="native jobs in Slurm's queue: running,pending")
     g.add_argument("--b6-limits", default="50:100,400:800",
                    help="qps:burst of both kube-schedulers, comma-separated pairs")
@@ -116,8 +116,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "a quarter)")
     g = p.add_argument_group("B1 (end to end)")
     g.add_argument("--pods", default="500,5000", help="pods per round, comma-separated")
-    g.add_argument("--b1-repeats", default="",
-                   help="repeats per --pods size, comma-separated (default: --repeats each)")
+    g.add_argument("--b1-repeats", default="3,1",
+                   help="repeats per --pods size, comma-separated (empty: --repeats each)")
     g.add_argument("--kube-qps", default="50,400",
                    help="clientConnection.qps of both kube-schedulers, comma-separated")
     g.add_argument("--kube-burst", default="100,800",
