@@ -40,9 +40,9 @@ TITLES = {
           "within 20% across the sizes) and requests/s when nothing changes (target <= 2)",
     "B6": "site scale: B1's round with 1,024 Slurm nodes (8 GPUs each) mirrored by 1,024 "
           "Kubernetes Nodes, 5,000 pods and 20,000 native jobs in the queue, plus filter "
-          "latency with 1,024 candidates; target: bridge / default ratio within 20% of B1's; then the leader's "
-          "failover on that site: SIGKILL -> first pod released by the new leader (target "
-          "<= 15 s)",
+          "latency with 1,024 candidates; target: bridge / default ratio within 20% of "
+          "B1's; then the leader's failover on that site: SIGKILL -> first pod released by "
+          "the new leader (target <= 15 s)",
     "B7": "CPU per exchange: apiserver (pod GET/PATCH, Binding, Event, watch event over TLS: "
           "lightkube vs aiohttp vs kubernetes_asyncio) and extender filter/bind served; "
           "client CPU per slurmrestd exchange (submit, job read of 28.5 kB and 375 kB, state "
