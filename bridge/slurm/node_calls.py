@@ -30,7 +30,9 @@ class NodeCalls:
         else the table now.  Asked from the second before: a change in the same second as
         that answer may have come after it.  A slurmrestd that cannot answer the question
         (24.11: HTTP 500 "Unable to query partitions" while partitions are unchanged; v0.0.41:
-        the time refused) is asked in full then, and from then on."""
+        the time refused) is asked in full then, and from then on; so is one that answers
+        with no node at all where the full listing has some (an "unchanged" said that way
+        would read as every node gone)."""
         if not self._node_changes:
             return await self.node_table()
         try:
@@ -39,12 +41,20 @@ class NodeCalls:
         except Unchanged:
             return None
         except SlurmRejected as exc:
-            table = await self.node_table()  # an outage raises here: asked again next time
-            self._node_changes = False
-            log.info("slurm.node_changes_unanswered", error=str(exc),
-                     hint="every node sync round lists Slurm's nodes in full")
-            return table
+            return await self._unanswered(str(exc))
+        if not resp.nodes:
+            return await self._unanswered("an empty answer")  # empty indeed: the same table
         return convert.node_table(resp)
+
+    async def _unanswered(self, why: str) -> NodeTable:
+        """The table in full; "changed since?" is asked no more if it has nodes (an outage
+        raises here, and the question is asked again next time)."""
+        table = await self.node_table()
+        if table.nodes:
+            self._node_changes = False
+            log.info("slurm.node_changes_unanswered", answer=why,
+                     hint="every node sync round lists Slurm's nodes in full")
+        return table
 
     async def drain(self, node: str, reason: str) -> None:
         await self._update_node(node, NodeUpdate(state=["DRAIN"], reason=reason))

@@ -112,3 +112,23 @@ async def test_the_table_is_listed_in_full_once_older_than_max_age() -> None:
         await listing.refresh()
         await listing.refresh()
     assert rest.asked == [None, None]
+
+
+async def test_an_empty_answer_to_changed_since_is_not_taken_for_every_node_gone() -> None:
+    """A slurmrestd that says "unchanged" with an empty list (a form no tested version uses,
+    but an older handler's "nothing to do" reads so) must not empty the bridge's table."""
+
+    class EmptyWhenUnchanged(Slurmrestd):
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            if request.url.params.get("update_time") is not None:
+                self.asked.append(request.url.params["update_time"])
+                return httpx.Response(200, json={"nodes": [], "last_update": {"number": 0}})
+            return super().__call__(request)
+
+    rest = EmptyWhenUnchanged()
+    async with _client(rest) as client:
+        listing = SlurmNodeListing(client)
+        for _ in range(3):
+            [node] = await listing.refresh()
+            assert node.name == "node1"
+    assert rest.asked == [None, "99", None, None]  # asked once, then listed in full
