@@ -96,7 +96,8 @@ class Bridge:
         )
         self.nodesync = NodeSync(self.kube, self.slurm, self.nodes, self.pod_cache,
                                  self.slurm_nodes)
-        self.external = ExternalNodes(self.kube, self.slurm, self.nodes, c.external_node_feature)
+        self.external = ExternalNodes(self.kube, self.slurm, self.nodes, c.external_node_feature,
+                                      self.slurm_nodes)
         self._tasks: list[asyncio.Task[None]] = []
 
     def _index(self) -> JobIndex:

@@ -28,6 +28,7 @@ from bridge.controllers import drains
 from bridge.kube.nodecache import Allocatable, NodeCache, NodeView, claimants
 from bridge.ports import KubePatch, SlurmNodes
 from bridge.slurm.errors import SlurmRejected, SlurmUnsupported
+from bridge.slurm.node_listing import NodeTables, SlurmNodeListing
 from bridge.slurm.types import SlurmNode
 
 log = structlog.get_logger(__name__)
@@ -56,16 +57,18 @@ def _refusal_hint(name: str, size: Allocatable, error: str) -> str:
     return f"{error}; slurm.conf needs MaxNodeCount for dynamic nodes"
 
 
-class ExternalSlurm(SlurmNodes, Protocol):
+class ExternalSlurm(SlurmNodes, NodeTables, Protocol):
     async def add_node(self, node_conf: str) -> None: ...
     async def delete_node(self, node: str) -> None: ...
 
 
 class ExternalNodes:
     def __init__(self, kube: KubePatch, slurm: ExternalSlurm, nodes: NodeCache,
-                 feature: str) -> None:
+                 feature: str, listing: SlurmNodeListing | None = None) -> None:
+        """``listing``: Slurm's nodes as last read, which node sync shares."""
         self._kube = kube
         self._slurm = slurm
+        self._listing = listing or SlurmNodeListing(slurm)
         self._nodes = nodes
         self._feature = feature
         self._said: dict[str, str] = {}  # Node → the refusal last written on it
@@ -78,7 +81,7 @@ class ExternalNodes:
                     if len(nodes) == 1 and nodes[0].external is not None}
         if self._known is not None and not self._known and not external:
             return  # nothing registered, nothing to register: no listing per round
-        slurm_nodes = {n.name: n for n in await self._slurm.list_nodes()}
+        slurm_nodes = {n.name: n for n in await self._listing.refresh()}
         self._known = {name for name, sn in slurm_nodes.items() if self._ours(sn)}
         for name, node in external.items():
             await self._register(name, node, slurm_nodes.get(name))
