@@ -38,6 +38,7 @@ class Costs:
     slurm_requests: float
     events: float  # POST events (the bridge's pending status, kube-scheduler's Scheduled)
     status_writes: float  # PATCH pods/status
+    by_request: dict[str, float]  # the writes by "VERB resource", every client's
 
 
 @dataclass
@@ -64,6 +65,7 @@ def costs(
         slurm_requests=sum(v for k, v in bridge.items() if k.startswith(SLURM_PREFIX)),
         events=calls.get("POST events", 0.0),
         status_writes=calls.get("PATCH pods/status", 0.0),
+        by_request={k: v for k, v in calls.items() if k.split(" ")[0] in WRITE_VERBS},
     )
 
 

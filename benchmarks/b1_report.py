@@ -184,6 +184,9 @@ def full_notes(full: list[FullRun]) -> list[str]:
             f"waiting: {x.waiting.events:.0f} events, {x.waiting.status_writes:.0f} status "
             f"writes, {x.waiting.writes:.0f} writes in all; after: {x.after.writes:.0f} "
             "writes" for x in full),
+        "[B1-full] writes while the jobs pended, by request, every client's (last repeat; "
+        "the benchmark's own creates included): "
+        + live.format_counts(full[-1].waiting.by_request, at_least=1),
     ]
 
 
