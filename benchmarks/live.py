@@ -177,6 +177,8 @@ async def floor_nodes(kube: AsyncClient, like: list[str]) -> AsyncIterator[list[
             node = await kube.get(Node, name)
             capacity = node.status.capacity if node.status and node.status.capacity else {}
             names.append(f"{FLOOR_NODE_PREFIX}{k}")
+            with contextlib.suppress(ApiError):  # left by a run that was killed
+                await kube.delete(Node, names[-1])
             await create_node(kube, names[-1], cpu=capacity.get("cpu", "64"),
                               memory=capacity.get("memory", "256Gi"))
             await resize_nodes(kube, names[-1:], cpu=capacity.get("cpu", "64"),
