@@ -145,6 +145,7 @@ async def bridge_stack(
     slurm: SlurmTarget, cp: ControlPlane, kube: AsyncClient, work: Path,
     *, settings: dict[str, str] | None = None, log_level: str = "debug",
 ) -> AsyncIterator[BridgeStack]:
+    await no_namespace_terminating(kube)
     try:
         stack = await start_stack(slurm, cp, kube, work, settings=settings, log_level=log_level)
     except HarnessFailure as exc:
@@ -154,6 +155,26 @@ async def bridge_stack(
     finally:
         with contextlib.suppress(Exception, HarnessFailure):
             await stop_stack(stack, kube)
+
+
+async def no_namespace_terminating(kube: AsyncClient, timeout: float = 120) -> None:  # noqa: ASYNC109
+    """Until no namespace is being deleted.  One that cannot finish (a finalizer whose
+    controller is gone: a Kueue Workload's, left by a killed test) is retried by the namespace
+    controller every few seconds, for ever: its writes and CPU would be measured in every round
+    (it was, unnoticed, in B1's runs of 2026-12-05 15:55 and 18:55)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stuck = [ns.metadata.name async for ns in kube.list(Namespace)
+                 if ns.metadata and ns.status and ns.status.phase == "Terminating"]
+        if not stuck:
+            return
+        if time.monotonic() > deadline:
+            raise SetupError(
+                f"namespaces {', '.join(map(str, stuck))} have been terminating for "
+                f"{timeout:.0f} s or more: the namespace controller would retry them in every "
+                "round; `kubectl get ns <name> -o yaml` names what holds them (remove a "
+                "finalizer whose controller is gone), then run again")
+        await asyncio.sleep(2)
 
 
 FLOOR_NODE_PREFIX = "bench-floor-node"

@@ -590,6 +590,21 @@ async def kueue(
     finally:
         proc.terminate()
         await asyncio.to_thread(proc.wait, 20)
+        await _release_workloads(control_plane)
+
+
+async def _release_workloads(control_plane: ControlPlane) -> None:
+    """Kueue's finalizers dropped from the Workloads it left: with its manager gone nothing
+    else removes them, and their namespace would stay Terminating for good, its deletion
+    retried by the namespace controller every few seconds on this shared control plane."""
+    async with AsyncClient(KubeConfig.from_file(control_plane.kubeconfig),
+                           trust_env=False) as kube:
+        async for workload in kube.list(KueueWorkload, namespace="*"):
+            meta = workload.metadata
+            if meta is not None and meta.name and meta.finalizers:
+                with contextlib.suppress(ApiError):
+                    await kube.patch(KueueWorkload, meta.name, {"metadata": {"finalizers": None}},
+                                     namespace=meta.namespace, patch_type=PatchType.MERGE)
 
 
 async def test_job_admitted_by_kueue_reaches_slurm_through_the_bridge(
