@@ -32,7 +32,7 @@ REGISTRY.register(metrics.BUILD_INFO)
 
 REQUESTS = Counter(
     "slurmbridge_webhook_requests_total",
-    "admission reviews by webhook (mutate, validate), operation (CREATE, UPDATE, DELETE, "
+    "admission reviews by webhook (admit, mutate, validate), operation (CREATE, UPDATE, DELETE, "
     "CONNECT; unknown for an unreadable body) and outcome (allowed, patched, refused, unreadable)",
     ["webhook", "operation", "outcome"], registry=REGISTRY,
 )
@@ -55,7 +55,7 @@ TLS_HANDSHAKES = Counter(
     "the API server opens (a rate that follows the pods created means its connections churn)",
     registry=REGISTRY,
 )
-_TIMED = {"/mutate": "mutate", "/validate": "validate"}
+_TIMED = {"/admit": "admit", "/mutate": "mutate", "/validate": "validate"}
 for _webhook in _TIMED.values():  # at 0 from the start: rate() counts the first refusal too
     for _code in ("403", "422", "503"):
         REFUSALS.labels(_webhook, _code)

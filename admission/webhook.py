@@ -4,12 +4,18 @@ A body that is not an AdmissionReview about a pod gets a 400 with the reason:
 the API server then applies the webhook's failurePolicy instead of guessing.
 Deciding has no side effects (register with ``sideEffects: None``), so a
 ``dryRun`` request gets exactly the answer a real one would.
+
+Three paths: ``/mutate`` hands a new pod to Slurm, ``/validate`` refuses what the bridge
+cannot honour, ``/admit`` does both for a new pod in one review, checking the pod as mutated:
+the chart's default, one AdmissionReview per created pod instead of two (``/validate`` still
+sees every update, and every create where ``webhook.validateCreates`` is set).
 """
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+import jsonpatch
 import msgspec
 import structlog
 import uvloop
@@ -32,7 +38,7 @@ from bridge.policy.tenancy import TenancySource
 
 log = structlog.get_logger(__name__)
 
-Endpoint = Literal["mutate", "validate"]
+Endpoint = Literal["admit", "mutate", "validate"]
 
 
 class BadReview(ValueError):
@@ -82,6 +88,10 @@ def create_app(
             return JSONResponse({"error": str(err)}, status_code=400)
         _log_review(endpoint, request, response)
         return Response(encode_response(response), media_type="application/json")
+
+    @app.post("/admit")
+    async def admit_endpoint(http: Request) -> Response:
+        return await review("admit", http)
 
     @app.post("/mutate")
     async def mutate_endpoint(http: Request) -> Response:
@@ -161,18 +171,33 @@ async def _decide(endpoint: Endpoint, request: AdmissionRequest, context: _Conte
     if not in_scope:
         return AdmissionResponse.allow(request.uid)
     if endpoint == "validate":
-        verdict = validate.check(request, pod, old, context.settings, context.translate,
-                                 tenancy=context.tenancy)
-        if isinstance(verdict, validate.Denial):
-            return AdmissionResponse.deny(request.uid, verdict.code, verdict.message)
-        denial = (await validate.group_check(request, context.lookups.members)
-                  if old is None else None)
-        if denial is not None:
-            return AdmissionResponse.deny(request.uid, denial.code, denial.message)
-        return AdmissionResponse.allow(request.uid, warnings=verdict)
+        return await _checked(request, pod, old, context)
     if old is not None:  # a pod's spec is (nearly) immutable: mutate on creation only
         return AdmissionResponse.allow(request.uid)
-    return await _mutation(request, pod, context)
+    patch = await _mutation(request, pod, context)
+    if isinstance(patch, AdmissionResponse):  # refused
+        return patch
+    if endpoint == "mutate":
+        return AdmissionResponse.allow(request.uid, patch=patch)
+    # What the validating webhook would see after this mutation: the pod as the patch leaves it.
+    mutated = msgspec.structs.replace(
+        request, object=jsonpatch.apply_patch(request.object or {}, patch))
+    verdict = await _checked(mutated, _pod(mutated.object, "object"), None, context)
+    return AdmissionResponse.allow(request.uid, patch=patch, warnings=verdict.warnings) \
+        if verdict.allowed else verdict
+
+
+async def _checked(request: AdmissionRequest, pod: PodShape, old: PodShape | None,
+                   context: _Context) -> AdmissionResponse:
+    """The validating answer: refused with the first reason, or admitted with warnings."""
+    verdict = validate.check(request, pod, old, context.settings, context.translate,
+                             tenancy=context.tenancy)
+    if isinstance(verdict, validate.Denial):
+        return AdmissionResponse.deny(request.uid, verdict.code, verdict.message)
+    denial = await validate.group_check(request, context.lookups.members) if old is None else None
+    if denial is not None:
+        return AdmissionResponse.deny(request.uid, denial.code, denial.message)
+    return AdmissionResponse.allow(request.uid, warnings=verdict)
 
 
 def _ephemeral(endpoint: Endpoint, request: AdmissionRequest) -> AdmissionResponse:
@@ -180,7 +205,7 @@ def _ephemeral(endpoint: Endpoint, request: AdmissionRequest) -> AdmissionRespon
     pod, old = _pod(request.object, "object"), _pod(request.old_object, "oldObject")
     if not ephemeral.placed_by_bridge(pod):
         return AdmissionResponse.allow(request.uid)
-    if endpoint == "mutate":
+    if endpoint != "validate":
         return AdmissionResponse.allow(request.uid, patch=ephemeral.patch_for(pod, old))
     reason = ephemeral.refusal(pod, old, request.namespace)
     if reason:
@@ -190,8 +215,8 @@ def _ephemeral(endpoint: Endpoint, request: AdmissionRequest) -> AdmissionRespon
 
 async def _mutation(
     request: AdmissionRequest, pod: PodShape, context: _Context
-) -> AdmissionResponse:
-    """A new pod's patch: its group and its claims' GPUs read first."""
+) -> list[mutate.PatchOp] | AdmissionResponse:
+    """A new pod's patch, or its refusal: its group and its claims' GPUs read first."""
     owners, classes = context.lookups.owners, context.device_classes
     try:
         group = await workloads.membership(pod, request.namespace, owners)
@@ -211,8 +236,7 @@ async def _mutation(
         defaults = context.tenancy.current().defaults(
             request.namespace, pod.annotations, pod.spec.priority_class_name
         )
-        patch = mutate.patch_for(pod, defaults, group, claimed, extended)
-        return AdmissionResponse.allow(request.uid, patch=patch)
+        return mutate.patch_for(pod, defaults, group, claimed, extended)
     except mutate.InvalidGpuRequest as err:
         return AdmissionResponse.deny(request.uid, 422, str(err))
 

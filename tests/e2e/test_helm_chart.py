@@ -131,9 +131,18 @@ def sa(namespace: str, name: str) -> str:
 # --- render only ---------------------------------------------------------------------
 
 
-def _webhook_checks(docs: list[Manifest], release: str, namespace: str) -> None:
-    for kind, verb in (("MutatingWebhookConfiguration", "mutate"),
-                       ("ValidatingWebhookConfiguration", "validate")):
+# What each webhook is sent and on which path: a created pod is mutated and checked in one
+# review (/admit); with webhook.validateCreates, checked by the validating webhook after every
+# mutation instead.
+ONE_REVIEW = {"MutatingWebhookConfiguration": ("admit", ["CREATE", "UPDATE"]),
+              "ValidatingWebhookConfiguration": ("validate", ["UPDATE"])}
+TWO_REVIEWS = {"MutatingWebhookConfiguration": ("mutate", ["CREATE", "UPDATE"]),
+               "ValidatingWebhookConfiguration": ("validate", ["CREATE", "UPDATE"])}
+
+
+def _webhook_checks(docs: list[Manifest], release: str, namespace: str,
+                    reviews: dict[str, tuple[str, list[str]]] = ONE_REVIEW) -> None:
+    for kind, (path, operations) in reviews.items():
         config = find(docs, kind)
         assert release in config["metadata"]["name"] and namespace in config["metadata"]["name"]
         # One entry per way a pod is the bridge's (tests/e2e/test_webhook_scope.py).
@@ -150,7 +159,7 @@ def _webhook_checks(docs: list[Manifest], release: str, namespace: str) -> None:
                               f"'{bridge}')",
             }, "the bridge's own pod writes need no webhook call"
             assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
-                                      "resources": ["pods"], "operations": ["CREATE", "UPDATE"],
+                                      "resources": ["pods"], "operations": operations,
                                       "scope": "Namespaced"},
                                      EPHEMERAL_RULE]
             expr = hook["namespaceSelector"]["matchExpressions"][0]
@@ -158,7 +167,13 @@ def _webhook_checks(docs: list[Manifest], release: str, namespace: str) -> None:
             assert set(expr["values"]) == {"kube-system", namespace}
             service = hook["clientConfig"]["service"]
             assert service == {"name": f"{release}-slurmbridge-webhook", "namespace": namespace,
-                               "path": f"/{verb}", "port": 443}
+                               "path": f"/{path}", "port": 443}
+
+
+def test_render_validate_creates_checks_a_created_pod_after_every_mutation() -> None:
+    release, namespace = release_name(), "sb-render"
+    docs = render(release, namespace, "--set", "webhook.validateCreates=true")
+    _webhook_checks(docs, release, namespace, TWO_REVIEWS)
 
 
 def test_render_self_signed_certificate() -> None:

@@ -340,6 +340,14 @@ async def test_update_is_not_mutated(client: httpx.AsyncClient) -> None:
     assert response == {"uid": "review-1", "allowed": True}
 
 
+async def test_the_one_review_leaves_updates_to_the_validating_webhook(
+    client: httpx.AsyncClient
+) -> None:
+    pod = make_pod(containers=[gpu_container("a", limits="1")], annotations={keys.ACCOUNT: "bio"})
+    response = await post(client, "admit", make_review(pod, operation="UPDATE", old=pod))
+    assert response == {"uid": "review-1", "allowed": True}
+
+
 async def test_dry_run_gets_the_same_answer(client: httpx.AsyncClient) -> None:
     pod = make_pod(containers=[gpu_container("a", limits="1")])
     for endpoint in ("mutate", "validate"):

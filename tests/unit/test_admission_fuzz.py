@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from admission.webhook import create_app
 from bridge import keys
 from tests.unit.test_admission import (
+    BRIDGE_USER,
     OPEN,
     SETTINGS,
     FakeLabels,
@@ -23,7 +24,7 @@ from tests.unit.test_admission import (
     make_review,
 )
 
-ENDPOINTS = st.sampled_from(["/mutate", "/validate"])
+ENDPOINTS = st.sampled_from(["/mutate", "/validate", "/admit"])
 FUZZ = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 json_scalars = (
@@ -216,3 +217,23 @@ def test_valid_pods_echo_uid_and_mutate_idempotently(
         for container in once["spec"]["containers"] + once["spec"].get("initContainers", []):
             for amounts in container.get("resources", {}).values():
                 assert keys.GPU_RESOURCE not in amounts
+
+
+@settings(max_examples=300, deadline=None)
+@given(pod=valid_pods(), username=st.sampled_from(["alice", BRIDGE_USER]))
+def test_the_one_review_of_a_new_pod_answers_as_mutation_then_validation(
+    client: Client, pod: dict[str, Any], username: str
+) -> None:
+    """``/admit`` (the chart's one review of a new pod) patches what ``/mutate`` patches and
+    refuses, with the same code and message, what ``/validate`` refuses of the mutated pod."""
+    one = client.post("/admit", json=make_review(pod, uid="u", username=username))
+    mutation = client.post("/mutate", json=make_review(pod, uid="u", username=username))
+    assert one is not None and mutation is not None
+    if not mutation["allowed"]:
+        assert one == mutation
+        return
+    mutated = apply(pod, mutation)
+    validation = client.post("/validate", json=make_review(mutated, uid="u", username=username))
+    assert validation is not None
+    patch: dict[str, Any] = {k: mutation[k] for k in ("patch", "patchType") if k in mutation}
+    assert one == ({**validation, **patch} if validation["allowed"] else validation)

@@ -76,6 +76,26 @@ async def test_reviews_are_counted_by_webhook_operation_and_outcome(
     assert not label_values & {"refused-pod", "train", "team-a", "team-a/refused-pod"}
 
 
+async def test_the_one_review_of_a_created_pod_is_counted_as_admit(
+    webhook: httpx.AsyncClient
+) -> None:
+    before = await scrape(webhook)
+    await review(webhook, "admit", make_review(make_pod(
+        annotations={keys.ACCOUNT: "bio", keys.QOS: "normal"})))
+    await review(webhook, "admit", make_review(make_pod(
+        annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"})))
+    after = await scrape(webhook)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    requests = "slurmbridge_webhook_requests_total"
+    assert delta(requests, webhook="admit", operation="CREATE", outcome="refused") == 1
+    assert delta(requests, webhook="admit", operation="CREATE", outcome="patched") == 1
+    assert delta("slurmbridge_webhook_refusals_total", webhook="admit", code="403") == 1
+    assert delta("slurmbridge_webhook_request_seconds_count", webhook="admit") == 2
+
+
 async def test_a_deletion_is_counted_as_allowed(webhook: httpx.AsyncClient) -> None:
     before = await scrape(webhook)
     await review(webhook, "validate", make_review(None, operation="DELETE", old=make_pod()))
