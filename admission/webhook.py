@@ -13,7 +13,7 @@ sees every update, and every create where ``webhook.validateCreates`` is set).
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import jsonpatch
 import msgspec
@@ -179,12 +179,22 @@ async def _decide(endpoint: Endpoint, request: AdmissionRequest, context: _Conte
         return patch
     if endpoint == "mutate":
         return AdmissionResponse.allow(request.uid, patch=patch)
-    # What the validating webhook would see after this mutation: the pod as the patch leaves it.
-    mutated = msgspec.structs.replace(
-        request, object=jsonpatch.apply_patch(request.object or {}, patch))
-    verdict = await _checked(mutated, _pod(mutated.object, "object"), None, context)
+    stored = _as_stored(jsonpatch.apply_patch(request.object or {}, patch), request)
+    mutated = msgspec.structs.replace(request, object=stored)
+    verdict = await _checked(mutated, _pod(stored, "object"), None, context)
     return AdmissionResponse.allow(request.uid, patch=patch, warnings=verdict.warnings) \
         if verdict.allowed else verdict
+
+
+def _as_stored(pod: dict[str, Any], request: AdmissionRequest) -> dict[str, Any]:
+    """The created pod as the validating webhook would see it: the API server gives it its UID
+    and, under ``generateName``, its name only after the mutating webhooks (a Job's pods have
+    neither here), so stand-ins of their shape take their place: the checks need them present
+    (the job's name and owner), not their values."""
+    meta = pod.setdefault("metadata", {})
+    meta["uid"] = meta.get("uid") or request.uid
+    meta["name"] = meta.get("name") or request.name or f"{meta.get('generateName') or ''}xxxxx"
+    return pod
 
 
 async def _checked(request: AdmissionRequest, pod: PodShape, old: PodShape | None,

@@ -871,3 +871,22 @@ async def test_an_unexpected_translation_failure_names_no_python_class() -> None
         message = await denial(c, make_review(pod))
     assert "KeyError" not in message, message
     assert message.startswith("slurmbridge cannot run this pod:") and "containers" in message
+
+
+async def test_the_one_review_checks_a_pod_before_the_api_server_names_it(
+    client: httpx.AsyncClient
+) -> None:
+    """A mutating webhook sees a created pod before the API server gives it its UID and, under
+    generateName, its name (a Job's pods): ``/admit`` checks it as the validating webhook would
+    see it once stored."""
+    pod = make_pod(annotations={keys.ACCOUNT: "physics", keys.QOS: "normal"})
+    pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k not in ("uid", "name")}
+    pod["metadata"]["generateName"] = "trainer-"
+    review = make_review(pod)
+    del review["request"]["name"]
+    response = await post(client, "admit", review)
+    assert response["allowed"] is True, response
+    assert keys.SCHEDULER_NAME in json.dumps(apply(pod, response)["spec"])
+    pod["metadata"]["annotations"][keys.ACCOUNT] = "bio"
+    refused = await post(client, "admit", make_review(pod))
+    assert refused["allowed"] is False and "'bio'" in refused["status"]["message"], refused
