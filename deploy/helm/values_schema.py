@@ -143,6 +143,9 @@ def webhook() -> Schema:
         "failurePolicy": {"enum": ["Fail", "Ignore"]},
         "enrolledFailurePolicy": {"enum": ["", "Fail", "Ignore"]},
         "timeoutSeconds": {"type": "integer", "minimum": 1, "maximum": 30},
+        "validateCreates": {"type": "boolean", "description": (
+            "check a created pod in the validating webhook, after every mutating webhook (two "
+            "reviews per pod), instead of in the mutating webhook's one review")},
         "excludeNamespaces": field(AdmissionSettings, "exclude_namespaces"),
         "topologySpread": BOOL, "extraEnv": ANY_LIST,
         "selfSigned": strict({"validityDays": POSITIVE}),
