@@ -345,7 +345,7 @@ def webhook_work(before: dict[str, float], after: dict[str, float]) -> str:
     """Reviews and their mean time per webhook as the webhook's app times them (the apiserver's
     own timing of each call, transport included, is in ``SystemRun.apiserver_seconds``)."""
     parts = []
-    for hook in ("mutate", "validate"):
+    for hook in ("admit", "mutate", "validate"):
         key = f"slurmbridge_webhook_request_seconds_count{{webhook={hook}}}"
         n = after.get(key, 0.0) - before.get(key, 0.0)
         if n:
