@@ -145,7 +145,8 @@ def webhook() -> Schema:
         "timeoutSeconds": {"type": "integer", "minimum": 1, "maximum": 30},
         "validateCreates": {"type": "boolean", "description": (
             "check a created pod in the validating webhook, after every mutating webhook (two "
-            "reviews per pod), instead of in the mutating webhook's one review")},
+            "reviews per pod); false: in the mutating webhook's one review (/admit), once every "
+            "webhook replica serves it")},
         "excludeNamespaces": field(AdmissionSettings, "exclude_namespaces"),
         "topologySpread": BOOL, "extraEnv": ANY_LIST,
         "selfSigned": strict({"validityDays": POSITIVE}),

@@ -61,11 +61,7 @@ from slurmbridge_devkit.stack import (
     NamespaceFactory,
     replace_scheduler,
 )
-from slurmbridge_devkit.stack_objects import (
-    WEBHOOK_CONFIG,
-    ValidatingWebhookConfiguration,
-    replace_objects,
-)
+from slurmbridge_devkit.stack_objects import WEBHOOK_CONFIG, ValidatingWebhookConfiguration
 from slurmbridge_devkit.waiting import wait_for
 from tests.e2e.test_workloads import create as create_workload
 from tests.e2e.test_workloads import job_manifest
@@ -316,44 +312,41 @@ async def _still_placed(kube: AsyncClient, ns: str, name: str) -> bool:
 
 @contextlib.asynccontextmanager
 async def _validating_webhook_gone(
-    stack: BridgeStack, kube: AsyncClient, probe: Callable[[], Awaitable[object]]
+    kube: AsyncClient, probe: Callable[[], Awaitable[object]]
 ) -> AsyncIterator[None]:
     """The validating webhook fails open for a while (deleted, or down with failurePolicy
     Ignore): whatever admission would refuse gets through.
 
-    The chart checks a created pod in the mutating webhook's one review; here the checks are
-    first moved to the validating webhook (``webhook.validateCreates``, as a site may set it),
-    so the pod is still mutated (gated) but no longer checked.  The API server drops and
-    restores a webhook from its own watch, a moment after the change: ``probe`` dry-runs the
-    request the test makes, to wait for that moment.
+    The API server drops and restores a webhook from its own watch, a moment after the
+    change: ``probe`` dry-runs the request the test makes, to wait for that moment.
     """
-    await replace_objects(kube, stack.webhook_configs("--set", "webhook.validateCreates=true"))
+    config = await kube.get(ValidatingWebhookConfiguration, WEBHOOK_CONFIG)
+    saved: dict[str, Any] = config.to_dict()  # type: ignore[no-untyped-call]
     await kube.delete(ValidatingWebhookConfiguration, WEBHOOK_CONFIG)
     try:
         await wait_for(lambda: _webhook_refuses(probe, False), 30,
                        what="the API server to stop calling the validating webhook")
         yield
     finally:
-        await replace_objects(kube, stack.webhook_configs())
+        saved["metadata"] = {"name": WEBHOOK_CONFIG}
+        await kube.create(ValidatingWebhookConfiguration.from_dict(saved))
         await wait_for(lambda: _webhook_refuses(probe, True), 30,
-                       what="the API server to call the webhooks as shipped again")
+                       what="the API server to call the validating webhook again")
 
 
-async def _create_past_the_validating_webhook(
-    stack: BridgeStack, kube: AsyncClient, ns: str, pod: Pod
-) -> None:
+async def _create_past_the_validating_webhook(kube: AsyncClient, ns: str, pod: Pod) -> None:
     probe = functools.partial(kube.create, pod, namespace=ns, dry_run=True)
-    async with _validating_webhook_gone(stack, kube, probe):
+    async with _validating_webhook_gone(kube, probe):
         await create_pod(kube, ns, pod)
 
 
 async def _webhook_refuses(probe: Callable[[], Awaitable[object]], expected: bool) -> bool:
-    """Does one of the bridge's webhooks refuse ``probe``'s dry run, as ``expected``?"""
+    """Does the validating webhook refuse ``probe``'s dry run, as ``expected``?"""
     try:
         await probe()
         refused = False
     except ApiError as exc:
-        refused = "slurmbridge.io\" denied" in str(exc.status.message)
+        refused = "validate.slurmbridge.io" in str(exc.status.message)
     return refused == expected
 
 
@@ -387,7 +380,7 @@ async def test_relabelling_a_running_pod_does_not_cancel_its_job(
     await _relabel_keeps_the_job(bridge_stack, kube, ns, job_id, join)
     probe = functools.partial(
         kube.patch, Pod, "runner", {"metadata": {"labels": join}}, namespace=ns, dry_run=True)
-    async with _validating_webhook_gone(bridge_stack, kube, probe):
+    async with _validating_webhook_gone(kube, probe):
         for labels in (join, leave):
             outcome = await _relabel_keeps_the_job(bridge_stack, kube, ns, job_id, labels)
             assert outcome == "accepted", outcome  # the bridge alone must hold the line here
@@ -863,7 +856,7 @@ async def test_a_second_pod_under_a_taken_rank_is_refused_and_never_released_ont
         message = str(err.value.status.message)
         assert err.value.status.code == 403 and "solo-0" in message, message
         await _create_past_the_validating_webhook(
-            bridge_stack, kube, ns, pod_manifest("solo-1", gpus=1, labels=labels))
+            kube, ns, pod_manifest("solo-1", gpus=1, labels=labels))
         await _still_gated_and_told(kube, ns, "solo-1", "solo-0", keys.GROUP_RANK)
         again = await kube.get(Pod, "solo-0", namespace=ns)
         assert ((again.metadata and again.metadata.annotations) or {})[keys.GPU_IDS] == held
@@ -888,7 +881,7 @@ async def test_a_launcher_first_mixed_group_is_refused_and_its_gpu_worker_never_
             await create_pod(kube, ns, worker)
         message = str(err.value.status.message)
         assert all(w in message for w in ("launcher", "worker", "gpus 0 vs 1")), message
-        await _create_past_the_validating_webhook(bridge_stack, kube, ns, worker)
+        await _create_past_the_validating_webhook(kube, ns, worker)
         await _still_gated_and_told(kube, ns, "worker", "launcher", "gpus 0 vs 1")
     finally:
         slurm.admin("scancel", "-n", f"k8s:{ns}/mix")

@@ -131,18 +131,9 @@ def sa(namespace: str, name: str) -> str:
 # --- render only ---------------------------------------------------------------------
 
 
-# What each webhook is sent and on which path: a created pod is mutated and checked in one
-# review (/admit); with webhook.validateCreates, checked by the validating webhook after every
-# mutation instead.
-ONE_REVIEW = {"MutatingWebhookConfiguration": ("admit", ["CREATE", "UPDATE"]),
-              "ValidatingWebhookConfiguration": ("validate", ["UPDATE"])}
-TWO_REVIEWS = {"MutatingWebhookConfiguration": ("mutate", ["CREATE", "UPDATE"]),
-               "ValidatingWebhookConfiguration": ("validate", ["CREATE", "UPDATE"])}
-
-
-def _webhook_checks(docs: list[Manifest], release: str, namespace: str,
-                    reviews: dict[str, tuple[str, list[str]]] = ONE_REVIEW) -> None:
-    for kind, (path, operations) in reviews.items():
+def _webhook_checks(docs: list[Manifest], release: str, namespace: str) -> None:
+    for kind, verb in (("MutatingWebhookConfiguration", "mutate"),
+                       ("ValidatingWebhookConfiguration", "validate")):
         config = find(docs, kind)
         assert release in config["metadata"]["name"] and namespace in config["metadata"]["name"]
         # One entry per way a pod is the bridge's (tests/e2e/test_webhook_scope.py).
@@ -159,7 +150,7 @@ def _webhook_checks(docs: list[Manifest], release: str, namespace: str,
                               f"'{bridge}')",
             }, "the bridge's own pod writes need no webhook call"
             assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
-                                      "resources": ["pods"], "operations": operations,
+                                      "resources": ["pods"], "operations": ["CREATE", "UPDATE"],
                                       "scope": "Namespaced"},
                                      EPHEMERAL_RULE]
             expr = hook["namespaceSelector"]["matchExpressions"][0]
@@ -167,13 +158,29 @@ def _webhook_checks(docs: list[Manifest], release: str, namespace: str,
             assert set(expr["values"]) == {"kube-system", namespace}
             service = hook["clientConfig"]["service"]
             assert service == {"name": f"{release}-slurmbridge-webhook", "namespace": namespace,
-                               "path": f"/{path}", "port": 443}
+                               "path": f"/{verb}", "port": 443}
 
 
-def test_render_validate_creates_checks_a_created_pod_after_every_mutation() -> None:
-    release, namespace = release_name(), "sb-render"
-    docs = render(release, namespace, "--set", "webhook.validateCreates=true")
-    _webhook_checks(docs, release, namespace, TWO_REVIEWS)
+def test_render_one_review_per_create_when_creates_are_not_validated_apart() -> None:
+    """``webhook.validateCreates=false``: the mutating webhook mutates and checks a created
+    pod in one review (``/admit``); the validating webhook keeps the updates."""
+    docs = render(release_name(), "sb-render", "--set", "webhook.validateCreates=false")
+    for kind, (path, operations) in {
+        "MutatingWebhookConfiguration": ("/admit", ["CREATE", "UPDATE"]),
+        "ValidatingWebhookConfiguration": ("/validate", ["UPDATE"]),
+    }.items():
+        for hook in find(docs, kind)["webhooks"]:
+            assert hook["clientConfig"]["service"]["path"] == path
+            assert hook["rules"][0]["operations"] == operations
+
+
+def test_render_default_webhook_paths_are_ones_every_earlier_release_serves() -> None:
+    """A rolling upgrade applies the new webhook configurations while old replicas still
+    answer: a path they do not serve would refuse every create (404, failurePolicy Fail) until
+    the rollout ends, so the default keeps to theirs (tests/kind/test_upgrade.py met it)."""
+    paths = {hook["clientConfig"]["service"]["path"] for d in render(release_name(), "sb-render")
+             if d["kind"].endswith("WebhookConfiguration") for hook in d["webhooks"]}
+    assert paths == {"/mutate", "/validate"}
 
 
 def test_render_self_signed_certificate() -> None:

@@ -55,8 +55,7 @@ async def test_build_leader_token_and_webhook_series_on_a_running_stack(
 ) -> None:
     """What the chart's alerts read, from the processes an operator runs: the build with the
     data parser slurmrestd and the bridge agreed on, the one replica leading, the Slurm
-    token's remaining life, and the webhook's reviews on its own /metrics (HTTPS): the pod's
-    creation is one review, ``admit``, that patched it."""
+    token's remaining life, and the webhook's reviews on its own /metrics (HTTPS)."""
     ns = await e2e_namespace("opsmetrics")
     await create_pod(kube, ns, pod_manifest("ops0", gpus=1))
     await wait_bound(kube, ns, "ops0")
@@ -71,6 +70,6 @@ async def test_build_leader_token_and_webhook_series_on_a_running_stack(
         text = (await client.get(webhook.health_url.replace("/healthz", "/metrics"))).text
     patched = [line for line in text.splitlines()
                if line.startswith("slurmbridge_webhook_requests_total{")
-               and 'webhook="admit"' in line and 'outcome="patched"' in line]
+               and 'webhook="mutate"' in line and 'outcome="patched"' in line]
     assert patched and float(patched[0].rsplit(" ", 1)[1]) >= 1, text
     assert "slurmbridge_slurm_reachable" not in text

@@ -141,8 +141,7 @@ def test_render_failure_policy_per_entry_and_no_listed_entry_without_names() -> 
         for hook in config["webhooks"]:  # as before the split: every entry sees the same kinds
             assert [rule["resources"] for rule in hook["rules"]] \
                 == [["pods"], ["pods/ephemeralcontainers"]]
-            assert hook["rules"][0]["operations"] \
-                == (["CREATE", "UPDATE"] if verb == "mutate" else ["UPDATE"])
+            assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
     default = render(RELEASE, NAMESPACE)
     for kind, verb in KINDS.items():
         (config,) = [d for d in default if d["kind"] == kind]
