@@ -7,8 +7,8 @@ Deciding has no side effects (register with ``sideEffects: None``), so a
 
 Three paths: ``/mutate`` hands a new pod to Slurm, ``/validate`` refuses what the bridge
 cannot honour, ``/admit`` does both for a new pod in one review, checking the pod as mutated:
-the chart's default, one AdmissionReview per created pod instead of two (``/validate`` still
-sees every update, and every create where ``webhook.validateCreates`` is set).
+one AdmissionReview per created pod instead of two where the chart's
+``webhook.validateCreates`` is false (``/validate`` then sees the updates only).
 """
 
 from collections.abc import Mapping
