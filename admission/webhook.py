@@ -7,8 +7,8 @@ Deciding has no side effects (register with ``sideEffects: None``), so a
 
 Three paths: ``/mutate`` hands a new pod to Slurm, ``/validate`` refuses what the bridge
 cannot honour, ``/admit`` does both for a new pod in one review, checking the pod as mutated:
-one AdmissionReview per created pod instead of two where the chart's
-``webhook.validateCreates`` is false (``/validate`` then sees the updates only).
+one AdmissionReview per created pod instead of two wherever the chart points the mutating
+webhook at it (``webhook.validateCreates``; ``/validate`` then sees the updates only).
 """
 
 from collections.abc import Mapping

@@ -45,7 +45,7 @@ from slurmbridge_devkit.kube import (
 from slurmbridge_devkit.kubelet import create_node, node_status
 from slurmbridge_devkit.namespaces import create_namespace, delete_namespace, unique_name
 from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget, external_target, local_target
-from slurmbridge_devkit.stack import BridgeStack, start_stack, stop_stack
+from slurmbridge_devkit.stack import FIRST_INSTALL, BridgeStack, start_stack, stop_stack
 from slurmbridge_devkit.stack_objects import E2E_LABEL
 
 HarnessFailure: type[BaseException] = pytest.fail.Exception  # the harness reports via pytest.fail
@@ -147,7 +147,8 @@ async def bridge_stack(
 ) -> AsyncIterator[BridgeStack]:
     await no_namespace_terminating(kube)
     try:
-        stack = await start_stack(slurm, cp, kube, work, settings=settings, log_level=log_level)
+        stack = await start_stack(slurm, cp, kube, work, settings=settings, log_level=log_level,
+                                  chart_flags=FIRST_INSTALL)
     except HarnessFailure as exc:
         raise SetupError(str(exc)) from None
     try:

@@ -26,7 +26,7 @@ from slurmbridge_devkit.e2e import create_pod
 from slurmbridge_devkit.kube import ControlPlane, cache_dir, parse_env, run_controlplane
 from slurmbridge_devkit.namespaces import delete_namespace
 from slurmbridge_devkit.slurm import local_target
-from slurmbridge_devkit.stack import OWNER_KEY_FILE, make_e2e_namespace, start_stack
+from slurmbridge_devkit.stack import FIRST_INSTALL, OWNER_KEY_FILE, make_e2e_namespace, start_stack
 from slurmbridge_devkit.waiting import wait_for
 
 STATE = cache_dir() / "demo"
@@ -67,7 +67,8 @@ async def up() -> None:
         ca_file=Path(env["SLURMBRIDGE_KUBE_CA"]), bin_dir=Path(env["SLURMBRIDGE_KUBE_BIN"]),
     )
     kube = AsyncClient(config=KubeConfig.from_file(cp.kubeconfig))
-    stack = await start_stack(slurm, cp, kube, STATE, extender_port=18888, webhook_port=18443)
+    stack = await start_stack(slurm, cp, kube, STATE, extender_port=18888, webhook_port=18443,
+                              chart_flags=FIRST_INSTALL)
     (STATE / "pids").write_text(json.dumps({
         "extender": stack.extender.proc.pid if stack.extender.proc else None,
         "webhook": stack.webhook.proc.pid if stack.webhook.proc else None,

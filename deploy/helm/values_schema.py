@@ -143,10 +143,11 @@ def webhook() -> Schema:
         "failurePolicy": {"enum": ["Fail", "Ignore"]},
         "enrolledFailurePolicy": {"enum": ["", "Fail", "Ignore"]},
         "timeoutSeconds": {"type": "integer", "minimum": 1, "maximum": 30},
-        "validateCreates": {"type": "boolean", "description": (
+        "validateCreates": {"enum": [True, False, "auto"], "description": (
             "check a created pod in the validating webhook, after every mutating webhook (two "
             "reviews per pod); false: in the mutating webhook's one review (/admit), once every "
-            "webhook replica serves it")},
+            "webhook replica serves it; auto: false on a first install and on an upgrade from "
+            "a rolled-out release that serves /admit, true elsewhere")},
         "excludeNamespaces": field(AdmissionSettings, "exclude_namespaces"),
         "topologySpread": BOOL, "extraEnv": ANY_LIST,
         "selfSigned": strict({"validityDays": POSITIVE}),

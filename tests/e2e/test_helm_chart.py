@@ -19,6 +19,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,7 @@ from slurmbridge_devkit.helm import (
     helm_bin,
     kube_version,
     render,
+    reviews_per_create,
     service_monitor_crd,
     template,
 )
@@ -736,6 +738,58 @@ def test_monitoring_objects_accepted(control_plane: ControlPlane, namespace: str
                    check=False)
     assert proc.returncode == 0, f"dry-run apply failed:\n{proc.stderr}"
     assert len([ln for ln in proc.stdout.splitlines() if "(server dry run)" in ln]) == len(docs)
+
+
+def _settled(cp: ControlPlane, namespace: str, name: str, replicas: int) -> None:
+    """Until the deployment controller has seen the Deployment's last change and counts
+    ``replicas`` pods (none runs here: no node)."""
+    deadline = time.monotonic() + 60
+    while True:
+        got = json.loads(kubectl(cp, "-n", namespace, "get", "deployment", name,
+                                 "-o", "json").stdout)
+        status = got.get("status", {})
+        if (status.get("observedGeneration") == got["metadata"]["generation"]
+                and status.get("replicas") == replicas):
+            return
+        assert time.monotonic() < deadline, f"deployment {name} never settled: {status}"
+        time.sleep(0.2)
+
+
+def test_one_review_per_create_where_no_earlier_webhook_replica_can_answer(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """``webhook.validateCreates: auto`` (the default) as ``helm install`` and ``helm
+    upgrade`` render it, reading the cluster: one review per create on a first install and
+    once this release's webhook has rolled out; two where a replica of an earlier release may
+    still answer (it answers ``/admit`` with 404, refusing the create), and under ``helm
+    template``, which cannot tell."""
+    release = release_name()
+    webhook = f"{release}-slurmbridge-webhook"
+    cluster = ("--dry-run=server", "--kubeconfig", str(control_plane.kubeconfig))
+
+    def reviews(*flags: str) -> str:
+        return reviews_per_create(render(release, namespace, *flags))
+
+    assert reviews(*cluster) == "one", "a first install: no earlier replica exists"
+    assert reviews() == "two", "no cluster read"
+    # An earlier release's webhook: its Deployment does not say it serves /admit.
+    kubectl(control_plane, "-n", namespace, "create", "deployment", webhook,
+            "--image=slurmbridge:earlier", "--replicas=1")
+    _settled(control_plane, namespace, webhook, 1)
+    assert reviews(*cluster) == "two"
+    # This release's, rolled out (every replica of its template).
+    kubectl(control_plane, "-n", namespace, "annotate", "deployment", webhook,
+            "slurmbridge.io/webhook-paths=mutate,validate,admit")
+    _settled(control_plane, namespace, webhook, 1)
+    assert reviews(*cluster) == "one"
+    # A rollout under way: the replica of the template before still serves.
+    kubectl(control_plane, "-n", namespace, "set", "image", f"deployment/{webhook}",
+            "*=slurmbridge:next")
+    _settled(control_plane, namespace, webhook, 2)
+    assert reviews(*cluster) == "two"
+    # Set either way by hand, the value wins.
+    for value, expected in (("false", "one"), ("true", "two")):
+        assert reviews(*cluster, "--set", f"webhook.validateCreates={value}") == expected
 
 
 def test_rbac_least_privilege(control_plane: ControlPlane, namespace: str,

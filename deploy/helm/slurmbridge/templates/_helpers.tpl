@@ -263,3 +263,35 @@ cluster has the CRD (helm template: --api-versions monitoring.coreos.com/v1/Serv
 {{- if and .Values.monitoring.serviceMonitor.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor") -}}true{{- end -}}
 {{- end -}}
 {{- define "slurmbridge.slurmctld.name" -}}{{ include "slurmbridge.fullname" . }}-slurmctld{{- end -}}
+
+{{- /*
+"true" when a created pod is checked by the validating webhook after every mutation (two
+reviews), "false" when the mutating webhook's one review (/admit) checks it.  webhook.
+validateCreates "auto" picks one review only where no replica that cannot answer /admit may
+still serve: helm reaches the cluster (lookup answers; `helm template` does not) and the
+release's webhook Deployment is absent (a first install) or of a release that serves /admit
+(its slurmbridge.io/webhook-paths annotation) and fully rolled out (no replica of another
+template left, none terminating).  Anything else (`helm template`, an upgrade from an
+earlier release, a rollout still under way) gets two reviews: an earlier replica answers
+/admit with 404, which refuses the create.
+*/ -}}
+{{- define "slurmbridge.webhook.checksCreates" -}}
+{{- $set := .Values.webhook.validateCreates -}}
+{{- if ne (toString $set) "auto" -}}
+{{- ternary "true" "false" $set -}}
+{{- else -}}
+{{- $reached := lookup "v1" "Namespace" "" "kube-system" -}}
+{{- $running := lookup "apps/v1" "Deployment" .Release.Namespace (include "slurmbridge.webhook.name" .) -}}
+{{- $servesAdmit := true -}}
+{{- if $running -}}
+{{- $paths := index ($running.metadata.annotations | default dict) (include "slurmbridge.webhook.pathsKey" .) | default "" -}}
+{{- $status := $running.status | default dict -}}
+{{- $current := eq (int ($status.observedGeneration | default 0)) (int $running.metadata.generation) -}}
+{{- $oldLeft := or (ne (int ($status.updatedReplicas | default 0)) (int ($status.replicas | default 0))) (gt (int ($status.terminatingReplicas | default 0)) 0) -}}
+{{- $rolledOut := and $current (not $oldLeft) -}}
+{{- $servesAdmit = and (has "admit" (splitList "," $paths)) $rolledOut -}}
+{{- end -}}
+{{- ternary "false" "true" (and (not (empty $reached)) $servesAdmit) -}}
+{{- end -}}
+{{- end -}}
+{{- define "slurmbridge.webhook.pathsKey" -}}slurmbridge.io/webhook-paths{{- end -}}
