@@ -45,8 +45,8 @@ from slurmbridge_devkit.kube import (
 from slurmbridge_devkit.kubelet import create_node, node_status
 from slurmbridge_devkit.namespaces import create_namespace, delete_namespace, unique_name
 from slurmbridge_devkit.slurm import CLUSTER_SH, SlurmTarget, external_target, local_target
-from slurmbridge_devkit.stack import FIRST_INSTALL, BridgeStack, start_stack, stop_stack
-from slurmbridge_devkit.stack_objects import E2E_LABEL
+from slurmbridge_devkit.stack import BridgeStack, start_stack, stop_stack
+from slurmbridge_devkit.stack_objects import E2E_LABEL, FIRST_INSTALL
 
 HarnessFailure: type[BaseException] = pytest.fail.Exception  # the harness reports via pytest.fail
 

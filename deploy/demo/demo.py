@@ -26,7 +26,8 @@ from slurmbridge_devkit.e2e import create_pod
 from slurmbridge_devkit.kube import ControlPlane, cache_dir, parse_env, run_controlplane
 from slurmbridge_devkit.namespaces import delete_namespace
 from slurmbridge_devkit.slurm import local_target
-from slurmbridge_devkit.stack import FIRST_INSTALL, OWNER_KEY_FILE, make_e2e_namespace, start_stack
+from slurmbridge_devkit.stack import OWNER_KEY_FILE, make_e2e_namespace, start_stack
+from slurmbridge_devkit.stack_objects import FIRST_INSTALL
 from slurmbridge_devkit.waiting import wait_for
 
 STATE = cache_dir() / "demo"
