@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from bridge import keys
 from slurmbridge_devkit.builders import PodBuilder
+from slurmbridge_devkit.helm import reviews_per_create
 
 REPO = Path(__file__).resolve().parents[2]
 UP = REPO / "deploy" / "kind" / "up.sh"
@@ -71,6 +72,13 @@ class Kind:
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json"))
 
+
+    def reviews_per_create(self) -> str:
+        """"one" (``/admit``) or "two" (``/mutate``, then ``/validate``): the bridge's
+        webhook configurations as the API server holds them (webhook.validateCreates)."""
+        return reviews_per_create([config for plural in ("mutatingwebhookconfigurations",
+                                                         "validatingwebhookconfigurations")
+                                   for config in self.kubectl_json("get", plural)["items"]])
     def refused(self, *args: str, stdin: str | None = None) -> str:
         """kubectl's error for a request the API server must refuse; fails if it was done."""
         done = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args],

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from slurmbridge_devkit.helm import reviews_per_create
 from tests.kind.cluster import REPO, UP, Kind, pod_manifest, run, wait
 
 pytestmark = [pytest.mark.kind, pytest.mark.e2e]  # e2e: left out of the fast path
@@ -126,23 +125,16 @@ def test_helm_upgrade_under_load_loses_and_duplicates_nothing(kind: Kind, ns: st
     assert not twice, f"pods submitted more than once: {twice}"
 
 
-def reviews(kind: Kind) -> str:
-    """As the API server holds the webhook configurations now."""
-    return reviews_per_create([config for plural in ("mutatingwebhookconfigurations",
-                                                     "validatingwebhookconfigurations")
-                               for config in kind.kubectl_json("get", plural)["items"]])
-
-
 def test_one_review_per_create_from_the_upgrade_after_an_earlier_release(
     kind: Kind, ns: str, old_release: None
 ) -> None:
     """webhook.validateCreates auto: the upgrade from a release that cannot answer /admit keeps
     two reviews while its replicas may still serve; the next upgrade, with every replica this
     release's, makes it one, and a pod created then is admitted and placed."""
-    assert reviews(kind) == "two", "the earlier release's own shape"
+    assert kind.reviews_per_create() == "two", "the earlier release's own shape"
     finished(install(), "helm upgrade to this checkout")
-    assert reviews(kind) == "two", "its replicas were still serving"
+    assert kind.reviews_per_create() == "two", "its replicas were still serving"
     finished(install(), "helm upgrade to this checkout, again")
-    assert reviews(kind) == "one"
-    kind.apply(ns, pod_manifest("after", "sleep 5"))
+    assert kind.reviews_per_create() == "one"
+    kind.apply(ns, pod_manifest("after", "sleep 60"))
     assert kind.job_of(kind.wait_running(ns, "after")), "placed by a job of the bridge's"
