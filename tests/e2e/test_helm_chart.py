@@ -749,7 +749,7 @@ def _settled(cp: ControlPlane, namespace: str, name: str, replicas: int) -> None
                                  "-o", "json").stdout)
         status = got.get("status", {})
         if (status.get("observedGeneration") == got["metadata"]["generation"]
-                and status.get("replicas") == replicas):
+                and status.get("replicas", 0) == replicas):
             return
         assert time.monotonic() < deadline, f"deployment {name} never settled: {status}"
         time.sleep(0.2)
@@ -777,6 +777,19 @@ def test_one_review_per_create_where_no_earlier_webhook_replica_can_answer(
             "--image=slurmbridge:earlier", "--replicas=1")
     _settled(control_plane, namespace, webhook, 1)
     assert reviews(*cluster) == "two"
+    # A tenant's look-alike in its own namespace, marked as serving /admit, changes nothing:
+    # only the release namespace's Deployment answers for the replicas that serve.
+    tenant = f"{namespace}-tenant"
+    kubectl(control_plane, "create", "namespace", tenant)
+    try:
+        kubectl(control_plane, "-n", tenant, "create", "deployment", webhook,
+                "--image=slurmbridge:forged", "--replicas=0")
+        kubectl(control_plane, "-n", tenant, "annotate", "deployment", webhook,
+                "slurmbridge.io/webhook-paths=mutate,validate,admit")
+        _settled(control_plane, tenant, webhook, 0)
+        assert reviews(*cluster) == "two"
+    finally:
+        kubectl(control_plane, "delete", "namespace", tenant, "--wait=false", check=False)
     # This release's, rolled out (every replica of its template).
     kubectl(control_plane, "-n", namespace, "annotate", "deployment", webhook,
             "slurmbridge.io/webhook-paths=mutate,validate,admit")
