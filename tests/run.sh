@@ -62,6 +62,7 @@ tier_e2e() {  # VERSION INSTANCE: integration + e2e against that Slurm, on contr
   after k8s-build kueue-build "slurm-$v"
   [[ ",$versions," != *,26.05,* ]] || after slurm-26.05   # etcd's chroot
   export SLURMBRIDGE_CP_INSTANCE="$2" SLURMBRIDGE_TEST_SLURM_VERSIONS="$v"
+  export SLURMBRIDGE_SCHEDULER_VERBOSITY=2   # a pod left pending says why in its scheduler's log
   bash deploy/k8s/controlplane.sh up >/dev/null
   # The tests that use no Slurm (control plane, chart, admission alone) run in the first tier.
   (( $2 == 0 )) || export SLURMBRIDGE_TEST_SLURM_ONLY=1

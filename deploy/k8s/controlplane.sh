@@ -40,6 +40,9 @@ SERVER="https://127.0.0.1:$APISERVER_PORT"
 SERVICE_CIDR="10.96.0.0/12"
 ETCD_SUITE_VERSION=26.05   # the Slurm chroot (Debian sid) that carries etcd-server
 READY_TIMEOUT="${SLURMBRIDGE_CP_TIMEOUT:-90}"
+# klog verbosity of the extra kube-schedulers (the bridge's): 2 logs each attempt and why a pod
+# waits ("Unable to schedule pod; no fit"), which a pending pod's diagnosis needs; 0 for timing.
+SCHEDULER_VERBOSITY="${SLURMBRIDGE_SCHEDULER_VERBOSITY:-0}"
 # The Workload API (Workload + PodGroup, pod spec.schedulingGroup; off by default) and the
 # Job controller creating them for Jobs (alpha): on in every component, as a cluster would
 # set them.  Same gate names in both minors (pkg/features/kube_features.go of each); the API
@@ -516,7 +519,7 @@ cmd_scheduler() {
   start "scheduler-$name" "$BIN/kube-scheduler" --config "$RUN/scheduler-$name.yaml" \
     --authentication-kubeconfig "$RUN/scheduler.kubeconfig" --authorization-kubeconfig "$RUN/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$port" --cert-dir "$RUN/scheduler-$name-certs" \
-    --feature-gates "$FEATURE_GATES"
+    --feature-gates "$FEATURE_GATES" --v "$SCHEDULER_VERBOSITY"
   echo "$port" > "$RUN/scheduler-$name.port"
   echo "${SLURMBRIDGE_CP_HOLDER:-manual}" > "$RUN/scheduler-$name.holder"
   wait_ready "scheduler-$name" scheduler_healthy "$port"
