@@ -36,7 +36,7 @@ from lightkube.core.client import (
 from lightkube.types import PatchType
 
 from bridge.jobs.request import JobRequest
-from bridge.slurm.types import Accounting, Allocation, JobState, NodeTable, SlurmJob, SlurmNode
+from bridge.slurm.types import Accounting, Allocation, JobState, NodeTable, SlurmJob
 
 # A merge or strategic patch (a partial object), or a JSON Patch (a list of operations).
 PatchBody = dict[str, Any] | list[dict[str, Any]]
@@ -75,8 +75,6 @@ class SlurmPort(Protocol):
         """Cancel; a job Slurm no longer knows counts as cancelled."""
         ...
 
-    async def list_nodes(self) -> list[SlurmNode]: ...
-
     async def node_table(self) -> NodeTable: ...
 
     async def node_table_since(self, read_at: int) -> NodeTable | None:
@@ -102,9 +100,8 @@ class SlurmPort(Protocol):
 
 
 class SlurmNodes(Protocol):
-    """What each node controller reads and writes of Slurm's nodes: the list and a drain."""
+    """What each node controller writes of Slurm's nodes (it reads them through NodeTables)."""
 
-    async def list_nodes(self) -> list[SlurmNode]: ...
     async def drain(self, node: str, reason: str) -> None: ...
 
 

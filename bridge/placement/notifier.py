@@ -101,16 +101,15 @@ def _events_only(told: _Told) -> bool:
 
 class PodNotifier(JobListener):
     def __init__(
-        self, kube: NotifierKube, seen: SeenPods, *, parked: ParkedPods | None = None,
-        trouble: SlurmTrouble | None = None, quiet_seconds: float = 10.0,
+        self, kube: NotifierKube, seen: SeenPods, *, quiet_seconds: float = 10.0,
         estimate_moves_seconds: float = 120.0,
     ) -> None:
-        """``seen``: the pods whose jobs it follows; ``parked``, ``trouble``: the pods owed a
-        nudge, which filter notes (``Placer``'s, given these)."""
+        """``seen``: the pods whose jobs it follows.  ``parked`` and ``trouble`` hold the pods
+        owed a nudge, which filter notes (runtime.py gives them to ``Placer``)."""
         self._kube = kube
         self._pods = seen
-        self.parked = parked if parked is not None else ParkedPods()
-        self.trouble = trouble if trouble is not None else SlurmTrouble()
+        self.parked = ParkedPods()
+        self.trouble = SlurmTrouble()
         self._quiet = quiet_seconds
         self._moves = estimate_moves_seconds
         self._seen: dict[str, _Told] = {}  # pod uid -> what it knows and told of it

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from bridge.jobs.owner import Owner
-from bridge.slurm.types import SlurmJob
 
 
 class Outcome(StrEnum):
@@ -52,7 +51,6 @@ class Verdict:
     keep: list[str] = field(default_factory=list)
     candidates: Sequence[str] = ()
     reason: str = ""
-    job: SlurmJob | None = None
     message: str = ""
 
     def failed(self) -> list[str]:

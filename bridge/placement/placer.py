@@ -280,13 +280,13 @@ def _verdict(placement: Placement, job: SlurmJob, candidates: list[str]) -> Verd
             "Kubernetes ruled that node out (taint, cordon, missing Node object or "
             "resources): fix the node or cancel the job to let Slurm choose again"
         )
-        return Verdict(Outcome.REFUSED, candidates=candidates, reason=message, job=job,
+        return Verdict(Outcome.REFUSED, candidates=candidates, reason=message,
                        message=message)
     metrics.FILTER_DECISIONS.labels(Outcome.ALLOCATED.metric_label).inc()
     # One reason for every other candidate, and no per-candidate work here: filter is on
     # kube-scheduler's hot path with thousands of candidates (B3).
     return Verdict(Outcome.ALLOCATED, keep=[placement.kube_node], candidates=candidates,
-                   reason=f"Slurm placed this pod on {placement.kube_node}", job=job)
+                   reason=f"Slurm placed this pod on {placement.kube_node}")
 
 
 def allocated_nodes(job: SlurmJob) -> tuple[str, ...]:

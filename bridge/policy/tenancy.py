@@ -123,17 +123,6 @@ class TenancyMap(BaseModel):
             found["default"] = self.default
         return found
 
-    def users(self) -> frozenset[str]:
-        return frozenset(t.user for t in self.tenants().values() if t.user)
-
-    def accounts(self) -> frozenset[str]:
-        return frozenset(t.account for t in self.tenants().values() if t.account)
-
-    def qos_names(self) -> frozenset[str]:
-        named = {q for t in self.tenants().values() for q in t.qos}
-        named |= {t.default_qos for t in self.tenants().values() if t.default_qos}
-        return frozenset(named | set(self.priority_classes.values()))
-
     def defaults(
         self, namespace: str, annotations: Mapping[str, str], priority_class: str | None
     ) -> dict[str, str]:
