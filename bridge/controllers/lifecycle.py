@@ -208,7 +208,8 @@ class Lifecycle:
         return current is None or current.job_id == job.job_id
 
     async def _evict(self, pod: PodView, job: SlurmJob) -> None:
-        if preempted(job):
+        was_preempted = preempted(job)
+        if was_preempted:
             qos = f" (QOS {job.qos})" if job.qos else ""
             message = (
                 f"preempted by Slurm: job {job.job_id}{qos} gave its resources to a "
@@ -227,16 +228,11 @@ class Lifecycle:
                 raise
         self._evicted.add(pod.uid)
         metrics.CONTROLLER_ACTIONS.labels("evict").inc()
-        if preempted(job):
-            await writes.record_event(
-                self._kube, pod, keys.EventReason.PREEMPTED, message, warning=True
-            )
+        reason = keys.EventReason.PREEMPTED if was_preempted else keys.EventReason.JOB_ENDED
+        await writes.record_event(self._kube, pod, reason, message, warning=True)
+        if was_preempted:
             await writes.set_slurm_condition(
                 self._kube, pod.namespace, pod.name, allocated=False,
                 reason=keys.REASON_PREEMPTED, message=message,
-            )
-        else:
-            await writes.record_event(
-                self._kube, pod, keys.EventReason.JOB_ENDED, message, warning=True
             )
         log.warning("lifecycle.evicted", pod=str(pod), job_id=job.job_id, state=job.state)

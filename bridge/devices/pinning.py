@@ -27,7 +27,7 @@ from lightkube.types import PatchType
 from bridge.config import DeviceClassGres
 from bridge.devices.asks import DeviceAsk, UnmappableClaim, claim_asks
 from bridge.devices.freeing import ClaimReleaser
-from bridge.devices.marks import DeviceId, PinRecord, allocated_devices, marks
+from bridge.devices.marks import DeviceId, PinRecord, allocated_devices, marks, version
 from bridge.devices.slices import device_indices
 from bridge.kube.apierrors import is_not_found
 from bridge.ports import KubeGet, KubeList, KubePatch
@@ -161,11 +161,8 @@ class ClaimPinner:
                 {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
         }, "reservedFor": [{"resource": "pods", "name": pod.metadata.name,
                             "uid": pod.metadata.uid}]}
-        assert marked.metadata is not None
         await self._kube.patch(ClaimStatus, meta.name, [
-            {"op": "test", "path": "/metadata/resourceVersion",
-             "value": marked.metadata.resourceVersion},
-            {"op": "add", "path": "/status", "value": status},
+            version(marked), {"op": "add", "path": "/status", "value": status},
         ], namespace=meta.namespace, patch_type=PatchType.JSON)
         log.info("claim.pinned", claim=claim.label, job_id=job_id, node=node,
                  devices=[r["device"] for r in results])

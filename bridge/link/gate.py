@@ -17,7 +17,7 @@ filter sends it to the recorded node.
 from collections.abc import Mapping
 from typing import Any
 
-from lightkube.models.core_v1 import Pod
+from lightkube.models.core_v1 import NodeSelector, Pod
 
 from bridge import keys
 from bridge.link.ownership import job_id_in
@@ -102,11 +102,11 @@ def _annotation_ops(pod: Pod, recorded: Mapping[str, str]) -> list[dict[str, Any
 
 def _affinity_ops(pod: Pod, kube_node: str) -> list[dict[str, Any]]:
     """Add the node affinity at the first level the pod lacks, or narrow its terms."""
-    terms = _narrowed_terms(pod, kube_node)
     affinity = pod.spec.affinity if pod.spec else None
     node_affinity = affinity.nodeAffinity if affinity else None
     required = node_affinity.requiredDuringSchedulingIgnoredDuringExecution \
         if node_affinity else None
+    terms = _narrowed_terms(required, kube_node)
     level: dict[str, Any] = {"nodeSelectorTerms": terms}
     if affinity is None:
         return [{"op": "add", "path": "/spec/affinity",
@@ -140,14 +140,10 @@ def escaped(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _narrowed_terms(pod: Pod, kube_node: str) -> list[dict[str, Any]]:
+def _narrowed_terms(required: NodeSelector | None, kube_node: str) -> list[dict[str, Any]]:
     """The pod's required node selector terms, each also asking for ``kube_node`` (a pod
     without any gets the one term): terms are ORed, so every one must name the node."""
     on_node = {"key": "metadata.name", "operator": "In", "values": [kube_node]}
-    affinity = pod.spec.affinity if pod.spec else None
-    node_affinity = affinity.nodeAffinity if affinity else None
-    required = node_affinity.requiredDuringSchedulingIgnoredDuringExecution if node_affinity \
-        else None
     terms = [t.to_dict() for t in (required.nodeSelectorTerms if required else [])]
     if not terms:
         return [{"matchFields": [on_node]}]

@@ -99,14 +99,6 @@ def _shard_gpus(detail: str, entry: str) -> Iterator[int]:
     yield from (gpu for gpu, match in enumerate(held) if match and int(match[1]))
 
 
-def shard_gpu_indices(gres_detail_entry: str) -> tuple[int, ...]:
-    """Of a node's ``gres_detail`` entry, the GPUs the job holds shards of, sorted."""
-    entry = gres_detail_entry.strip()
-    found = {i for gres in (_split_top_level(entry) if entry else ())
-             if gres.strip().startswith("shard") for i in _gpu_indices_of(gres.strip(), entry)}
-    return tuple(sorted(found))
-
-
 def gpu_slots(gres: str) -> tuple[tuple[str, int], ...]:
     """A node's configured GPUs (its ``gres``, e.g. ``gpu:8,shard:32`` or
     ``gpu:1g.10gb:4(S:0),gpu:3g.40gb:4``) as (type, shards) per index: indices count up in
@@ -125,14 +117,13 @@ def gpu_slots(gres: str) -> tuple[tuple[str, int], ...]:
     return tuple((kind, per_gpu) for kind in types)
 
 
-def gpu_indices(gres_detail_entry: str) -> tuple[int, ...]:
-    """GPU indices Slurm allocated on one node, sorted, from its ``gres_detail`` entry."""
+def gpu_indices(gres_detail_entry: str, *, shards_only: bool = False) -> tuple[int, ...]:
+    """GPU indices Slurm allocated on one node, sorted, from its ``gres_detail`` entry;
+    ``shards_only``: those the job holds shards of."""
     entry = gres_detail_entry.strip()
-    if not entry:
-        return ()
-    found: set[int] = set()
-    for gres in _split_top_level(entry):
-        found.update(_gpu_indices_of(gres.strip(), entry))
+    found = {i for gres in (_split_top_level(entry) if entry else ())
+             if not shards_only or gres.strip().startswith("shard")
+             for i in _gpu_indices_of(gres.strip(), entry)}
     return tuple(sorted(found))
 
 
@@ -154,7 +145,7 @@ def allocation_from(nodes_expr: str, gres_detail: Sequence[str]) -> Allocation |
         nodes=nodes,
         gpu_ids={node: gpu_indices(entry) for node, entry in entries.items()},
         shared={node: shared for node, entry in entries.items()
-                if (shared := shard_gpu_indices(entry))},
+                if (shared := gpu_indices(entry, shards_only=True))},
     )
 
 
