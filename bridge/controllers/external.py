@@ -16,15 +16,13 @@ tells them).
 """
 
 import re
-from datetime import UTC, datetime
 from typing import Protocol
 
 import structlog
-from lightkube.resources.core_v1 import Node
-from lightkube.types import PatchType
 
 from bridge import keys, metrics
 from bridge.controllers import drains
+from bridge.kube import writes
 from bridge.kube.nodecache import Allocatable, NodeCache, NodeView, claimants
 from bridge.ports import KubePatch, SlurmNodes
 from bridge.slurm.errors import SlurmRejected, SlurmUnsupported
@@ -134,12 +132,6 @@ class ExternalNodes:
             return
         self._said[node.name] = message
         log.error("external.not_registered", node=node.name, error=message)
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        condition = {
-            "type": keys.NODE_CONDITION_SLURM, "status": "False",
-            "reason": keys.REASON_EXTERNAL_NOT_REGISTERED,
-            "message": f"not registered in Slurm as an external node: {message}",
-            "lastHeartbeatTime": now, "lastTransitionTime": now,
-        }
-        await self._kube.patch(Node.Status, node.name, {"status": {"conditions": [condition]}},
-                               patch_type=PatchType.STRATEGIC)
+        await writes.set_node_condition(
+            self._kube, node.name, available=False, reason=keys.REASON_EXTERNAL_NOT_REGISTERED,
+            message=f"not registered in Slurm as an external node: {message}")

@@ -12,7 +12,6 @@ claiming one Slurm node together are none of them managed as it, and told (node_
 """
 
 import re
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
@@ -23,6 +22,7 @@ from bridge import keys, metrics
 from bridge.controllers import drains
 from bridge.controllers.drains import ours
 from bridge.controllers.node_warnings import NodeWarnings
+from bridge.kube import writes
 from bridge.kube.nodecache import NodeCache, NodeView, Taint, claimants
 from bridge.link.podcache import PodCache
 from bridge.ports import KubeCreateEvent, KubePatch, SlurmNodes
@@ -140,18 +140,9 @@ class NodeSync:
                    + (f": {sn.reason}" if sn.reason else ""))
         if node.slurm_condition == (status, message):
             return
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        condition = {
-            "type": keys.NODE_CONDITION_SLURM, "status": status,
-            "reason": (
-                keys.REASON_NODE_UNAVAILABLE if sn.unavailable else keys.REASON_NODE_AVAILABLE
-            ),
-            "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now,
-        }
-        await self._kube.patch(
-            Node.Status, node.name, {"status": {"conditions": [condition]}},
-            patch_type=PatchType.STRATEGIC,
-        )
+        reason = keys.REASON_NODE_UNAVAILABLE if sn.unavailable else keys.REASON_NODE_AVAILABLE
+        await writes.set_node_condition(self._kube, node.name, available=not sn.unavailable,
+                                        reason=reason, message=message)
 
 
 def topology_labels(node: NodeView, sn: SlurmNode) -> dict[str, str | None]:

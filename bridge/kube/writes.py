@@ -1,5 +1,5 @@
 """Pod writes: annotations, the Slurm condition, events, the Binding and the Eviction; and
-the events on Nodes."""
+the Slurm condition and events on Nodes."""
 
 import re
 from collections.abc import Mapping
@@ -9,7 +9,7 @@ from typing import Protocol
 import structlog
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from bridge import keys
@@ -49,6 +49,20 @@ async def set_slurm_condition(
         Pod.Status, name, {"status": {"conditions": [condition]}},
         namespace=namespace, patch_type=PatchType.STRATEGIC,
     )
+
+
+async def set_node_condition(
+    client: KubePatch, node: str, *, available: bool, reason: str, message: str
+) -> None:
+    """Node condition ``SlurmNodeAvailable``: what Slurm says of the node, on the Node."""
+    now = _now()
+    condition = {
+        "type": keys.NODE_CONDITION_SLURM, "status": "True" if available else "False",
+        "reason": reason, "message": message, "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    await client.patch(Node.Status, node, {"status": {"conditions": [condition]}},
+                       patch_type=PatchType.STRATEGIC)
 
 
 async def record_event(
