@@ -1,4 +1,10 @@
-"""The dev kit's own pieces: the pod and job builders and the independent Slurm text parser."""
+"""The dev kit's own pieces: the pod and job builders, the independent Slurm text parser and
+the schedulers' dump a failed test prints."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -6,6 +12,7 @@ from bridge import keys
 from bridge.jobs.owner import GroupOwner, PodOwner
 from bridge.slurm.types import Allocation, JobState, SlurmJob
 from slurmbridge_devkit.builders import JobBuilder, PodBuilder
+from slurmbridge_devkit.kube import dump_schedulers
 from slurmbridge_devkit.scontrol import (
     JobView,
     expand_hostlist,
@@ -142,3 +149,51 @@ def test_job_builder_defaults_to_pod_uid_1s_pending_job() -> None:
              .running("n1", gpus=(4, 5)).tenancy(user="alice", qos="low").build())
     assert group == SlurmJob(12, "k8s:ns/g", JobState.RUNNING, "None", GroupOwner("ns", "g"),
                              Allocation(("n1",), {"n1": (4, 5)}), user="alice", qos="low")
+
+
+# A stand-in kube-scheduler: writes klog's SIGUSR2 dump to its log when signalled.
+_STAND_IN = """
+import signal, sys, time
+log = open(sys.argv[1], "a", buffering=1)
+log.write('I1206 "Unable to schedule pod; no fit; waiting" pod="ns/p" err="0/4 nodes are '
+          'available: 1 Insufficient cpu"\\n')
+def dump(*_):
+    log.write('I1206 "Dump of cached NodeInfo" nodes=<\\n\\tNode name: kube-node1\\n >\\n')
+signal.signal(signal.SIGUSR2, dump)
+log.write("ready\\n")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def _stand_in(log: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-c", _STAND_IN, str(log)])
+    deadline = time.monotonic() + 10
+    while "ready" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, "stand-in scheduler did not start"
+        time.sleep(0.05)
+    (log.parent.parent / f"{log.stem}.pid").write_text(f"{proc.pid}\n")
+    return proc
+
+
+def test_a_failed_tests_report_carries_each_bridge_schedulers_cache_and_no_fit_reasons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURMBRIDGE_CACHE", str(tmp_path))
+    monkeypatch.delenv("SLURMBRIDGE_CP_INSTANCE", raising=False)
+    logs = tmp_path / "k8s" / "run" / "logs"
+    logs.mkdir(parents=True)
+    bridge_log = logs / "scheduler-slurmbridge-2411-abc.log"
+    default_log = logs / "scheduler-default.log"
+    procs = [_stand_in(bridge_log), _stand_in(default_log)]
+    try:
+        report = dump_schedulers()
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert f"== {bridge_log}" in report
+    assert "1 Insufficient cpu" in report
+    assert "Dump of cached NodeInfo" in report and "kube-node1" in report
+    # the default scheduler is not the bridge's: neither signalled nor reported
+    assert "Dump" not in default_log.read_text() and str(default_log) not in report
