@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from benchmarks import live
 from benchmarks.b1_full import FullRun
-from benchmarks.b1_measure import SystemRun
+from benchmarks.b1_measure import NOT_COUNTED, SystemRun
 from benchmarks.common import Figure, Outcome, at_least, at_most, fmt
 
 if TYPE_CHECKING:
@@ -132,6 +133,42 @@ def combo_notes(pods: int, qps: float, by: dict[str, list[SystemRun]]) -> list[s
                          f"admission webhook call, {NAMES[k]} (last repeat): "
                          f"{live.format_latency(runs[-1].apiserver_seconds) or 'none'}")
     notes.append(f"{tag} what the bridge did (its /metrics, last repeat): {by['bridge'][-1].work}")
+    if {"a", "b", "bridge"} <= by.keys():
+        notes += beyond_floor_notes(tag, qps, by)
+    return notes
+
+
+def beyond_floor_notes(
+    tag: str, qps: float, by: dict[str, list[SystemRun]], *, cores: int | None = None
+) -> list[str]:
+    """What the bridge spends beyond the floor, process by process, against what the CPU and
+    pods/s targets leave it: where a missed target's time goes, in the targets' own terms."""
+    a, b, c = by["a"], by["b"], by["bridge"]
+
+    def per_pod(runs: list[SystemRun], kind: str) -> float:
+        return statistics.median(r.cpu_ms_per_pod_of(kind) for r in runs)
+
+    kinds = {k for r in (*a, *b, *c) for k in r.cpu if not k.startswith(NOT_COUNTED)}
+    extra = {k: per_pod(c, k) - per_pod(a, k) - per_pod(b, k) for k in kinds}
+    floor = statistics.median(
+        x.cpu_ms_per_pod + y.cpu_ms_per_pod for x, y in zip(a, b, strict=False))
+    shown = ", ".join(f"{k} {v:+.1f}" for k, v in sorted(extra.items(), key=lambda kv: -kv[1])
+                      if abs(v) >= 0.05)
+    notes = [f"{tag} the bridge's CPU beyond the floor, ms per bound pod by process (bridge - "
+             f"default scheduler - Slurm alone, medians): {shown}; {sum(extra.values()):+.1f} "
+             f"in all, where the <= 1.25x target leaves {0.25 * floor:.1f} (a quarter of the "
+             f"floor's {floor:.1f})"]
+    cores = cores or os.cpu_count() or 1
+    every = statistics.median(  # every process: all of them share the cores while it runs
+        (sum(x.cpu.values()) + sum(y.cpu.values())) * 1000 / x.pods
+        for x, y in zip(a, b, strict=False))
+    ceiling = cores * 1000 / every
+    wanted = (0.95 if qps <= DEFAULT_QPS else 0.7) * statistics.median(r.pods_per_s for r in b)
+    notes.append(
+        f"{tag} pods/s a bridge costing no more than the floor could reach on {cores} cores "
+        f"(every process, the load generator included: {every:.1f} CPU-ms per pod): at most "
+        f"{ceiling:.0f}; the pods/s target ({wanted:.0f}) leaves the bridge "
+        f"{cores * 1000 / wanted - every:.1f} CPU-ms per pod beyond it")
     return notes
 
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 from benchmarks import live
 from benchmarks.b1_full import FullRun, costs
 from benchmarks.b1_measure import SystemRun, scheduler_cycles
-from benchmarks.b1_report import combo_figures, full_figures
+from benchmarks.b1_report import beyond_floor_notes, combo_figures, combo_notes, full_figures
 
 
 def run(seconds: float, cpu: dict[str, float], requests: dict[str, float],
@@ -134,3 +134,23 @@ def test_the_apiservers_time_per_create_and_per_webhook_call_is_read_as_means() 
     assert live.counts_since(calls0, calls) == {"POST pods": 500}
     assert live.format_latency(live.counts_since(timed0, timed)) == (
         "create 50.0 ms x 500, webhook mutate.slurmbridge.io 4.0 ms x 500")
+
+
+def test_the_bridges_cpu_beyond_the_floor_is_named_per_process_against_each_targets_room() -> None:
+    alone = run(1.0, {"slurmctld": 0.1, "slurmrestd": 0.1, "benchmark client": 0.1}, {})
+    default = run(0.5, {"kube-apiserver": 0.4, "kube-scheduler": 0.2, "benchmark client": 0.1},
+                  {})
+    bridge = run(2.0, {"kube-apiserver": 0.9, "kube-scheduler": 0.3, "slurmctld": 0.2,
+                       "slurmrestd": 0.1, "slurmbridge extender": 0.3,
+                       "slurmbridge webhook": 0.1, "benchmark client": 0.1}, {})
+    by = {"a": [alone], "b": [default], "bridge": [bridge]}
+    costs, room = beyond_floor_notes("[100 pods, qps 400]", 400, by, cores=2)
+    # floor 8 ms (2 + 6); the bridge 19 ms: 11 beyond it, where 1.25x leaves 2
+    assert "kube-apiserver +5.0, slurmbridge extender +3.0" in costs
+    assert "slurmctld +1.0" in costs and "slurmrestd" not in costs  # no more than Slurm alone
+    assert "+11.0 in all, where the <= 1.25x target leaves 2.0 (a quarter of the floor's 8.0)" \
+        in costs
+    # every process of the floor: 10 ms a pod, so 2 cores bind at most 200 pods/s; the default
+    # bound 200 pods/s, 0.7x of it is 140: 1000 * 2 / 140 - 10 = 4.3 ms of room
+    assert "at most 200; the pods/s target (140) leaves the bridge 4.3 CPU-ms" in room
+    assert any("beyond the floor" in n for n in combo_notes(100, 400, by))
