@@ -134,7 +134,19 @@ def test_one_review_per_create_from_the_upgrade_after_an_earlier_release(
     assert kind.reviews_per_create() == "two", "the earlier release's own shape"
     finished(install(), "helm upgrade to this checkout")
     assert kind.reviews_per_create() == "two", "its replicas were still serving"
+    wait(lambda: _rolled_out(kind, f"{kind.release}-webhook"), 120,
+         "the earlier release's webhook replicas gone (helm --wait does not wait for them)")
     finished(install(), "helm upgrade to this checkout, again")
     assert kind.reviews_per_create() == "one"
     kind.apply(ns, pod_manifest("after", "sleep 60"))
     assert kind.job_of(kind.wait_running(ns, "after")), "placed by a job of the bridge's"
+
+
+def _rolled_out(kind: Kind, deployment: str) -> bool:
+    """Every replica of ``deployment`` the current template's, none terminating: what
+    validateCreates "auto" reads before it picks one review."""
+    found = kind.kubectl_json("-n", kind.namespace, "get", "deployment", deployment)
+    status = found["status"]
+    return (status.get("observedGeneration") == found["metadata"]["generation"]
+            and status.get("updatedReplicas", 0) == status.get("replicas", 0)
+            and not status.get("terminatingReplicas", 0))
